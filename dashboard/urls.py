@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from django.urls import path
+from django.views.generic import RedirectView
+
+from dashboard import views
+
+app_name = "dashboard"
+
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="dashboard:jobs", permanent=False), name="home"),
+    path("clusters/", views.clusters, name="clusters"),
+    path("clusters/hosts/", views.host_rows, name="host-rows"),
+    path("jobs/", views.job_list, name="jobs"),
+    path("jobs/new/", views.job_new, name="job-new"),
+    path("jobs/<int:job_id>/", views.job_detail, name="job"),
+    path("jobs/<int:job_id>/live/", views.job_live, name="job-live"),
+    path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
+    path("jobs/<int:job_id>/tasks/<int:task_id>/log/", views.task_log, name="task-log"),
+]

@@ -1,0 +1,173 @@
+"""Django admin: where an admin registers clusters and hosts, and sees each host's live status."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from django.conf import settings
+from django.contrib import admin, messages
+from django.db.models import Count, QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.html import format_html
+
+from orchestrator.models import Cluster, Host, HostStatus, Job, Task
+
+
+def agent_server_url() -> str:
+    """The Redis URL agents should use; AGENT_SERVER_URL when hosts reach Redis under another name."""
+    return getattr(settings, "TFDASH_AGENT_SERVER_URL", "") or settings.REDIS_URL
+
+
+def _show_token_once(request: HttpRequest, host: Host, token: str) -> None:
+    command = shlex.join(host.agent_command(token, agent_server_url()))
+    messages.warning(
+        request,
+        format_html(
+            "Agent token for <b>{}</b> (shown only now; store it safely): <code>{}</code><br>"
+            "Start the agent on that machine with:<br><code>{}</code>",
+            host.name,
+            token,
+            command,
+        ),
+    )
+
+
+class HostInline(admin.TabularInline):
+    model = Host
+    fields = ("name", "address", "port_min", "port_max", "status", "last_heartbeat")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # added through the host form, which shows the new token
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    list_display = ("name", "host_count", "online_count", "created_at")
+    search_fields = ("name",)
+    inlines = [HostInline]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Cluster]:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                _hosts=Count("hosts", distinct=True),
+            )
+        )
+
+    @admin.display(description="hosts", ordering="_hosts")
+    def host_count(self, obj: Cluster) -> int:
+        return obj._hosts  # type: ignore[attr-defined]
+
+    @admin.display(description="online")
+    def online_count(self, obj: Cluster) -> int:
+        return obj.hosts.filter(status=HostStatus.ONLINE).count()
+
+
+@admin.register(Host)
+class HostAdmin(admin.ModelAdmin):
+    list_display = (
+        "name",
+        "cluster",
+        "address",
+        "port_range",
+        "status_badge",
+        "heartbeat_age",
+        "cpu_count",
+        "memory",
+        "devices",
+        "agent_version",
+    )
+    list_filter = ("cluster", "status")
+    search_fields = ("name", "address", "labels")
+    actions = ["issue_new_token"]
+    readonly_fields = (
+        "status",
+        "last_heartbeat",
+        "cpu_count",
+        "memory_total_mb",
+        "gpus",
+        "gpu_error",
+        "tf_version",
+        "agent_version",
+        "agent_hostname",
+        "agent_pid",
+        "agent_started_at",
+        "created_at",
+    )
+    fieldsets = (
+        (None, {"fields": ("cluster", "name", "address", ("port_min", "port_max"), "cpu_slots", "labels")}),
+        (
+            "Reported by the agent",
+            {
+                "fields": (
+                    ("status", "last_heartbeat"),
+                    ("cpu_count", "memory_total_mb"),
+                    "gpus",
+                    "gpu_error",
+                    ("tf_version", "agent_version"),
+                    ("agent_hostname", "agent_pid", "agent_started_at"),
+                    "created_at",
+                )
+            },
+        ),
+    )
+
+    def save_model(self, request: HttpRequest, obj: Host, form: Any, change: bool) -> None:
+        token = None if change else obj.issue_token()
+        super().save_model(request, obj, form, change)
+        if token:
+            _show_token_once(request, obj, token)
+
+    @admin.action(description="Issue a new agent token (the old one stops working)")
+    def issue_new_token(self, request: HttpRequest, queryset: QuerySet[Host]) -> None:
+        for host in queryset:
+            token = host.issue_token()
+            host.save(update_fields=["token_hash"])
+            _show_token_once(request, host, token)
+
+    @admin.display(description="ports")
+    def port_range(self, obj: Host) -> str:
+        return f"{obj.port_min}–{obj.port_max}"
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, obj: Host) -> str:
+        colour = {"online": "#1a7f37", "offline": "#cf222e"}.get(obj.status, "#6e7781")
+        return format_html('<b style="color:{}">{}</b>', colour, obj.get_status_display())
+
+    @admin.display(description="last heartbeat", ordering="last_heartbeat")
+    def heartbeat_age(self, obj: Host) -> str:
+        if obj.last_heartbeat is None:
+            return "never"
+        return f"{(timezone.now() - obj.last_heartbeat).total_seconds():.0f} s ago"
+
+    @admin.display(description="memory")
+    def memory(self, obj: Host) -> str:
+        return f"{obj.memory_total_mb / 1024:.1f} GiB" if obj.memory_total_mb else "—"
+
+    @admin.display(description="devices")
+    def devices(self, obj: Host) -> str:
+        if obj.gpus:
+            return ", ".join(f"{g['index']}: {g['name']} ({g['memory_total_mb'] // 1024} GiB)" for g in obj.gpus)
+        return f"no GPU; {obj.device_slots} CPU slots"
+
+
+class TaskInline(admin.TabularInline):
+    model = Task
+    extra = 0
+    readonly_fields = ("type", "index", "host", "port", "state", "exit_code")
+    can_delete = False
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = ("id", "name", "owner", "cluster", "strategy", "state", "created_at")
+    list_filter = ("state", "strategy", "cluster")
+    search_fields = ("name", "owner__username")
+    inlines = [TaskInline]

@@ -1,0 +1,105 @@
+"""The orchestrator's side of agent messages: authenticate, drop what is stale, record what is reported."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.utils import timezone
+
+from orchestrator import counters
+from orchestrator.models import Host
+from worker_agent.protocol import PROTOCOL_VERSION, parse_facts
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+REFUSED = "agent_messages_refused"
+STALE = "agent_messages_stale"
+MALFORMED = "agent_messages_malformed"
+
+
+def authenticate(payload: Any) -> Host | None:
+    """The host a message comes from, or None (logged and counted) when it cannot be trusted."""
+    if not isinstance(payload, dict):
+        log.warning("agent message refused: payload is %s, not an object", type(payload).__name__)
+        counters.incr(REFUSED)
+        return None
+    name, token = payload.get("host"), payload.get("token")
+    if not isinstance(name, str) or not isinstance(token, str):
+        log.warning("agent message refused: host or token missing")
+        counters.incr(REFUSED)
+        return None
+    host = Host.objects.filter(name=name).first()
+    # Same message for an unknown host and a wrong token: a probe learns nothing about which names exist.
+    if host is None or not host.check_token(token):
+        log.warning("agent message refused: bad credentials for host %r", name[:100])
+        counters.incr(REFUSED)
+        return None
+    return host
+
+
+def authenticated_body(payload: Any, body_type: type[T]) -> tuple[Host, T] | None:
+    """The sending host and the message body as `body_type`, or None (logged and counted) when either fails."""
+    host = authenticate(payload)
+    if host is None:
+        return None
+    try:
+        return host, body_type(**payload["body"])
+    except (KeyError, TypeError) as exc:
+        log.warning("malformed %s from %s: %r", body_type.__name__, host.name, exc)
+        counters.incr(MALFORMED)
+        return None
+
+
+def handle_report(payload: Any, *, hello: bool) -> bool:
+    """Process a hello or heartbeat; returns True when it was accepted."""
+    host = authenticate(payload)
+    if host is None:
+        return False
+    if payload.get("protocol") != PROTOCOL_VERSION:
+        log.warning("agent %s speaks protocol %r, expected %s", host.name, payload.get("protocol"), PROTOCOL_VERSION)
+        counters.incr(REFUSED)
+        return False
+    age = time.time() - float(payload.get("sent_at", 0))
+    if age > settings.TFDASH_HEARTBEAT_TIMEOUT_S:
+        # Queued while the orchestrator was down: it says nothing about the host now.
+        log.info("dropped a %.0f s old report from %s", age, host.name)
+        counters.incr(STALE)
+        return False
+    try:
+        facts = parse_facts(payload.get("facts") or {})
+    except ValueError as exc:
+        log.warning("agent %s sent malformed facts: %s", host.name, exc)
+        counters.incr(REFUSED)
+        return False
+    if facts.port_range and facts.port_range != (host.port_min, host.port_max):
+        log.warning(
+            "agent %s runs with port range %s-%s but is registered with %s-%s; the registered range is used",
+            host.name,
+            *facts.port_range,
+            host.port_min,
+            host.port_max,
+        )
+    if hello:
+        log.info("agent on %s started (pid %s, version %s)", host.name, facts.pid, facts.agent_version)
+    if host.record_heartbeat(facts, hello=hello):
+        log.info("host %s is online", host.name)
+        from orchestrator.tasks import schedule  # a queued job may fit now
+
+        schedule.delay(host.cluster_id)
+    return True
+
+
+def mark_silent_hosts_offline() -> list[str]:
+    cutoff = timezone.now() - timedelta(seconds=settings.TFDASH_HEARTBEAT_TIMEOUT_S)
+    flipped = Host.mark_silent_offline(cutoff)
+    from orchestrator import lifecycle  # lifecycle uses this module to authenticate
+
+    for host_id, name in flipped:
+        log.warning("host %s is offline: no heartbeat for %.0f s", name, settings.TFDASH_HEARTBEAT_TIMEOUT_S)
+        lifecycle.host_lost(host_id, name)
+    return [name for _host_id, name in flipped]

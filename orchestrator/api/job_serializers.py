@@ -1,0 +1,220 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from orchestrator import jobs
+from orchestrator.models import Cluster, Job, Strategy, Task
+
+
+@extend_schema_field(serializers.ListField(child=serializers.CharField()))
+class ArgsField(serializers.Field):
+    """A list of strings, or one string split like a shell would (multipart forms can only send strings)."""
+
+    def to_internal_value(self, data: Any) -> list[str]:
+        if isinstance(data, list) and all(isinstance(v, str | int | float) for v in data):
+            return jobs.parse_args([str(v) for v in data])
+        if isinstance(data, str):
+            try:
+                return jobs.parse_args(data)
+            except jobs.JobInvalid as exc:
+                raise serializers.ValidationError(exc.errors["args"]) from None
+        raise serializers.ValidationError("Give a list of strings or one string.")
+
+    def to_representation(self, value: list[str]) -> list[str]:
+        return value
+
+
+@extend_schema_field(serializers.DictField())
+class ObjectField(serializers.Field):
+    """A JSON object, given as an object (JSON requests) or as JSON text (multipart forms)."""
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if isinstance(data, str):
+            try:
+                data = json.loads(data or "{}")
+            except json.JSONDecodeError as exc:
+                raise serializers.ValidationError(f"Not JSON: {exc.msg}.") from None
+        if not isinstance(data, dict):
+            raise serializers.ValidationError("Give a JSON object.")
+        return data
+
+    def to_representation(self, value: dict[str, Any]) -> dict[str, Any]:
+        return value
+
+
+class JobInputSerializer(serializers.Serializer):
+    """What a user sends to create (or plan) a job: multipart with a `script` file, or JSON naming a `builtin`."""
+
+    name = serializers.CharField(max_length=200)
+    cluster = serializers.PrimaryKeyRelatedField(
+        queryset=Cluster.objects.all(), required=False, help_text="defaults to the first cluster"
+    )
+    strategy = serializers.ChoiceField(choices=Strategy.choices)
+    script = serializers.FileField(required=False, write_only=True, help_text="the training script (.py)")
+    builtin = serializers.CharField(required=False, allow_blank=True, max_length=64)
+    builtin_config = ObjectField(required=False, default=dict)
+    args = ArgsField(
+        required=False,
+        default=list,
+        help_text='a list ["--epochs", "3"] or one string "--epochs 3" (split like a shell)',
+    )
+    workers = serializers.IntegerField(min_value=0, max_value=10_000, default=1)
+    ps = serializers.IntegerField(min_value=0, max_value=10_000, default=0)
+    devices_per_worker = serializers.IntegerField(min_value=0, max_value=10_000, default=1)
+    labels = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+    max_restarts = serializers.IntegerField(min_value=0, max_value=100, default=0)
+    legacy_keras = serializers.BooleanField(default=True)
+    startup_deadline_s = serializers.IntegerField(min_value=10, max_value=3600, default=120)
+
+    def build(self, owner: AbstractBaseUser, *, require_program: bool = True) -> tuple[Job, jobs.Upload | None]:
+        data = self.validated_data
+        cluster = data.get("cluster") or jobs.default_cluster()
+        if cluster is None:
+            raise serializers.ValidationError({"cluster": ["No cluster is registered yet; ask an admin to add one."]})
+        try:
+            job, upload = jobs.new_job(owner, cluster, data, data.get("script"))
+        except jobs.JobInvalid as exc:
+            raise serializers.ValidationError(exc.errors) from None
+        try:
+            jobs.validate(job, upload, require_program=require_program)
+        except jobs.JobInvalid as exc:
+            raise serializers.ValidationError(exc.errors) from None
+        return job, upload
+
+
+class LogLineSerializer(serializers.Serializer):
+    seq = serializers.IntegerField()
+    stream = serializers.CharField()
+    text = serializers.CharField()
+
+
+class TaskSerializer(serializers.ModelSerializer):
+    host = serializers.CharField(source="host.name", default=None, read_only=True)
+    address = serializers.CharField(source="host.address", default=None, read_only=True)
+    logs_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Task
+        fields = [
+            "id",
+            "attempt",
+            "type",
+            "index",
+            "host",
+            "address",
+            "port",
+            "devices",
+            "state",
+            "exit_code",
+            "pid",
+            "detail",
+            "facts",
+            "tf_config",
+            "started_at",
+            "listening_at",
+            "finished_at",
+            "logs_url",
+        ]
+        read_only_fields = fields
+
+    def get_logs_url(self, obj: Task) -> str:
+        return f"/api/jobs/{obj.job_id}/logs/{obj.pk}/"
+
+
+class FailureSerializer(serializers.Serializer):
+    task = serializers.CharField()
+    task_id = serializers.IntegerField()
+    exit_code = serializers.IntegerField(allow_null=True)
+    detail = serializers.CharField()
+    log_tail = serializers.ListField(child=serializers.CharField())
+
+
+class JobSerializer(serializers.ModelSerializer):
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    cluster_name = serializers.CharField(source="cluster.name", read_only=True)
+    script_name = serializers.CharField(source="script.filename", default=None, read_only=True)
+    script_sha256 = serializers.CharField(source="script_id", default=None, read_only=True)
+    failure = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "name",
+            "owner",
+            "cluster",
+            "cluster_name",
+            "strategy",
+            "program_kind",
+            "script_name",
+            "script_sha256",
+            "builtin",
+            "builtin_config",
+            "args",
+            "workers",
+            "ps",
+            "devices_per_worker",
+            "labels",
+            "max_restarts",
+            "legacy_keras",
+            "startup_deadline_s",
+            "state",
+            "reason",
+            "attempt",
+            "failure",
+            "facts",
+            "created_at",
+            "placed_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(FailureSerializer(allow_null=True))
+    def get_failure(self, obj: Job) -> dict[str, Any] | None:
+        task = obj.failed_task
+        if task is None:
+            return None
+        return {
+            "task": task.label,
+            "task_id": task.pk,
+            "exit_code": task.exit_code,
+            "detail": task.detail,
+            "log_tail": [line.text for line in task.log_tail()],
+        }
+
+
+class PlanTaskSerializer(serializers.Serializer):
+    type = serializers.CharField()
+    index = serializers.IntegerField()
+    host = serializers.CharField()
+    address = serializers.CharField()
+    port = serializers.IntegerField(allow_null=True)
+    devices = serializers.ListField(child=serializers.IntegerField())
+    tf_config = serializers.JSONField(allow_null=True)
+
+
+class PlanSerializer(serializers.Serializer):
+    fits_now = serializers.BooleanField()
+    reason = serializers.CharField(allow_blank=True)
+    tasks = PlanTaskSerializer(many=True)
+
+
+class MetricsPageSerializer(serializers.Serializer):
+    columns = serializers.ListField(child=serializers.CharField())
+    points = serializers.ListField(child=serializers.ListField())
+    next = serializers.IntegerField(help_text="the cursor to pass as `since` for what comes after")
+    more = serializers.BooleanField(help_text="true when this page was full: ask again at once")
+
+
+class ArtifactSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    size = serializers.IntegerField()
+    sha256 = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    url = serializers.CharField()

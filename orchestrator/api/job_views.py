@@ -1,0 +1,190 @@
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from typing import Any
+
+from django.db.models import QuerySet
+from django.http import HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from orchestrator import jobs, lifecycle
+from orchestrator.api.job_serializers import (
+    ArtifactSerializer,
+    JobInputSerializer,
+    JobSerializer,
+    MetricsPageSerializer,
+    PlanSerializer,
+    TaskSerializer,
+)
+from orchestrator.models import Job, JobArtifact, MetricPoint, Task
+
+METRICS_PAGE = 10_000
+
+
+def jobs_visible_to(user: Any) -> QuerySet[Job]:
+    """Owners see their jobs, staff see all; anyone else gets 404, as if the job did not exist."""
+    queryset = Job.objects.select_related("owner", "cluster", "script", "failed_task", "failed_task__host")
+    return queryset if user.is_staff else queryset.filter(owner=user)
+
+
+class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    serializer_class = JobSerializer
+    parser_classes = [MultiPartParser, FormParser, JSONParser]
+
+    def get_queryset(self) -> QuerySet[Job]:
+        queryset = jobs_visible_to(self.request.user)
+        state = self.request.query_params.get("state")
+        return queryset.filter(state=state) if state else queryset
+
+    @extend_schema(
+        request={"multipart/form-data": JobInputSerializer, "application/json": JobInputSerializer},
+        responses={201: JobSerializer},
+        parameters=[OpenApiParameter("state", str, description="only jobs in this state")],
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        incoming = JobInputSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        job, upload = incoming.build(request.user)
+        jobs.submit(job, upload)
+        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request={"multipart/form-data": JobInputSerializer, "application/json": JobInputSerializer},
+        responses={200: PlanSerializer},
+        description="Validate a job and return its placement and every task's TF_CONFIG without launching anything.",
+    )
+    @action(detail=False, methods=["post"])
+    def plan(self, request: Request) -> Response:
+        incoming = JobInputSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        job, _upload = incoming.build(request.user, require_program=False)
+        return Response(PlanSerializer(jobs.describe_plan(job)).data)
+
+    @extend_schema(
+        responses={200: TaskSerializer(many=True)},
+        parameters=[OpenApiParameter("attempt", str, description="an attempt number, or 'all'; default: current")],
+    )
+    @action(detail=True, methods=["get"])
+    def tasks(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        tasks = job.tasks.select_related("host")
+        attempt = request.query_params.get("attempt")
+        if attempt != "all":
+            tasks = tasks.filter(attempt=int(attempt) if attempt and attempt.isdigit() else job.attempt)
+        return Response(TaskSerializer(tasks, many=True).data)
+
+    @extend_schema(request=None, responses={200: JobSerializer, 409: OpenApiResponse(description="already ended")})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        if not lifecycle.cancel(job.pk, by=request.user.get_username()):
+            return Response({"detail": f"Job is already {job.state}."}, status=status.HTTP_409_CONFLICT)
+        job.refresh_from_db()
+        return Response(JobSerializer(job).data)
+
+    @extend_schema(
+        responses={200: MetricsPageSerializer},
+        parameters=[
+            OpenApiParameter("since", int, description="return points with id greater than this cursor (default 0)"),
+            OpenApiParameter("name", str, description="only this metric"),
+            OpenApiParameter("task", int, description="only this task id"),
+        ],
+        description="Metric points in arrival order, at most 10,000 a page; pass `next` back as `since` to continue.",
+    )
+    @action(detail=True, methods=["get"])
+    def metrics(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        try:
+            since = int(request.query_params.get("since", 0))
+            task_filter = request.query_params.get("task")
+            task_id = int(task_filter) if task_filter else None
+        except ValueError:
+            return Response({"detail": "since and task are integers."}, status=status.HTTP_400_BAD_REQUEST)
+        points = MetricPoint.objects.filter(job=job, id__gt=since).order_by("id")
+        if request.query_params.get("name"):
+            points = points.filter(name=request.query_params["name"])
+        if task_id is not None:
+            points = points.filter(task_id=task_id)
+        rows = list(points.values_list("id", "task_id", "phase", "name", "step", "epoch", "value", "ts")[:METRICS_PAGE])
+        return Response(
+            {
+                "columns": ["id", "task", "phase", "name", "step", "epoch", "value", "ts"],
+                "points": rows,
+                "next": rows[-1][0] if rows else since,
+                "more": len(rows) == METRICS_PAGE,
+            }
+        )
+
+    @extend_schema(
+        responses={(200, "text/csv"): str},
+        description="Every stored metric point of the job, not downsampled, as CSV (streamed).",
+    )
+    @action(detail=True, methods=["get"], url_path="metrics-csv")
+    def metrics_csv(self, request: Request, pk: str | None = None) -> StreamingHttpResponse:
+        job = self.get_object()
+        rows = (
+            MetricPoint.objects.filter(job=job)
+            .order_by("id")
+            .values_list(
+                "id", "task__type", "task__index", "task__attempt", "phase", "name", "step", "epoch", "value", "ts"
+            )
+            .iterator(chunk_size=5000)
+        )
+
+        def lines() -> Iterator[str]:
+            buffer = io.StringIO()
+            writer = csv.writer(buffer)
+            writer.writerow(
+                ["id", "task_type", "task_index", "attempt", "phase", "name", "step", "epoch", "value", "ts"]
+            )
+            for row in rows:
+                writer.writerow(row)
+                if buffer.tell() > 64 * 1024:
+                    yield buffer.getvalue()
+                    buffer.seek(0)
+                    buffer.truncate()
+            yield buffer.getvalue()
+
+        response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="job{job.pk}-metrics.csv"'
+        return response
+
+    @extend_schema(responses={200: ArtifactSerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def artifacts(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        listing = job.artifacts.order_by("name").values("name", "size", "sha256", "created_at")
+        return Response([{**a, "url": f"/api/jobs/{job.pk}/artifacts/{a['name']}/"} for a in listing])
+
+    @extend_schema(responses={(200, "application/octet-stream"): bytes})
+    @action(detail=True, methods=["get"], url_path=r"artifacts/(?P<name>[A-Za-z0-9_.-]{1,100})")
+    def artifact(self, request: Request, pk: str | None = None, name: str | None = None) -> HttpResponse:
+        job = self.get_object()
+        artifact = get_object_or_404(JobArtifact, job=job, name=name)
+        response = HttpResponse(bytes(artifact.content), content_type="application/octet-stream")
+        response["Content-Disposition"] = f'attachment; filename="job{job.pk}-{artifact.name}"'
+        response["X-Content-SHA256"] = artifact.sha256
+        return response
+
+    @extend_schema(
+        responses={(200, "text/plain"): str},
+        parameters=[OpenApiParameter("download", bool, description="as an attachment")],
+    )
+    @action(detail=True, methods=["get"], url_path=r"logs/(?P<task_id>\d+)")
+    def logs(self, request: Request, pk: str | None = None, task_id: str | None = None) -> HttpResponse:
+        job = self.get_object()
+        task = get_object_or_404(Task, pk=task_id, job=job)
+        text = "\n".join(task.log_lines.order_by("seq").values_list("text", flat=True))
+        response = HttpResponse(text + ("\n" if text else ""), content_type="text/plain; charset=utf-8")
+        if request.query_params.get("download"):
+            filename = f"job{job.pk}-{task.type}{task.index}-attempt{task.attempt}.log"
+            response["Content-Disposition"] = f'attachment; filename="{filename}"'
+        return response

@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from orchestrator.admin import agent_server_url
+from orchestrator.models import Cluster, Host
+
+
+class ClusterSerializer(serializers.ModelSerializer):
+    host_count = serializers.IntegerField(source="hosts.count", read_only=True)
+
+    class Meta:
+        model = Cluster
+        fields = ["id", "name", "description", "host_count", "created_at"]
+        read_only_fields = ["created_at"]
+
+
+class GpuSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    name = serializers.CharField()
+    memory_total_mb = serializers.IntegerField()
+    uuid = serializers.CharField()
+
+
+class HostSerializer(serializers.ModelSerializer):
+    gpus = GpuSerializer(many=True, read_only=True)
+    devices = serializers.SerializerMethodField()
+    device_slots = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Host
+        fields = [
+            "id",
+            "cluster",
+            "name",
+            "address",
+            "port_min",
+            "port_max",
+            "cpu_slots",
+            "labels",
+            "status",
+            "last_heartbeat",
+            "cpu_count",
+            "memory_total_mb",
+            "gpus",
+            "devices",
+            "device_slots",
+            "gpu_error",
+            "tf_version",
+            "agent_version",
+            "created_at",
+        ]
+        read_only_fields = [
+            "cluster",
+            "status",
+            "last_heartbeat",
+            "cpu_count",
+            "memory_total_mb",
+            "gpu_error",
+            "tf_version",
+            "agent_version",
+            "created_at",
+        ]
+        # Uniqueness is checked in Host.clean with a message that names the clash.
+        validators: list[Any] = []
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_devices(self, obj: Host) -> list[str]:
+        if obj.gpus:
+            return [f"GPU {g['index']}: {g['name']}, {g['memory_total_mb']} MiB" for g in obj.gpus]
+        return [f"CPU slot {i}" for i in range(obj.device_slots)]
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # Run the model's own validation so the API refuses exactly what the admin refuses, with the same words.
+        instance = self.instance or Host(cluster=self.context["cluster"])
+        for key, value in attrs.items():
+            setattr(instance, key, value)
+        try:
+            instance.clean()
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(serializers.as_serializer_error(exc)) from exc
+        attrs["labels"] = instance.labels
+        return attrs
+
+
+class HostCreatedSerializer(HostSerializer):
+    """The response to a host registration: the only place its agent token ever appears."""
+
+    agent_token = serializers.SerializerMethodField()
+    agent_command = serializers.SerializerMethodField()
+
+    class Meta(HostSerializer.Meta):
+        fields = [*HostSerializer.Meta.fields, "agent_token", "agent_command"]
+
+    def get_agent_token(self, obj: Host) -> str:
+        return self.context["token"]
+
+    def get_agent_command(self, obj: Host) -> str:
+        return shlex.join(obj.agent_command(self.context["token"], agent_server_url()))

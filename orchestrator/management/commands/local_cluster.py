@@ -1,0 +1,77 @@
+"""Register (or refresh) the local cluster the quick start runs: N hosts on this machine, disjoint port ranges.
+
+Prints one JSON object per host with a fresh agent token, for the process that starts the agents.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import transaction
+
+from orchestrator.models import Cluster, Host
+
+FIRST_PORT = 23000
+PORTS_PER_HOST = 100
+
+
+class Command(BaseCommand):
+    help = "Create or refresh the 'local' cluster of agents on this machine and print their tokens as JSON."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--hosts", type=int, default=2)
+        parser.add_argument("--cluster", default="local")
+        parser.add_argument("--first-port", type=int, default=FIRST_PORT)
+        parser.add_argument(
+            "--address-is-name",
+            action="store_true",
+            help="each host's address is its own name (one container per agent, as in docker-compose)",
+        )
+        parser.add_argument("--token-dir", type=Path, help="also write each token to DIR/<host>.token (mode 0600)")
+        parser.add_argument("--shared-dir", default="", help="the cluster's shared folder for checkpoints/artifacts")
+
+    @transaction.atomic
+    def handle(
+        self,
+        *args: Any,
+        hosts: int,
+        cluster: str,
+        first_port: int,
+        address_is_name: bool,
+        token_dir: Path | None,
+        shared_dir: str,
+        **options: Any,
+    ) -> None:
+        the_cluster, _ = Cluster.objects.get_or_create(
+            name=cluster, defaults={"description": "Agents on this machine, started by `make run`."}
+        )
+        if shared_dir and the_cluster.shared_dir != shared_dir:
+            # Every local agent sees this machine's disk, so checkpoints survive a restart on another local host.
+            the_cluster.shared_dir = shared_dir
+            the_cluster.save(update_fields=["shared_dir"])
+        out = []
+        for number in range(1, hosts + 1):
+            low = first_port + (number - 1) * PORTS_PER_HOST
+            # TF listens on 0.0.0.0, so local agents need disjoint ranges even on one address.
+            name = f"{cluster}-{number}"
+            host, _ = Host.objects.get_or_create(
+                cluster=the_cluster,
+                name=name,
+                defaults={
+                    "address": name if address_is_name else "127.0.0.1",
+                    "port_min": low,
+                    "port_max": low + PORTS_PER_HOST - 1,
+                },
+            )
+            token = host.issue_token()
+            host.save(update_fields=["token_hash"])
+            if token_dir is not None:
+                token_dir.mkdir(parents=True, exist_ok=True)
+                token_file = token_dir / f"{host.name}.token"
+                token_file.touch(mode=0o600, exist_ok=True)
+                token_file.write_text(token)
+            out.append({"host": host.name, "token": token, "port_range": f"{host.port_min}-{host.port_max}"})
+        self.stdout.write(json.dumps({"cluster_id": the_cluster.pk, "hosts": out}))

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from orchestrator.models.clusters import Cluster, Host, HostSample, HostStatus
+from orchestrator.models.jobs import (
+    ACTIVE_TASK_STATES,
+    TERMINAL_JOB_STATES,
+    HostPortBlock,
+    Job,
+    JobArtifact,
+    JobState,
+    MetricPoint,
+    ProgramKind,
+    Script,
+    Strategy,
+    Task,
+    TaskLogLine,
+    TaskState,
+    TaskType,
+)
+
+__all__ = [
+    "ACTIVE_TASK_STATES",
+    "TERMINAL_JOB_STATES",
+    "Cluster",
+    "Host",
+    "HostPortBlock",
+    "HostSample",
+    "HostStatus",
+    "Job",
+    "JobArtifact",
+    "JobState",
+    "MetricPoint",
+    "ProgramKind",
+    "Script",
+    "Strategy",
+    "Task",
+    "TaskLogLine",
+    "TaskState",
+    "TaskType",
+]

@@ -1,0 +1,249 @@
+"""Jobs, their tasks (one OS process per TF_CONFIG task and attempt), task logs and uploaded scripts."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+
+from orchestrator.models.clusters import Cluster, Host
+
+
+class Strategy(models.TextChoices):
+    MIRRORED = "mirrored", "MirroredStrategy"
+    MULTI_WORKER_MIRRORED = "multi_worker_mirrored", "MultiWorkerMirroredStrategy"
+    PARAMETER_SERVER = "parameter_server", "ParameterServerStrategy"
+
+
+class JobState(models.TextChoices):
+    QUEUED = "queued"
+    PLACING = "placing"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class ProgramKind(models.TextChoices):
+    SCRIPT = "script", "uploaded script"
+    BUILTIN = "builtin", "built-in program"
+
+
+class Script(models.Model):
+    """An uploaded training script, stored once per content (SHA-256); it travels to agents inside launch orders."""
+
+    sha256 = models.CharField(max_length=64, primary_key=True)
+    content = models.BinaryField()
+    size = models.PositiveIntegerField()
+    filename = models.CharField(max_length=255, help_text="the name it was first uploaded under (display only)")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.filename} ({self.sha256[:12]})"
+
+
+class Job(models.Model):
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jobs")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(max_length=200)
+    strategy = models.CharField(max_length=32, choices=Strategy.choices)
+
+    program_kind = models.CharField(max_length=16, choices=ProgramKind.choices)
+    script = models.ForeignKey(Script, on_delete=models.PROTECT, null=True, blank=True, related_name="jobs")
+    builtin = models.CharField(max_length=64, blank=True)
+    builtin_config = models.JSONField(default=dict, blank=True)
+    args = models.JSONField(default=list, blank=True, help_text="command-line arguments passed to the program")
+
+    workers = models.PositiveIntegerField(default=1)
+    ps = models.PositiveIntegerField("parameter servers", default=0)
+    devices_per_worker = models.PositiveIntegerField(default=1)
+    labels = models.CharField(max_length=500, blank=True, help_text="place only on hosts with all these labels")
+    max_restarts = models.PositiveIntegerField(default=0)
+    legacy_keras = models.BooleanField(
+        default=True, help_text="TF_USE_LEGACY_KERAS=1: tf.keras is tf_keras, whose fit works with every strategy"
+    )
+    startup_deadline_s = models.PositiveIntegerField(default=120)
+
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
+    reason = models.TextField(blank=True, help_text="why the job is in its state (waiting, failed, ...)")
+    attempt = models.PositiveIntegerField(default=0, help_text="placements so far; tasks carry the one they belong to")
+    facts = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="what the chief (or worker 0) reported: replicas, batch sizes, learning rate",
+    )
+    # The task whose end failed the job; its log tail is read at display time, so late log lines still show.
+    failed_task = models.ForeignKey("Task", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    placed_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["cluster", "state", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("dashboard:job", args=[self.pk])
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_JOB_STATES
+
+    @property
+    def group_name(self) -> str:
+        """The Channels group live updates for this job go to."""
+        from orchestrator.live import group_name
+
+        return group_name(self.pk)
+
+    def current_tasks(self) -> models.QuerySet[Task]:
+        return self.tasks.filter(attempt=self.attempt).select_related("host")
+
+
+class TaskType(models.TextChoices):
+    CHIEF = "chief"
+    WORKER = "worker"
+    PS = "ps"
+    EVALUATOR = "evaluator"
+
+
+class TaskState(models.TextChoices):
+    PENDING = "pending"  # placed, launch order sent
+    STARTING = "starting"  # the process runs; its TF server is not listening yet
+    RUNNING = "running"
+    STOPPING = "stopping"  # a kill order was sent
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    KILLED = "killed"
+    LOST = "lost"
+
+
+# A task in one of these holds its port and devices.
+ACTIVE_TASK_STATES = (TaskState.PENDING, TaskState.STARTING, TaskState.RUNNING, TaskState.STOPPING)
+
+
+class Task(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="tasks")
+    attempt = models.PositiveIntegerField(default=1)
+    type = models.CharField(max_length=16, choices=TaskType.choices)
+    index = models.PositiveIntegerField()
+    host = models.ForeignKey(Host, on_delete=models.SET_NULL, null=True, blank=True, related_name="tasks")
+    port = models.PositiveIntegerField(null=True, blank=True)
+    devices = models.JSONField(default=list, blank=True)
+    tf_config = models.JSONField(null=True, blank=True)
+    state = models.CharField(max_length=16, choices=TaskState.choices, default=TaskState.PENDING)
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    detail = models.TextField(blank=True)
+    facts = models.JSONField(default=dict, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    listening_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job", "attempt", "type", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt", "type", "index"], name="task_unique_in_job_attempt")
+        ]
+        indexes = [models.Index(fields=["host", "state"])]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.index}"
+
+    @property
+    def label(self) -> str:
+        where = f" on {self.host.name}" if self.host_id else ""
+        return f"{self.type} {self.index}{where}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_TASK_STATES
+
+    def log_tail(self, lines: int = 30) -> list[TaskLogLine]:
+        """The last lines of the task's error output (where a traceback goes), or of all output when it wrote no
+        stderr. stdout and stderr are separate pipes read by separate threads, so their interleaving is only
+        approximate: a tail of one stream keeps a traceback whole and in order."""
+        stderr = list(reversed(self.log_lines.filter(stream="stderr").order_by("-seq")[:lines]))
+        return stderr or list(reversed(self.log_lines.order_by("-seq")[:lines]))
+
+
+class TaskLogLine(models.Model):
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="log_lines")
+    seq = models.PositiveIntegerField()
+    stream = models.CharField(max_length=6)  # stdout | stderr
+    text = models.TextField()
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["task", "seq"]
+        # The agent numbers lines; a redelivered batch is stored once.
+        constraints = [models.UniqueConstraint(fields=["task", "seq"], name="log_line_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}#{self.seq}"
+
+
+class MetricPoint(models.Model):
+    """One value a task reported: idempotent on (task, phase, name, step), so a redelivered batch is stored once."""
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="metric_points")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="metric_points")
+    phase = models.CharField(max_length=10)  # train | epoch_end | custom
+    name = models.CharField(max_length=64)
+    step = models.BigIntegerField()
+    epoch = models.IntegerField(null=True, blank=True)
+    value = models.FloatField()
+    ts = models.FloatField(help_text="wall-clock seconds when the TF process measured it")
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "phase", "name", "step"], name="metric_point_unique"),
+        ]
+        indexes = [models.Index(fields=["job", "id"])]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}:{self.name}@{self.step}={self.value}"
+
+
+class JobArtifact(models.Model):
+    """A file a task produced (the final model), uploaded by its agent so it can be downloaded from here."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="artifacts")
+    task = models.ForeignKey(Task, on_delete=models.SET_NULL, null=True, related_name="artifacts")
+    name = models.CharField(max_length=100)
+    sha256 = models.CharField(max_length=64)
+    size = models.PositiveBigIntegerField()
+    content = models.BinaryField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "name"], name="artifact_name_unique_in_job")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}/{self.name}"
+
+
+class HostPortBlock(models.Model):
+    """A port an agent found taken by something else; placement avoids it until `until`."""
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="port_blocks")
+    port = models.PositiveIntegerField()
+    until = models.DateTimeField()
+    detail = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["host", "port"], name="port_block_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.host_id}:{self.port}"

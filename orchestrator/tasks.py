@@ -1,0 +1,70 @@
+"""Celery tasks on the `orchestrator` queue. Thin: each one hands its payload to the module that owns the logic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from config.celery import app
+from orchestrator import agents, ingest, lifecycle, scheduling
+from orchestrator.models import Job, JobState
+from worker_agent.protocol import (
+    AGENT_HEARTBEAT,
+    AGENT_HELLO,
+    HOST_SAMPLES,
+    TASK_ARTIFACT,
+    TASK_EVENT,
+    TASK_LOGS,
+    TASK_METRICS,
+)
+
+
+@app.task(name=AGENT_HELLO, ignore_result=True)
+def agent_hello(payload: Any) -> None:
+    agents.handle_report(payload, hello=True)
+
+
+@app.task(name=AGENT_HEARTBEAT, ignore_result=True)
+def agent_heartbeat(payload: Any) -> None:
+    agents.handle_report(payload, hello=False)
+
+
+@app.task(name=TASK_EVENT, ignore_result=True)
+def task_event(payload: Any) -> None:
+    lifecycle.handle_task_event(payload)
+
+
+@app.task(name=TASK_LOGS, ignore_result=True)
+def task_logs(payload: Any) -> None:
+    lifecycle.handle_task_logs(payload)
+
+
+# Metric traffic: consumed from METRICS_QUEUE by one in-order ingest worker (see protocol.METRICS_QUEUE).
+@app.task(name=TASK_METRICS, ignore_result=True)
+def task_metrics(payload: Any) -> None:
+    ingest.handle_task_metrics(payload)
+
+
+@app.task(name=TASK_ARTIFACT, ignore_result=True)
+def task_artifact(payload: Any) -> None:
+    ingest.handle_task_artifact(payload)
+
+
+@app.task(name=HOST_SAMPLES, ignore_result=True)
+def host_samples(payload: Any) -> None:
+    ingest.handle_host_samples(payload)
+
+
+@app.task(name="orchestrator.schedule", ignore_result=True)
+def schedule(cluster_id: int) -> None:
+    scheduling.schedule_cluster(cluster_id)
+
+
+@app.task(name="orchestrator.watchdog", ignore_result=True)
+def watchdog() -> None:
+    """Every tick: silent hosts go offline, jobs past their start-up deadline fail, queued jobs get another look
+    (capacity may have come back without any event this process saw)."""
+    agents.mark_silent_hosts_offline()
+    lifecycle.check_startup_deadlines()
+    lifecycle.reap_finished_jobs()
+    for cluster_id in set(Job.objects.filter(state=JobState.QUEUED).values_list("cluster_id", flat=True)):
+        scheduling.schedule_cluster(cluster_id)

@@ -1,0 +1,61 @@
+"""TF_CONFIG and the per-task environment, generated from a `Placement`.
+
+Follows TensorFlow's rules (the same shape Kubeflow's TFJob writes): one `cluster` shared by every task of a
+job, and a `task` that names the process's own role and index.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orchestrator.placement import ROLE_ORDER, Placement, Strategy, TaskPlacement
+
+
+def cluster_spec(placement: Placement) -> dict[str, list[str]]:
+    spec: dict[str, list[str]] = {}
+    for role in ROLE_ORDER:
+        tasks = sorted((t for t in placement.tasks if t.type == role), key=lambda t: t.index)
+        if not tasks:
+            continue
+        if [t.index for t in tasks] != list(range(len(tasks))):
+            # TF reads a role's list positionally: a gap or duplicate would silently rename tasks.
+            raise ValueError(f"{role} indexes must be 0..{len(tasks) - 1}, got {[t.index for t in tasks]}")
+        spec[role] = [_endpoint(t) for t in tasks]
+    unknown = {t.type for t in placement.tasks} - set(ROLE_ORDER)
+    if unknown:
+        raise ValueError(f"unknown task types: {', '.join(sorted(unknown))}")
+    return spec
+
+
+def tf_config_for(placement: Placement, task: TaskPlacement, strategy: Strategy) -> dict[str, Any] | None:
+    if Strategy(strategy) is Strategy.MIRRORED:
+        return None
+    if task not in placement.tasks:
+        raise ValueError(f"{task.type} {task.index} is not part of this placement")
+    return {"cluster": cluster_spec(placement), "task": {"type": task.type, "index": task.index}}
+
+
+def task_environment(
+    placement: Placement, task: TaskPlacement, strategy: Strategy, *, legacy_keras: bool = True
+) -> dict[str, str]:
+    """Variables the agent adds to one task's environment.
+
+    CUDA_VISIBLE_DEVICES is left to the agent: it knows if `task.devices` are GPUs or logical CPU devices.
+    """
+    env: dict[str, str] = {}
+    config = tf_config_for(placement, task, strategy)
+    if config is not None:
+        env["TF_CONFIG"] = json.dumps(config)
+    if Strategy(strategy) is Strategy.PARAMETER_SERVER:
+        # Lets the coordinator see a lost worker or ps as an error instead of waiting on gRPC retries forever.
+        env["GRPC_FAIL_FAST"] = "use_caller"
+    if legacy_keras:
+        # MWMS and PS `model.fit` only work with tf_keras (TF_NOTES.md).
+        env["TF_USE_LEGACY_KERAS"] = "1"
+    return env
+
+
+def _endpoint(task: TaskPlacement) -> str:
+    host = f"[{task.address}]" if ":" in task.address else task.address
+    return f"{host}:{task.port}"

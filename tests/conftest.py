@@ -1,0 +1,162 @@
+"""Shared fixtures: real Redis and PostgreSQL, a real orchestrator worker, real agent processes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+import redis
+from django.conf import settings
+
+from tests.support.processes import ManagedProcess
+
+AGENT_HEARTBEAT_S = 0.5
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    return settings.REDIS_URL
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _retry_flush_on_deadlock() -> None:
+    """Transactional tests end with a TRUNCATE of every table, while the real orchestrator and ingest worker may
+    still be storing the last messages of a job (a metric batch, an exit event). PostgreSQL then resolves the lock
+    cycle by aborting one side; when that side is the flush, it is simply done again."""
+    from django.test import TransactionTestCase
+
+    original = TransactionTestCase._fixture_teardown
+
+    def teardown(self: TransactionTestCase) -> None:
+        for attempt in range(5):
+            try:
+                return original(self)
+            except Exception as exc:
+                if attempt == 4 or not _caused_by_deadlock(exc):
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+
+    TransactionTestCase._fixture_teardown = teardown  # type: ignore[method-assign]
+
+
+def _caused_by_deadlock(exc: BaseException | None) -> bool:
+    while exc is not None:
+        if "deadlock detected" in str(exc).lower():
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _empty_test_redis(redis_url: str) -> None:
+    # The test Redis database is the suite's alone: start from nothing so no queued message leaks between runs.
+    redis.Redis.from_url(redis_url).flushdb()
+
+
+@pytest.fixture
+def alice(django_user_model):  # type: ignore[no-untyped-def]
+    """A signed-up user who owns things in a test; `bob` is the outsider."""
+    return django_user_model.objects.create_user("alice", password="pw-alice-123")
+
+
+@pytest.fixture
+def bob(django_user_model):  # type: ignore[no-untyped-def]
+    return django_user_model.objects.create_user("bob", password="pw-bob-123")
+
+
+def _database_url() -> str:
+    from django.db import connection
+
+    db = connection.settings_dict
+    auth = quote(db["USER"] or "")
+    if db.get("PASSWORD"):
+        auth += ":" + quote(db["PASSWORD"])
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+@pytest.fixture(scope="session")
+def service_env(django_db_setup: None, redis_url: str) -> dict[str, str]:
+    """Environment for processes that must see the test database (the orchestrator, the web server)."""
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DATABASE_URL": _database_url(),
+        "REDIS_URL": redis_url,
+        "TFDASH_HEARTBEAT_TIMEOUT_S": str(settings.TFDASH_HEARTBEAT_TIMEOUT_S),
+        "TFDASH_WATCHDOG_INTERVAL_S": str(settings.TFDASH_WATCHDOG_INTERVAL_S),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+@pytest.fixture(scope="session")
+def orchestrator(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedProcess]:
+    """One real orchestrator (Celery worker + beat on the `orchestrator` queue) for the whole session."""
+    beat_file = tmp_path_factory.mktemp("beat") / "schedule"
+    proc = ManagedProcess(
+        "orchestrator",
+        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B",
+         "--pool", "threads", "-c", "4", "-l", "INFO", "--hostname", "orchestrator-test@%h", "-s", str(beat_file)],
+        service_env,
+    )  # fmt: skip
+    # The in-order metrics ingest worker (one message at a time, so point ids grow in commit order).
+    ingest = ManagedProcess(
+        "ingest",
+        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "metrics", "--pool", "solo",
+         "-l", "INFO", "--hostname", "ingest-test@%h"],
+        service_env,
+    )  # fmt: skip
+    proc.wait_for_line(r"orchestrator-test@\S+ ready", timeout=60)
+    ingest.wait_for_line(r"ingest-test@\S+ ready", timeout=60)
+    yield proc
+    proc.stop()
+    ingest.stop()
+    # Kept for reading after a failure (CI prints test-artifacts/ paths; locally it is beside the checkout).
+    (_artifacts() / "orchestrator.log").write_text(proc.output())
+    (_artifacts() / "ingest.log").write_text(ingest.output())
+
+
+@pytest.fixture
+def start_agent(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., ManagedProcess]]:
+    """Start real `python -m worker_agent` processes; every one is killed at the end of the test."""
+    started: list[ManagedProcess] = []
+
+    def start(host: str, token: str, *extra: str) -> ManagedProcess:
+        env = {**os.environ, "TFDASH_AGENT_TOKEN": token, "PYTHONUNBUFFERED": "1"}
+        env.pop("DJANGO_SETTINGS_MODULE", None)  # the agent must work without Django
+        proc = ManagedProcess(
+            f"agent-{host}",
+            [sys.executable, "-m", "worker_agent", "--server", redis_url, "--host", host,
+             "--heartbeat-interval", str(AGENT_HEARTBEAT_S), "--workdir", str(tmp_path / f"agent-{host}"), *extra],
+            env,
+        )  # fmt: skip
+        started.append(proc)
+        return proc
+
+    start.started = started  # type: ignore[attr-defined]  # tests may pick one to kill
+    yield start
+    for proc in started:
+        # SIGTERM first: the agent then kills its TF processes (their own sessions), so no test leaves orphans.
+        if proc.proc.poll() is None:
+            proc.terminate(timeout=20)
+        proc.stop()
+    # Let the orchestrator and ingest worker take what the agents last sent before the test's tables are emptied.
+    queues = redis.Redis.from_url(redis_url)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and (queues.llen("orchestrator") or queues.llen("metrics")):
+        time.sleep(0.1)
+
+
+def _artifacts() -> Path:
+    path = Path(os.environ.get("TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def artifacts_dir() -> Path:
+    return _artifacts()

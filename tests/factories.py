@@ -1,0 +1,25 @@
+"""Small builders for test rows (no factory library needed for this few)."""
+
+from __future__ import annotations
+
+import uuid
+
+from orchestrator.models import Cluster, Host
+
+
+def cluster(name: str = "lab") -> Cluster:
+    return Cluster.objects.get_or_create(name=name)[0]
+
+
+def host(name: str | None = None, *, cluster_name: str = "lab", port_min: int = 24000) -> tuple[Host, str]:
+    """A registered host and its plain-text agent token."""
+    the_host = Host(
+        cluster=cluster(cluster_name),
+        name=name or f"h-{uuid.uuid4().hex[:8]}",
+        address="127.0.0.1",
+        port_min=port_min,
+        port_max=port_min + 99,
+    )
+    token = the_host.issue_token()
+    the_host.save()
+    return the_host, token

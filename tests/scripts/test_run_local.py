@@ -1,0 +1,80 @@
+"""The quick start for real: `scripts/run_local.py` (what `make run` calls) on a fresh database and no Redis.
+
+It must start an embedded Redis, migrate, create the admin, register two local hosts, and within 60 s of the web
+answering show both hosts online with CPU count and memory; SIGTERM must stop every process it started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+
+import psutil
+import requests
+
+from tests.support.processes import ROOT, ManagedProcess, wait_until
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_make_run_brings_up_two_online_hosts_and_stops_everything(tmp_path):
+    port, redis_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "PORT": str(port),
+        "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",  # nothing listens there: the embedded one must start
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "TFDASH_VAR_DIR": str(tmp_path / "var"),
+        "DJANGO_SUPERUSER_USERNAME": "quickstart",
+        "DJANGO_SUPERUSER_PASSWORD": "quick-start-pw-1",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+    }
+    run = ManagedProcess("run_local", [sys.executable, "scripts/run_local.py"], env, cwd=ROOT)
+    children: list[psutil.Process] = []
+    try:
+        run.wait_for_line(r"started an embedded one", timeout=30)
+        run.wait_for_line(rf"tfdash is up: http://127.0.0.1:{port}/", timeout=120)
+        up_at = time.monotonic()
+        children = psutil.Process(run.pid).children(recursive=True)
+        assert len(children) >= 6  # redis, web, orchestrator, ingest, two agents
+
+        api = requests.Session()
+        token = api.post(
+            f"http://127.0.0.1:{port}/api/token/",
+            data={"username": "quickstart", "password": "quick-start-pw-1"},
+        ).json()["token"]
+        api.headers["Authorization"] = f"Token {token}"
+        cluster = next(c for c in api.get(f"http://127.0.0.1:{port}/api/clusters/").json()["results"])
+        hosts_url = f"http://127.0.0.1:{port}/api/clusters/{cluster['id']}/hosts/"
+
+        def both_online() -> list[dict] | None:
+            hosts = api.get(hosts_url).json()["results"]
+            ready = [h for h in hosts if h["status"] == "online" and h["cpu_count"] and h["memory_total_mb"]]
+            return hosts if len(ready) == 2 else None
+
+        hosts = wait_until(both_online, timeout=60, interval=0.5, what="both local hosts online")
+        assert time.monotonic() - up_at < 60
+        assert sorted(h["name"] for h in hosts) == ["local-1", "local-2"]
+        assert {(h["port_min"], h["port_max"]) for h in hosts} == {(23000, 23099), (23100, 23199)}
+
+        os.killpg(run.pid, signal.SIGTERM)
+        assert run.proc.wait(timeout=30) == 0
+        gone = wait_until(
+            lambda: not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE],
+            timeout=15,
+            what="every started process to exit",
+        )
+        assert gone
+        assert "stopped." in run.output()
+    finally:
+        run.stop()
+        for child in children:  # only reached when an assertion above failed half-way
+            if child.is_running():
+                child.kill()

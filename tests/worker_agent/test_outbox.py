@@ -1,0 +1,262 @@
+"""The outbox keeps agent reports in order through a broker outage, never blocking or raising into the caller."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import os
+import shutil
+import socket
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from tests.support.processes import ManagedProcess, wait_until
+from worker_agent.outbox import Outbox
+from worker_agent.protocol import (
+    HOST_SAMPLES,
+    METRICS_QUEUE,
+    ORCHESTRATOR_QUEUE,
+    PROTOCOL_VERSION,
+    TASK_EVENT,
+    TASK_LOGS,
+    TASK_METRICS,
+)
+
+UNUSED_APP = Celery(
+    "outbox-test", broker="redis://127.0.0.1:1/0", set_as_current=False
+)  # never reached: the transport is injected
+
+
+class FlakyTransport:
+    """Fails the first `failures` publishes like a broker that is down, then delivers."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures_left = failures
+        self.attempts: list[tuple[float, int]] = []  # (monotonic time, message number)
+        self.delivered: list[tuple[str, dict[str, Any]]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def __call__(self, task_name: str, envelope: dict[str, Any]) -> None:
+        self.gate.wait()
+        self.attempts.append((time.monotonic(), envelope["body"]["n"]))
+        if self.failures_left > 0:
+            self.failures_left -= 1
+            raise ConnectionRefusedError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+        self.delivered.append((task_name, envelope))
+
+    def numbers(self) -> list[int]:
+        return [envelope["body"]["n"] for _, envelope in self.delivered]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_it_wraps_each_body_in_the_host_envelope():
+    transport = FlakyTransport()
+    outbox = Outbox(UNUSED_APP, "gpu-1", "tfa_token", transport=transport)
+
+    outbox.send(TASK_EVENT, {"n": 0})
+
+    assert outbox.flush(5)
+    [(name, envelope)] = transport.delivered
+    assert name == TASK_EVENT
+    assert envelope["host"] == "gpu-1" and envelope["token"] == "tfa_token"
+    assert envelope["body"] == {"n": 0} and envelope["protocol"] == PROTOCOL_VERSION
+    assert abs(envelope["sent_at"] - time.time()) < 5
+    outbox.stop()
+
+
+def test_it_retries_the_oldest_message_first_and_keeps_the_order():
+    transport = FlakyTransport(failures=4)
+    outbox = Outbox(UNUSED_APP, "gpu-1", "t", transport=transport)
+
+    for n in range(10):
+        outbox.send(TASK_LOGS if n % 2 else TASK_EVENT, {"n": n})
+
+    assert outbox.flush(10)
+    assert transport.numbers() == list(range(10))
+    assert [n for _, n in transport.attempts[:5]] == [0] * 5  # nothing overtakes a message that failed
+    assert outbox.failures == 4 and outbox.sent == 10
+    outbox.stop()
+
+
+def test_its_backoff_grows_and_stays_under_the_cap():
+    transport = FlakyTransport(failures=8)
+    outbox = Outbox(UNUSED_APP, "gpu-1", "t", transport=transport, max_backoff_s=0.2)
+
+    outbox.send(TASK_EVENT, {"n": 0})
+
+    assert outbox.flush(10)
+    times = [at for at, _ in transport.attempts]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    assert len(gaps) == 8
+    assert gaps[0] < gaps[2]  # 0.05 s, then 0.2 s: it backs off
+    assert all(gap < 0.2 + 0.3 for gap in gaps)  # ... but never doubles past the cap (0.4, 0.8, ...)
+    assert gaps[-1] >= 0.2 - 0.01
+
+
+def test_send_never_blocks_or_raises_while_the_broker_hangs():
+    transport = FlakyTransport()
+    transport.gate.clear()  # the first publish hangs, as a connect to a black-holed broker would
+    outbox = Outbox(UNUSED_APP, "gpu-1", "t", transport=transport)
+
+    started = time.monotonic()
+    for n in range(100):
+        outbox.send(TASK_EVENT, {"n": n})
+    outbox.send(TASK_EVENT, {"n": object()})  # not even JSON: still no exception here
+
+    assert time.monotonic() - started < 0.5
+    assert not outbox.flush(0.2)
+    assert outbox.pending() == 101
+    transport.gate.set()
+    assert outbox.flush(5)
+    outbox.stop()
+
+
+def test_a_full_outbox_drops_log_batches_before_events():
+    transport = FlakyTransport()
+    transport.gate.clear()
+    outbox = Outbox(UNUSED_APP, "gpu-1", "t", transport=transport, max_queued=4)
+
+    outbox.send(TASK_EVENT, {"n": 0})  # taken by the publisher, hanging
+    wait_until(lambda: outbox._in_flight, timeout=5, what="the first publish to start")
+    for n, name in enumerate([TASK_LOGS, TASK_EVENT, TASK_LOGS, TASK_EVENT, TASK_EVENT], start=1):
+        outbox.send(name, {"n": n})
+    transport.gate.set()
+
+    assert outbox.flush(5)
+    assert transport.numbers() == [0, 2, 4, 5]  # both log batches (1, 3) went first, every event arrived
+    assert outbox.dropped == 2
+    outbox.stop()
+
+
+def test_stop_gives_up_on_a_broker_that_never_returns():
+    transport = FlakyTransport(failures=10**9)
+    outbox = Outbox(UNUSED_APP, "gpu-1", "t", transport=transport, max_backoff_s=0.05)
+    outbox.send(TASK_EVENT, {"n": 0})
+
+    assert not outbox.flush(0.3)
+    outbox.stop()
+    outbox.send(TASK_EVENT, {"n": 1})  # after stop: dropped with a warning, still no exception
+
+    assert transport.delivered == []
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs a redis-server binary")
+def test_an_event_sent_while_redis_is_down_arrives_once_it_is_up(tmp_path):
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    app = Celery("outbox-redis-test", broker=url, set_as_current=False)
+    app.conf.broker_connection_timeout = 1  # fail each attempt fast; the outbox retries
+    outbox = Outbox(app, "gpu-1", "t")
+    for n in range(3):
+        outbox.send(TASK_EVENT, {"n": n})
+
+    wait_until(lambda: outbox.failures >= 1, timeout=15, what="a failed publish while nothing listens")
+    assert outbox.pending() == 3
+    server = ManagedProcess(
+        "redis",
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path)],
+        {**os.environ},
+    )  # fmt: skip
+    try:
+        server.wait_for_line("Ready to accept connections", timeout=15)
+        assert outbox.flush(20)
+        raw = redis.Redis.from_url(url).lrange(ORCHESTRATOR_QUEUE, 0, -1)
+    finally:
+        outbox.stop()
+        server.stop()
+
+    # kombu LPUSHes and consumers BRPOP: the oldest message is at the right end.
+    messages = [json.loads(item) for item in reversed(raw)]
+    assert [m["headers"]["task"] for m in messages] == [TASK_EVENT] * 3
+    bodies = [json.loads(base64.b64decode(m["body"]))[0][0]["body"] for m in messages]
+    assert bodies == [{"n": 0}, {"n": 1}, {"n": 2}]
+
+
+class QueueTransport:
+    """A transport that routes by queue, as the default one (Celery's send_task) does."""
+
+    def __init__(self) -> None:
+        self.delivered: list[tuple[str, int, str]] = []  # (task name, n, queue)
+
+    def __call__(self, task_name: str, envelope: dict[str, Any], queue: str) -> None:
+        self.delivered.append((task_name, envelope["body"]["n"], queue))
+
+
+def test_each_message_goes_to_its_queue_in_order_and_the_orchestrator_queue_by_default():
+    transport = QueueTransport()
+    outbox = Outbox(UNUSED_APP, "gpu-1", "t", transport=transport)
+
+    for n in range(6):
+        if n % 2:
+            outbox.send(TASK_METRICS, {"n": n}, queue=METRICS_QUEUE)
+        else:
+            outbox.send(TASK_EVENT, {"n": n})
+
+    assert outbox.flush(5)
+    outbox.stop()
+    by_queue = {
+        q: [(name, n) for name, n, queue in transport.delivered if queue == q]
+        for q in (ORCHESTRATOR_QUEUE, METRICS_QUEUE)
+    }
+    assert by_queue == {
+        ORCHESTRATOR_QUEUE: [(TASK_EVENT, 0), (TASK_EVENT, 2), (TASK_EVENT, 4)],
+        METRICS_QUEUE: [(TASK_METRICS, 1), (TASK_METRICS, 3), (TASK_METRICS, 5)],
+    }
+
+
+def test_a_full_outbox_drops_host_samples_then_logs_before_anything_else():
+    transport = FlakyTransport()
+    transport.gate.clear()
+    outbox = Outbox(UNUSED_APP, "gpu-1", "t", transport=transport, max_queued=4)
+
+    outbox.send(TASK_EVENT, {"n": 0})  # taken by the publisher, hanging
+    wait_until(lambda: outbox._in_flight, timeout=5, what="the first publish to start")
+    sends = [(TASK_LOGS, ORCHESTRATOR_QUEUE), (HOST_SAMPLES, METRICS_QUEUE), (TASK_METRICS, METRICS_QUEUE),
+             (TASK_EVENT, ORCHESTRATOR_QUEUE), (TASK_EVENT, ORCHESTRATOR_QUEUE)]  # fmt: skip
+    for n, (name, queue) in enumerate(sends, start=1):
+        outbox.send(name, {"n": n}, queue=queue)
+    transport.gate.set()
+
+    assert outbox.flush(5)
+    assert transport.numbers() == [0, 3, 4, 5]  # the sample (2) went first, then the log batch (1)
+    outbox.stop()
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs a redis-server binary")
+def test_metric_traffic_lands_in_the_metrics_queue_of_redis(tmp_path):
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    server = ManagedProcess(
+        "redis",
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path)],
+        {**os.environ},
+    )  # fmt: skip
+    outbox = Outbox(Celery("outbox-queues-test", broker=url, set_as_current=False), "gpu-1", "t")
+    try:
+        server.wait_for_line("Ready to accept connections", timeout=15)
+        outbox.send(TASK_EVENT, {"n": 0})
+        outbox.send(HOST_SAMPLES, {"n": 1}, queue=METRICS_QUEUE)
+        outbox.send(TASK_METRICS, {"n": 2}, queue=METRICS_QUEUE)
+        assert outbox.flush(20)
+        client = redis.Redis.from_url(url)
+        queues = {q: client.lrange(q, 0, -1) for q in (ORCHESTRATOR_QUEUE, METRICS_QUEUE)}
+    finally:
+        outbox.stop()
+        server.stop()
+
+    tasks = {q: [json.loads(item)["headers"]["task"] for item in reversed(raw)] for q, raw in queues.items()}
+    assert tasks == {ORCHESTRATOR_QUEUE: [TASK_EVENT], METRICS_QUEUE: [HOST_SAMPLES, TASK_METRICS]}

@@ -1,0 +1,15 @@
+"""What runs on each training host: the agent (a Celery consumer on `agent.<host>`) and, later, the TF-side runtime.
+
+Nothing here imports Django: a training host needs only this package and a Redis URL.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("tfdash")
+except PackageNotFoundError:  # running from a checkout that was never installed
+    __version__ = "0.0.0+checkout"
+
+from worker_agent.report import report as report  # public: `from worker_agent import report`

@@ -1,0 +1,182 @@
+"""The agent's Celery app: consumes `agent.<host>` and nothing else; sends its reports to the orchestrator queue.
+
+`Agent` ties one host's parts together: the app, the outbox (reports), the supervisor (task processes), the heartbeat
+and the host sampler, and shuts them down in the right order.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Protocol
+
+from celery import Celery
+
+from worker_agent import __version__, facts
+from worker_agent.heartbeat import Heartbeat
+from worker_agent.outbox import Outbox
+from worker_agent.protocol import (
+    AGENT_KILL,
+    AGENT_LAUNCH,
+    AGENT_PING,
+    ORCHESTRATOR_QUEUE,
+    KillOrder,
+    LaunchSpec,
+    agent_queue,
+    launch_spec_from,
+    token_digest,
+    verify,
+)
+from worker_agent.sampler import DEFAULT_INTERVAL_S, Sampler
+from worker_agent.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+
+class TaskRunner(Protocol):
+    def launch(self, spec: LaunchSpec) -> None: ...
+
+    def kill(self, order: KillOrder) -> None: ...
+
+
+def make_app(server: str, host: str, token: str, runner: TaskRunner) -> Celery:
+    # Not the process-wide "current" app: code that imports this (tests, tools) keeps its own default app.
+    app = Celery(f"worker_agent.{host}", broker=server, set_as_current=False)
+    app.conf.update(
+        task_ignore_result=True,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        # Training processes are children of the agent itself, so the pool must not fork or recycle workers.
+        worker_pool="threads",
+        worker_concurrency=4,
+        worker_prefetch_multiplier=1,
+    )
+    key = token_digest(token)
+
+    # shared=False on every task: a shared task (Celery's default) is also added to every app finalised later in the
+    # process, so a second app (tests, tools) would run the first one's handlers with the first one's key.
+    @app.task(name=AGENT_PING, ignore_result=True, shared=False)
+    def ping() -> str:
+        return host
+
+    @app.task(name=AGENT_LAUNCH, ignore_result=True, shared=False)
+    def launch(message: Any = None) -> None:
+        body = accept(message, key, AGENT_LAUNCH)
+        if body is None:
+            return
+        try:
+            spec = launch_spec_from(body)
+        except ValueError as exc:
+            log.warning("dropping %s: %s", AGENT_LAUNCH, exc)
+            return
+        _hand_over(runner.launch, spec)
+
+    @app.task(name=AGENT_KILL, ignore_result=True, shared=False)
+    def kill(message: Any = None) -> None:
+        body = accept(message, key, AGENT_KILL)
+        if body is None:
+            return
+        try:
+            order = KillOrder(**body)
+        except TypeError as exc:
+            log.warning("dropping %s: malformed kill order: %s", AGENT_KILL, exc)
+            return
+        _hand_over(runner.kill, order)
+
+    return app
+
+
+def accept(message: Any, key: str, what: str) -> dict[str, Any] | None:
+    """The verified body of an orchestrator order, or None (logged) when it is unsigned, forged or malformed.
+
+    Anyone who can write to the broker can queue a message; only the orchestrator knows the host's token digest.
+    """
+    try:
+        return verify(message, key)
+    except ValueError as exc:
+        log.warning("dropping %s: %s", what, exc)
+        return None
+
+
+def _hand_over(handler: Any, order: Any) -> None:
+    # Never raise into Celery: a failed handler would only be logged there, and the next order must still run.
+    try:
+        handler(order)
+    except Exception:
+        log.exception("handling %r failed", order)
+
+
+class Agent:
+    """One host's agent process: Celery consumer, outbox, supervisor, heartbeat and host sampler."""
+
+    def __init__(
+        self,
+        *,
+        server: str,
+        host: str,
+        token: str,
+        workdir: Path,
+        port_range: tuple[int, int] | None = None,
+        heartbeat_interval_s: float = 3.0,
+        sample_interval_s: float = DEFAULT_INTERVAL_S,
+    ) -> None:
+        self.host = host
+        # The supervisor reports through the outbox, which needs the app, which needs the supervisor: the
+        # supervisor gets a forwarding function, used only once the worker consumes launches.
+        self.supervisor = Supervisor(self._report, workdir)
+        self.app = make_app(server, host, token, self.supervisor)
+        self.outbox = Outbox(self.app, host, token)
+        self.heartbeat = Heartbeat(
+            self.app,
+            host=host,
+            token=token,
+            interval_s=heartbeat_interval_s,
+            facts=lambda: facts.collect(port_range),
+        )
+        self.sampler = Sampler(self.outbox.send, interval_s=sample_interval_s)
+        self._shut_down = False
+        self._shutdown_lock = threading.Lock()
+
+    def _report(self, task_name: str, body: dict[str, Any], queue: str = ORCHESTRATOR_QUEUE) -> None:
+        # The supervisor sends events and logs as (name, body): the orchestrator queue; its metrics pipes name
+        # METRICS_QUEUE.
+        self.outbox.send(task_name, body, queue=queue)
+
+    def run(self, loglevel: str = "INFO") -> int:
+        """Consume `agent.<host>` until the worker stops (SIGTERM/SIGINT), then stop every task and report it."""
+        self.heartbeat.start()
+        self.sampler.start()
+        log.info("agent %s for host %s consuming %s", __version__, self.host, agent_queue(self.host))
+        worker = self.app.Worker(
+            hostname=f"agent@{self.host}",
+            queues=[agent_queue(self.host)],
+            loglevel=loglevel,
+            without_gossip=True,
+            without_mingle=True,
+            without_heartbeat=True,
+            quiet=True,
+        )
+        try:
+            worker.start()
+        finally:
+            self.shutdown()
+        return worker.exitcode or 0
+
+    def shutdown(self) -> None:
+        """Kill every task (TF would outlive us: its own session, SIGTERM ignored), then deliver the EXITED events."""
+        with self._shutdown_lock:
+            if self._shut_down:
+                return
+            self._shut_down = True
+        self.heartbeat.stop()
+        self.sampler.stop()  # hands its last samples to the outbox, flushed below
+        running = self.supervisor.running()
+        if running:
+            log.info("agent shutting down: killing %d task(s)", len(running))
+        self.supervisor.kill_all("agent shutting down")
+        if self.outbox.flush(5):
+            log.info("agent stopped: outbox flushed (%d message(s) sent)", self.outbox.sent)
+        else:
+            log.warning("agent stopped with %d unsent message(s): broker unreachable", self.outbox.pending())
+        self.outbox.stop()

@@ -1,0 +1,65 @@
+"""A thread that says hello once, then reports the host's facts every few seconds.
+
+It survives a broker outage: a failed send is logged and the next tick tries again, so a host turns `online` again
+by itself once Redis is back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from celery import Celery
+
+from worker_agent.protocol import AGENT_HEARTBEAT, AGENT_HELLO, ORCHESTRATOR_QUEUE, AgentMessage, HostFacts
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat(threading.Thread):
+    def __init__(
+        self,
+        app: Celery,
+        *,
+        host: str,
+        token: str,
+        interval_s: float,
+        facts: Callable[[], HostFacts],
+    ) -> None:
+        super().__init__(name="heartbeat", daemon=True)
+        self.app = app
+        self.host = host
+        self.token = token
+        self.interval_s = interval_s
+        self.facts = facts
+        self.stopped = threading.Event()
+        self.sent = 0
+
+    def run(self) -> None:
+        hello_pending = True
+        while not self.stopped.is_set():
+            name = AGENT_HELLO if hello_pending else AGENT_HEARTBEAT
+            if self.send(name):
+                hello_pending = False
+            self.stopped.wait(self.interval_s)
+
+    def send(self, name: str) -> bool:
+        message = AgentMessage(host=self.host, token=self.token, facts=self.facts())
+        try:
+            self.app.send_task(
+                name,
+                args=[message.to_payload()],
+                queue=ORCHESTRATOR_QUEUE,
+                # A report nobody read within a few intervals says nothing about the host any more.
+                expires=max(self.interval_s * 3, 10.0),
+                retry=False,
+            )
+        except Exception as exc:  # broker down: keep beating, the next tick retries
+            log.warning("could not send %s: %s", name, exc)
+            return False
+        self.sent += 1
+        return True
+
+    def stop(self) -> None:
+        self.stopped.set()

@@ -1,0 +1,351 @@
+"""The metrics pipe of one task attempt: the TF process writes JSON lines to it, the agent forwards them.
+
+The supervisor creates the pipe, passes the write end to the child (env METRICS_FD_ENV) and closes its own copy, so
+the read end sees EOF once the child and every process that inherited the fd are gone. One daemon thread per task
+reads it: "metric" and "facts" objects are batched into TASK_METRICS, "artifact" objects become TASK_ARTIFACT with the
+file's content; both go to METRICS_QUEUE, consumed in order apart from the lifecycle events (see protocol.py). The
+child runs arbitrary user code, so nothing it writes may hurt the agent: over-long lines, non-JSON, unknown kinds and
+bad artifacts are dropped with a counted, rate-limited warning, and the reader keeps draining the pipe whatever
+happens (a reader that stopped reading would block the child once the pipe buffer fills).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import math
+import os
+import select
+import stat
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from worker_agent.outbox import accepts_queue
+from worker_agent.protocol import (
+    MAX_ARTIFACT_BYTES,
+    METRICS_FLUSH_S,
+    METRICS_QUEUE,
+    TASK_ARTIFACT,
+    TASK_METRICS,
+    TaskArtifact,
+    TaskMetricsBatch,
+)
+
+log = logging.getLogger(__name__)
+
+# `send(task_name, body, queue=...)`, or `send(task_name, body)` for a sender that does not route by queue.
+SendFn = Callable[..., None]
+
+MAX_METRIC_LINE_BYTES = 64 * 1024
+BATCH_EVENTS = 500
+BATCH_BYTES = 1_000_000  # like the log batches: one Redis message stays reasonable even when every line is long
+READ_CHUNK = 64 * 1024
+WARN_EVERY_S = 10.0
+STOP_JOIN_S = 2.0  # after a stop the reader only flushes what it holds: this is a safety net, not a wait
+MAX_ARTIFACT_NAME = 100
+EVENT_KINDS = frozenset({"metric", "facts"})
+
+
+class MetricsPipe:
+    """One task attempt's pipe and its reader. Lifecycle: create, pass `write_fd` to Popen, `child_started()`,
+    `start()`, and at the child's exit `finish(timeout)`; `discard()` instead when the child never started."""
+
+    def __init__(self, task_id: int, attempt: int, send: SendFn) -> None:
+        self.task_id = task_id
+        self.attempt = attempt
+        self._send = send
+        self._send_takes_queue = accepts_queue(send)
+        # os.pipe() fds are non-inheritable: only the child gets the write end (Popen's pass_fds), no sibling task.
+        self._read_fd, self.write_fd = os.pipe()
+        # Closing the wake pipe's write end tells a reader blocked in poll() to stop: no fd is closed under a thread
+        # that might still use it (an fd number closed elsewhere can be reused by anything).
+        self._wake_r, self._wake_w = os.pipe()
+        # Every fd is closed exactly once (a second close could hit an unrelated fd that reused the number).
+        self._open_fds = {self.write_fd, self._read_fd, self._wake_r, self._wake_w}
+        self._fd_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pending: list[dict[str, Any]] = []
+        self._pending_bytes = 0
+        self._first_at = 0.0
+        # Held while handing a message on, so nothing goes out once `finish` has closed the stream (EXITED is last).
+        self._send_lock = threading.Lock()
+        self._closed = False
+        self.dropped = 0
+        self._unwarned = 0
+        self._last_reason = ""
+        self._last_warned_at = -WARN_EVERY_S
+        self.sent_events = 0
+        self.sent_artifacts = 0
+
+    @property
+    def label(self) -> str:
+        return f"task {self.task_id} attempt {self.attempt}"
+
+    # --- lifecycle (supervisor side) ------------------------------------------------------------------------------
+    def child_started(self) -> None:
+        """Close the parent's copy of the write end, so EOF arrives when the child's processes are gone."""
+        self._close(self.write_fd)
+
+    def start(self, name: str) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"metrics-{name}", daemon=True)
+        self._thread.start()
+
+    def discard(self) -> None:
+        """The child never started: close everything, read nothing."""
+        for fd in (self.write_fd, self._read_fd, self._wake_r, self._wake_w):
+            self._close(fd)
+
+    def finish(self, timeout: float) -> None:
+        """Wait (at most `timeout`) for EOF and the reader's last flush; after that nothing more is sent.
+
+        Called once the task's process group is dead, so EOF is normally immediate; only a process that escaped the
+        group (setsid) while holding the fd keeps the pipe open, and then the reader is told to stop.
+        """
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():
+                log.warning(
+                    "%s: metrics pipe still open %.1f s after the exit (a process outside its group holds it): "
+                    "no longer reading it",
+                    self.label,
+                    timeout,
+                )
+        self._close(self._wake_w)  # wakes the reader if still running: it flushes what it holds and returns
+        if thread is not None:
+            thread.join(STOP_JOIN_S)
+        with self._send_lock:
+            self._closed = True
+        self._warn_dropped(final=True)
+        if thread is None:  # never started: nobody else closes the reader's fds
+            self._close(self._read_fd)
+            self._close(self._wake_r)
+
+    # --- the reader thread ----------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self._read_fd, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        buffer = bytearray()
+        skipping = False  # inside an over-long line: drop bytes until its newline
+        try:
+            while True:
+                ready = {fd for fd, _ in poller.poll(self._poll_timeout_ms())}
+                if self._wake_r in ready:
+                    break  # told to stop: keep what was read whole, forget a partial line
+                if self._read_fd in ready:
+                    chunk = os.read(self._read_fd, READ_CHUNK)
+                    if not chunk:  # EOF: every writer is gone; a last line without a newline still counts
+                        if buffer and not skipping:
+                            self._line(bytes(buffer))
+                        break
+                    buffer += chunk
+                    skipping = self._split(buffer, skipping)
+                if self._batch_due():
+                    self._flush()
+        except Exception:  # never expected (os.read on our own pipe); the thread must end quietly, fds closed
+            log.exception("%s: metrics reader failed", self.label)
+        finally:
+            try:
+                self._flush()
+            finally:
+                # The read end closes only here, on the thread that polls it; a writer still holding the pipe then
+                # gets EPIPE instead of blocking forever on a full buffer.
+                self._close(self._read_fd)
+                self._close(self._wake_r)
+
+    def _close(self, fd: int) -> None:
+        with self._fd_lock:
+            if fd not in self._open_fds:
+                return
+            self._open_fds.discard(fd)
+        os.close(fd)
+
+    def _split(self, buffer: bytearray, skipping: bool) -> bool:
+        """Handle every complete line in `buffer` (removing it); returns whether an over-long line continues."""
+        start = 0
+        while (end := buffer.find(b"\n", start)) >= 0:
+            if skipping:
+                skipping = False  # the rest of the over-long line ends here; it was counted when it began
+            elif end - start > MAX_METRIC_LINE_BYTES:
+                self._drop(f"line longer than {MAX_METRIC_LINE_BYTES} bytes")
+            else:
+                self._line(bytes(buffer[start:end]))
+            start = end + 1
+        del buffer[:start]
+        if len(buffer) > MAX_METRIC_LINE_BYTES:
+            if not skipping:
+                self._drop(f"line longer than {MAX_METRIC_LINE_BYTES} bytes")
+            buffer.clear()  # a giant line never sits in memory: its bytes are dropped as they arrive
+            return True
+        return skipping
+
+    def _line(self, raw: bytes) -> None:
+        try:
+            self._handle(raw)
+        except Exception as exc:  # whatever the child wrote, the reader goes on
+            self._drop(f"could not handle the line: {exc!r}"[:200])
+
+    def _handle(self, raw: bytes) -> None:
+        if not raw.strip():
+            return  # a blank line is harmless: not worth a warning
+        try:
+            # Strict JSON: NaN, Infinity and 1e999 would pass Python's parser, then break a strict consumer downstream.
+            obj = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite_float)
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            self._drop(f"not JSON ({type(exc).__name__})")
+            return
+        if not isinstance(obj, dict):
+            self._drop(f"a JSON {type(obj).__name__}, not an object")
+            return
+        kind = obj.get("kind")
+        if kind in EVENT_KINDS:
+            if not self._pending:
+                self._first_at = time.monotonic()
+            self._pending.append(obj)
+            self._pending_bytes += len(raw)
+        elif kind == "artifact":
+            self._artifact(obj)
+        else:
+            self._drop(f"unknown kind {str(kind)[:50]!r}")
+
+    def _poll_timeout_ms(self) -> int | None:
+        if not self._pending:
+            return None  # nothing to flush: sleep until data, EOF or a stop
+        left = self._first_at + METRICS_FLUSH_S - time.monotonic()
+        return max(0, int(left * 1000) + 1)
+
+    def _batch_due(self) -> bool:
+        if not self._pending:
+            return False
+        if len(self._pending) >= BATCH_EVENTS or self._pending_bytes >= BATCH_BYTES:
+            return True
+        return time.monotonic() - self._first_at >= METRICS_FLUSH_S
+
+    def _flush(self) -> None:
+        events, self._pending, self._pending_bytes = self._pending, [], 0
+        for start in range(0, len(events), BATCH_EVENTS):
+            chunk = events[start : start + BATCH_EVENTS]
+            if self._emit(TASK_METRICS, asdict(TaskMetricsBatch(self.task_id, self.attempt, chunk))):
+                self.sent_events += len(chunk)
+
+    # --- artifacts ------------------------------------------------------------------------------------------------
+    def _artifact(self, obj: dict[str, Any]) -> None:
+        name, path = obj.get("name"), obj.get("path")
+        problem = _name_problem(name)
+        if problem:
+            self._drop(f"artifact {str(name)[:100]!r}: {problem}")
+            return
+        content = _read_artifact(path)
+        if isinstance(content, str):
+            self._drop(f"artifact {name!r} ({str(path)[:300]!r}): {content}")
+            return
+        # Read inline: a local regular file of at most MAX_ARTIFACT_BYTES; meanwhile the child's writes wait in the
+        # pipe buffer, which is what they would do anyway while the agent is busy.
+        self._flush()  # metrics written before the artifact line go out first
+        artifact = TaskArtifact(
+            task_id=self.task_id,
+            attempt=self.attempt,
+            name=name,
+            sha256=hashlib.sha256(content).hexdigest(),
+            content_b64=base64.b64encode(content).decode("ascii"),
+        )
+        if self._emit(TASK_ARTIFACT, asdict(artifact)):
+            self.sent_artifacts += 1
+            log.info("%s: artifact %r (%d bytes) handed on", self.label, name, len(content))
+
+    # --- sending and warning --------------------------------------------------------------------------------------
+    def _emit(self, task_name: str, body: dict[str, Any]) -> bool:
+        with self._send_lock:
+            if self._closed:  # EXITED may already be out: a late message would contradict it
+                log.warning("%s: dropping a late %s after the exit", self.label, task_name)
+                return False
+            try:
+                if self._send_takes_queue:
+                    self._send(task_name, body, queue=METRICS_QUEUE)
+                else:
+                    self._send(task_name, body)
+            except Exception:  # the outbox never raises; an injected sender might, and must not end the reader
+                log.exception("%s: could not hand on %s", self.label, task_name)
+                return False
+            return True
+
+    def _drop(self, reason: str) -> None:
+        self.dropped += 1
+        self._unwarned += 1
+        self._last_reason = reason
+        self._warn_dropped(final=False)
+
+    def _warn_dropped(self, *, final: bool) -> None:
+        """At most one warning every WARN_EVERY_S per task (a garbage-writing child must not flood the agent's log),
+        plus one at the end for what was counted since."""
+        now = time.monotonic()
+        if not self._unwarned or (not final and now - self._last_warned_at < WARN_EVERY_S):
+            return
+        log.warning(
+            "%s: dropped %d metrics line(s) (%d in all); the latest: %s",
+            self.label,
+            self._unwarned,
+            self.dropped,
+            self._last_reason,
+        )
+        self._unwarned = 0
+        self._last_warned_at = now
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:20]} is not a finite number")
+    return value
+
+
+def _name_problem(name: Any) -> str:
+    """Why `name` is not a plain file name (the orchestrator stores artifacts under it), or ""."""
+    if not isinstance(name, str) or not name:
+        return "the name must be a non-empty string"
+    if len(name) > MAX_ARTIFACT_NAME:
+        return f"the name is longer than {MAX_ARTIFACT_NAME} characters"
+    if "/" in name or "\\" in name or ".." in name or name == ".":
+        return "the name must be a plain file name"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "the name has control characters"
+    return ""
+
+
+def _read_artifact(path: Any) -> bytes | str:
+    """The content of the regular file at `path`, or why it cannot be sent."""
+    if not isinstance(path, str) or not os.path.isabs(path):
+        return "the path must be an absolute path"
+    try:
+        # O_NONBLOCK: opening a FIFO for reading must not wait for a writer (it has no effect on a regular file).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        return f"cannot open it: {exc}"
+    try:
+        info = os.fstat(fd)  # of what was opened, not of the path again: no swap in between
+        if not stat.S_ISREG(info.st_mode):
+            return "not a regular file"
+        if info.st_size > MAX_ARTIFACT_BYTES:
+            return f"{info.st_size} bytes, more than {MAX_ARTIFACT_BYTES}"
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, min(1 << 20, MAX_ARTIFACT_BYTES + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_ARTIFACT_BYTES:  # it grew after the fstat
+                return f"more than {MAX_ARTIFACT_BYTES} bytes"
+        return b"".join(chunks)
+    except OSError as exc:
+        return f"cannot read it: {exc}"
+    finally:
+        os.close(fd)

@@ -1,0 +1,183 @@
+"""Agent -> orchestrator messages that survive a broker blip.
+
+`send` only appends to an in-memory queue; one background thread publishes in order and retries the head of the queue
+(backoff up to 2 s) while Redis is down, so an `exited` event is delayed by an outage, not lost. The queue is bounded:
+when it is full the oldest host sample batch, then the oldest log batch, is dropped first, because a lost sample or log
+line costs less than a lost task event.
+
+Each message names its broker queue (default ORCHESTRATOR_QUEUE; metric traffic goes to METRICS_QUEUE). One ordered
+outbox serves every queue: that keeps the order within each queue, which is all the consumers rely on.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from celery import Celery
+
+from worker_agent.protocol import HOST_SAMPLES, ORCHESTRATOR_QUEUE, PROTOCOL_VERSION, TASK_LOGS
+
+log = logging.getLogger(__name__)
+
+# `transport(task_name, envelope, queue=...)`; a two-argument transport (older callers, test fakes) is still accepted
+# and then cannot tell queues apart.
+Transport = Callable[..., None]
+
+# Dropped first when the outbox is full, in this order: the cheapest losses.
+DROP_FIRST = (HOST_SAMPLES, TASK_LOGS)
+
+MAX_QUEUED = 10_000
+FIRST_BACKOFF_S = 0.05
+MAX_BACKOFF_S = 2.0
+
+
+class Outbox:
+    def __init__(
+        self,
+        app: Celery,
+        host: str,
+        token: str,
+        *,
+        transport: Transport | None = None,
+        max_queued: int = MAX_QUEUED,
+        max_backoff_s: float = MAX_BACKOFF_S,
+    ) -> None:
+        """`transport(task_name, envelope, queue=...)` publishes one message or raises; the default is Celery's
+        send_task."""
+        self.app = app
+        self.host = host
+        self.token = token
+        self.max_queued = max_queued
+        self.max_backoff_s = max_backoff_s
+        self._transport = transport or self._send_task
+        self._transport_takes_queue = accepts_queue(self._transport)
+        self._queue: deque[tuple[str, dict[str, Any], str]] = deque()
+        self._cond = threading.Condition()
+        self._in_flight = False
+        self._stopped = False
+        self.sent = 0
+        self.dropped = 0
+        self.failures = 0
+        self._thread = threading.Thread(target=self._run, name="outbox", daemon=True)
+        self._thread.start()
+
+    # --- caller side ----------------------------------------------------------------------------------------------
+    def send(self, task_name: str, body: dict[str, Any], queue: str = ORCHESTRATOR_QUEUE) -> None:
+        """Queue one message for the broker queue `queue`; never blocks on the broker and never raises."""
+        try:
+            envelope = {
+                "host": self.host,
+                "token": self.token,
+                "body": body,
+                "sent_at": time.time(),
+                "protocol": PROTOCOL_VERSION,
+            }
+            with self._cond:
+                if self._stopped:
+                    log.warning("outbox stopped: dropping %s", task_name)
+                    return
+                if len(self._queue) >= self.max_queued:
+                    self._drop_one()
+                self._queue.append((task_name, envelope, queue))
+                self._cond.notify_all()
+        except Exception:  # a reporting path must never break the code that reports
+            log.exception("outbox could not queue %s", task_name)
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every queued message is published; False when some are still unsent after `timeout`."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._queue or self._in_flight:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._thread.is_alive():
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop publishing; whatever is still queued is dropped (call `flush` first to give it a chance)."""
+        with self._cond:
+            self._stopped = True
+            unsent = len(self._queue)
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        if unsent:
+            log.warning("outbox stopped with %d unsent message(s)", unsent)
+
+    def pending(self) -> int:
+        """Messages not yet published (the one being published stays at the head until it is)."""
+        with self._cond:
+            return len(self._queue)
+
+    # --- publishing thread ----------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        backoff = FIRST_BACKOFF_S
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+                task_name, envelope, queue = self._queue[0]
+                self._in_flight = True
+            ok = self._publish(task_name, envelope, queue)
+            with self._cond:
+                self._in_flight = False
+                if ok:
+                    # Only now leave the queue: a failed head is retried before anything behind it, keeping order.
+                    if self._queue and self._queue[0][1] is envelope:
+                        self._queue.popleft()
+                    self.sent += 1
+                    backoff = FIRST_BACKOFF_S
+                self._cond.notify_all()
+                if not ok:
+                    self._cond.wait(backoff)  # woken early only by stop()
+                    backoff = min(backoff * 2, self.max_backoff_s)
+
+    def _publish(self, task_name: str, envelope: dict[str, Any], queue: str) -> bool:
+        try:
+            if self._transport_takes_queue:
+                self._transport(task_name, envelope, queue=queue)
+            else:
+                self._transport(task_name, envelope)
+        except Exception as exc:  # broker down or refusing: retried with backoff
+            self.failures += 1
+            if self.failures == 1 or self.failures % 20 == 0:
+                log.warning("could not send %s (%d failures so far, retrying): %s", task_name, self.failures, exc)
+            return False
+        return True
+
+    def _send_task(self, task_name: str, envelope: dict[str, Any], queue: str = ORCHESTRATOR_QUEUE) -> None:
+        # retry=False: the outbox owns retrying, so one send never hangs inside kombu's own retry loop.
+        self.app.send_task(task_name, args=[envelope], queue=queue, retry=False)
+
+    def _drop_one(self) -> None:
+        # Never drop the head while it is being published (the thread pops it by identity afterwards).
+        start = 1 if self._in_flight else 0
+        victim = next(
+            (i for name in DROP_FIRST for i in range(start, len(self._queue)) if self._queue[i][0] == name), None
+        )
+        if victim is None:
+            if len(self._queue) <= start:
+                return
+            victim = start
+        del self._queue[victim]
+        self.dropped += 1
+        if self.dropped == 1 or self.dropped % 100 == 0:
+            log.warning("outbox full (%d queued): dropped %d message(s) so far", self.max_queued, self.dropped)
+
+
+def accepts_queue(send: Callable[..., Any]) -> bool:
+    """Whether `send` takes a `queue` keyword: senders written before metric traffic had its own queue take
+    `(task_name, body)` only, and must keep working (they then cannot route by queue)."""
+    try:
+        params = inspect.signature(send).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (some builtins): assume the old two-argument form
+        return False
+    return any(p.name == "queue" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)

@@ -1,0 +1,143 @@
+"""Metrics for an unmodified user script: `Model.fit` of tf_keras and of Keras 3 gets our callback added.
+
+The injected hook (worker_agent/hooks/sitecustomize.py) calls `patch_keras(module)` right after `keras` or `tf_keras`
+has been imported, the way MLflow's autolog patches `fit`. Every `fit` call then gets one metrics callback appended
+to the user's own (theirs run as before); a `fit` that already has ours (the builtin runtime) gets none. Whatever goes
+wrong in here is reported once on stderr and `fit` runs as the user wrote it.
+
+examples_per_s needs the batch size, which Keras does not tell callbacks: it is taken from `batch_size` for arrays
+(Keras' default 32 when absent) or from the `batch` step of a tf.data pipeline; when neither is known the lines
+carry steps_per_s but no examples_per_s.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from worker_agent.runtime.metrics import is_ours, last_step, metrics_callback_class
+
+KERAS_DEFAULT_BATCH = 32
+CALLBACKS_POSITION = 5  # fit(x, y, batch_size, epochs, verbose, callbacks, ...) in tf_keras and Keras 3 alike
+
+_facts_sent = False
+_warned: set[str] = set()
+
+
+def patch_keras(module: ModuleType) -> bool:
+    """Wrap `module.Model.fit` (once); True when it is wrapped now or already was."""
+    model_class = getattr(module, "Model", None)
+    callbacks = getattr(module, "callbacks", None)
+    base = getattr(callbacks, "Callback", None)
+    if model_class is None or base is None:
+        _warn_once(f"patch-{module.__name__}", f"{module.__name__} has no Model/callbacks.Callback: fit not patched")
+        return False
+    fit = model_class.fit
+    if getattr(fit, "_tfdash_patched", False):
+        return True
+    flavour = "tf_keras" if module.__name__ == "tf_keras" else "keras3"
+    model_class.fit = _wrap_fit(fit, base, flavour)
+    return True
+
+
+def _wrap_fit(fit: Callable[..., Any], base: type, flavour: str) -> Callable[..., Any]:
+    @functools.wraps(fit)
+    def patched_fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            args, kwargs = with_metrics_callback(self, args, kwargs, base, flavour)
+        except Exception as exc:  # never stand between the user and their training
+            _warn_once("fit", f"could not add the metrics callback: {exc!r}")
+        return fit(self, *args, **kwargs)
+
+    patched_fit._tfdash_patched = True  # type: ignore[attr-defined]
+    return patched_fit
+
+
+def with_metrics_callback(
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], base: type, flavour: str
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    positional = len(args) > CALLBACKS_POSITION
+    given = args[CALLBACKS_POSITION] if positional else kwargs.get("callbacks")
+    if given is None:
+        callbacks: list[Any] = []
+    elif isinstance(given, list | tuple):
+        callbacks = list(given)
+    else:  # a CallbackList the user built: leave it alone
+        return args, kwargs
+    if any(is_ours(cb) for cb in callbacks):
+        return args, kwargs
+    callbacks.append(_callback_for(model, args, kwargs, base, flavour))
+    if positional:
+        args = (*args[:CALLBACKS_POSITION], callbacks, *args[CALLBACKS_POSITION + 1 :])
+    else:
+        kwargs = {**kwargs, "callbacks": callbacks}
+    return args, kwargs
+
+
+def _callback_for(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], base: type, flavour: str) -> Any:
+    global _facts_sent
+    x = kwargs["x"] if "x" in kwargs else (args[0] if args else None)
+    batch_size = kwargs["batch_size"] if "batch_size" in kwargs else (args[2] if len(args) > 2 else None)
+    global_batch = infer_global_batch(x, batch_size)
+    strategy = getattr(model, "distribute_strategy", None)
+    replicas = int(getattr(strategy, "num_replicas_in_sync", 1) or 1)
+    share = workers_sharing_a_step(strategy)
+    per_step = global_batch / share if global_batch else None
+    facts = None
+    if not _facts_sent:  # one facts line per process, however many fits it runs
+        _facts_sent = True
+        facts = {
+            "source": "injected",
+            "keras": flavour,
+            "strategy": type(strategy).__name__ if strategy is not None else "",
+            "replicas_in_sync": replicas,
+            "global_batch": global_batch,
+            "workers": share,
+            "examples_per_step_this_task": per_step,
+        }
+    cls = metrics_callback_class(base)
+    return cls(examples_per_step=per_step, facts=facts, step_offset=last_step())
+
+
+def infer_global_batch(x: Any, batch_size: Any) -> int | None:
+    """The batch size of one `fit` step, when it can be known without touching the data."""
+    if isinstance(batch_size, int) and not isinstance(batch_size, bool) and batch_size > 0:
+        return batch_size
+    node = x
+    for _ in range(64):  # a tf.data pipeline: follow _input_dataset back to its `batch` step
+        if node is None:
+            break
+        size = getattr(node, "_batch_size", None)
+        if size is not None:
+            try:
+                return int(size)
+            except (TypeError, ValueError):
+                return None
+        node = getattr(node, "_input_dataset", None)
+    if x is not None and (hasattr(x, "shape") or isinstance(x, list | tuple | dict)) and not hasattr(x, "element_spec"):
+        return KERAS_DEFAULT_BATCH  # arrays: Keras batches them by 32 unless told otherwise
+    return None
+
+
+def workers_sharing_a_step(strategy: Any, environ: Any = os.environ) -> int:
+    """How many processes compute one step together: the MultiWorkerMirrored workers, else 1 (one machine, or a
+    ParameterServer coordinator that accounts for every step it dispatches)."""
+    if strategy is None or "CollectiveAllReduce" not in type(strategy).__name__:
+        return 1
+    try:
+        cluster = json.loads(environ.get("TF_CONFIG", "") or "{}").get("cluster", {})
+        return max(1, len(cluster.get("chief", [])) + len(cluster.get("worker", [])))
+    except (ValueError, AttributeError, TypeError):
+        return 1
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key in _warned:
+        return
+    _warned.add(key)
+    print(f"tfdash: {message}", file=sys.stderr, flush=True)

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from orchestrator import counters
-from orchestrator.models import Host
+from orchestrator.models import Host, HostStatus
 from worker_agent.protocol import PROTOCOL_VERSION, parse_facts
 
 log = logging.getLogger(__name__)
@@ -20,6 +20,8 @@ T = TypeVar("T")
 REFUSED = "agent_messages_refused"
 STALE = "agent_messages_stale"
 MALFORMED = "agent_messages_malformed"
+# Per host: how long its newest report waited between the agent's send and this side reading it.
+REPORT_LAG = "orchestrator_report_lag_s"
 
 
 def authenticate(payload: Any) -> Host | None:
@@ -64,8 +66,11 @@ def handle_report(payload: Any, *, hello: bool) -> bool:
         log.warning("agent %s speaks protocol %r, expected %s", host.name, payload.get("protocol"), PROTOCOL_VERSION)
         counters.incr(REFUSED)
         return False
+    timeout_s = settings.TFDASH_HEARTBEAT_TIMEOUT_S
     age = time.time() - float(payload.get("sent_at", 0))
-    if age > settings.TFDASH_HEARTBEAT_TIMEOUT_S:
+    # Measured before the stale check: a backlog that makes reports stale is exactly what the watchdog must know.
+    counters.record_reading(REPORT_LAG, host.name, max(age, 0.0))
+    if age > timeout_s:
         # Queued while the orchestrator was down: it says nothing about the host now.
         log.info("dropped a %.0f s old report from %s", age, host.name)
         counters.incr(STALE)
@@ -84,6 +89,10 @@ def handle_report(payload: Any, *, hello: bool) -> bool:
             host.port_min,
             host.port_max,
         )
+    if host.last_heartbeat is not None and host.status == HostStatus.ONLINE:
+        gap = (timezone.now() - host.last_heartbeat).total_seconds()
+        if gap > timeout_s / 2:  # worth a line: the host came close to being declared lost
+            log.warning("host %s: %.1f s since its previous heartbeat (%.2f s in transit)", host.name, gap, age)
     if hello:
         log.info("agent on %s started (pid %s, version %s)", host.name, facts.pid, facts.agent_version)
     if host.record_heartbeat(facts, hello=hello):
@@ -94,8 +103,28 @@ def handle_report(payload: Any, *, hello: bool) -> bool:
     return True
 
 
+_last_check: float | None = None
+
+
 def mark_silent_hosts_offline() -> list[str]:
-    cutoff = timezone.now() - timedelta(seconds=settings.TFDASH_HEARTBEAT_TIMEOUT_S)
+    """Flip hosts whose heartbeats stopped to offline, unless this side cannot currently tell silence from its own
+    delay: a host is only judged while the orchestrator reads reports promptly and its watchdog ticks on time (the
+    Kubernetes node controller pauses evictions in the same spirit when the control plane itself is the problem)."""
+    global _last_check
+    timeout_s = settings.TFDASH_HEARTBEAT_TIMEOUT_S
+    now = time.monotonic()
+    previous, _last_check = _last_check, now
+    if previous is not None and now - previous > timeout_s / 2:
+        log.warning("watchdog ran %.1f s after its previous tick; not judging host liveness this tick", now - previous)
+        return []
+    # The smallest recent lag over all hosts: when even the promptest host's reports arrive late, the delay is on
+    # this side (a backlog, a stall); one host with a skewed clock or a slow link cannot pause the others' checks.
+    lags = counters.recent_readings(REPORT_LAG, max_age_s=timeout_s)
+    lag = min(lags.values(), default=0.0)
+    if lag > timeout_s / 2:
+        log.warning("agent reports reach the orchestrator %.1f s late; not judging host liveness this tick", lag)
+        return []
+    cutoff = timezone.now() - timedelta(seconds=timeout_s)
     flipped = Host.mark_silent_offline(cutoff)
     from orchestrator import lifecycle  # lifecycle uses this module to authenticate
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from functools import lru_cache
 
 import redis
@@ -25,3 +26,29 @@ def incr(name: str) -> None:
 def get(name: str) -> int:
     value = _client().get(_PREFIX + name)
     return int(value) if value else 0
+
+
+_READINGS_PREFIX = "tfdash:readings:"
+
+
+def record_reading(name: str, source: str, value: float) -> None:
+    """Keep the latest `value` per `source` under `name` (with when it was read)."""
+    try:
+        _client().hset(_READINGS_PREFIX + name, source, f"{float(value)!r} {time.time()!r}")
+    except redis.RedisError:
+        pass
+
+
+def recent_readings(name: str, max_age_s: float) -> dict[str, float]:
+    """The latest reading per source, for sources heard from within `max_age_s`."""
+    try:
+        raw = _client().hgetall(_READINGS_PREFIX + name)
+    except redis.RedisError:
+        return {}
+    cutoff = time.time() - max_age_s
+    readings = {}
+    for source, packed in raw.items():
+        value, at = (float(part) for part in packed.split())
+        if at >= cutoff:
+            readings[source.decode()] = value
+    return readings

@@ -5,16 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from config.celery import app
-from orchestrator import agents, ingest, lifecycle, scheduling
+from orchestrator import agents, lifecycle, scheduling
 from orchestrator.models import Job, JobState
 from worker_agent.protocol import (
     AGENT_HEARTBEAT,
     AGENT_HELLO,
-    HOST_SAMPLES,
-    TASK_ARTIFACT,
     TASK_EVENT,
     TASK_LOGS,
-    TASK_METRICS,
 )
 
 
@@ -38,20 +35,7 @@ def task_logs(payload: Any) -> None:
     lifecycle.handle_task_logs(payload)
 
 
-# Metric traffic: consumed from METRICS_QUEUE by one in-order ingest worker (see protocol.METRICS_QUEUE).
-@app.task(name=TASK_METRICS, ignore_result=True)
-def task_metrics(payload: Any) -> None:
-    ingest.handle_task_metrics(payload)
-
-
-@app.task(name=TASK_ARTIFACT, ignore_result=True)
-def task_artifact(payload: Any) -> None:
-    ingest.handle_task_artifact(payload)
-
-
-@app.task(name=HOST_SAMPLES, ignore_result=True)
-def host_samples(payload: Any) -> None:
-    ingest.handle_host_samples(payload)
+# Metric traffic (TASK_METRICS, HOST_SAMPLES, TASK_ARTIFACT) is not a Celery task: see orchestrator/metrics_stream.py.
 
 
 @app.task(name="orchestrator.schedule", ignore_result=True)

@@ -167,12 +167,8 @@ class Stack:
              "-c", "4", "-l", "INFO", "--hostname", "orchestrator@%h",
              "-s", str(self.var / "celerybeat-schedule")],
         )  # fmt: skip
-        # Metric traffic, in order, one message at a time (point ids then grow in commit order).
-        self.start(
-            "ingest",
-            [PY, "-m", "celery", "-A", "config", "worker", "-Q", "metrics", "--pool", "solo", "-l", "INFO",
-             "--hostname", "ingest@%h"],
-        )  # fmt: skip
+        # The one consumer of the metric stream (point ids then grow in commit order).
+        self.start("ingest", [PY, "manage.py", "ingest_metrics"])
         for host in cluster["hosts"]:
             env = {**self.env, "TFDASH_AGENT_TOKEN": host["token"]}
             self.start(

@@ -14,6 +14,7 @@ import redis
 from django.conf import settings
 
 from tests.support.processes import ManagedProcess
+from worker_agent.protocol import METRICS_QUEUE
 
 AGENT_HEARTBEAT_S = 0.5
 
@@ -103,15 +104,10 @@ def orchestrator(service_env: dict[str, str], tmp_path_factory: pytest.TempPathF
          "--pool", "threads", "-c", "4", "-l", "INFO", "--hostname", "orchestrator-test@%h", "-s", str(beat_file)],
         service_env,
     )  # fmt: skip
-    # The in-order metrics ingest worker (one message at a time, so point ids grow in commit order).
-    ingest = ManagedProcess(
-        "ingest",
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "metrics", "--pool", "solo",
-         "-l", "INFO", "--hostname", "ingest-test@%h"],
-        service_env,
-    )  # fmt: skip
+    # The one consumer of the agents' metric stream (point ids grow in commit order).
+    ingest = ManagedProcess("ingest", [sys.executable, "manage.py", "ingest_metrics"], service_env)
     proc.wait_for_line(r"orchestrator-test@\S+ ready", timeout=60)
-    ingest.wait_for_line(r"ingest-test@\S+ ready", timeout=60)
+    ingest.wait_for_line(r"metrics ingest \S+ ready", timeout=60)
     yield proc
     proc.stop()
     ingest.stop()
@@ -147,7 +143,8 @@ def start_agent(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Manage
     # Let the orchestrator and ingest worker take what the agents last sent before the test's tables are emptied.
     queues = redis.Redis.from_url(redis_url)
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and (queues.llen("orchestrator") or queues.llen("metrics")):
+    # The metric stream holds only entries the ingest has not stored yet (it deletes what it acknowledged).
+    while time.monotonic() < deadline and (queues.llen("orchestrator") or queues.xlen(METRICS_QUEUE)):
         time.sleep(0.1)
 
 

@@ -2,11 +2,12 @@
 
 The supervisor creates the pipe, passes the write end to the child (env METRICS_FD_ENV) and closes its own copy, so
 the read end sees EOF once the child and every process that inherited the fd are gone. One daemon thread per task
-reads it: "metric" and "facts" objects are batched into TASK_METRICS, "artifact" objects become TASK_ARTIFACT with the
-file's content; both go to METRICS_QUEUE, consumed in order apart from the lifecycle events (see protocol.py). The
-child runs arbitrary user code, so nothing it writes may hurt the agent: over-long lines, non-JSON, unknown kinds and
-bad artifacts are dropped with a counted, rate-limited warning, and the reader keeps draining the pipe whatever
-happens (a reader that stopped reading would block the child once the pipe buffer fills).
+reads it: the "metric" and "facts" objects of one read are batched into one TASK_METRICS and handed on at once (no
+flush timer: the outbox batches further whatever waits while it publishes), "artifact" objects become TASK_ARTIFACT
+with the file's content; both go to METRICS_QUEUE, consumed in order apart from the lifecycle events (see
+protocol.py). The child runs arbitrary user code, so nothing it writes may hurt the agent: over-long lines, non-JSON,
+unknown kinds and bad artifacts are dropped with a counted, rate-limited warning, and the reader keeps draining the
+pipe whatever happens (a reader that stopped reading would block the child once the pipe buffer fills).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from typing import Any
 from worker_agent.outbox import accepts_queue
 from worker_agent.protocol import (
     MAX_ARTIFACT_BYTES,
-    METRICS_FLUSH_S,
     METRICS_QUEUE,
     TASK_ARTIFACT,
     TASK_METRICS,
@@ -43,7 +43,6 @@ SendFn = Callable[..., None]
 
 MAX_METRIC_LINE_BYTES = 64 * 1024
 BATCH_EVENTS = 500
-BATCH_BYTES = 1_000_000  # like the log batches: one Redis message stays reasonable even when every line is long
 READ_CHUNK = 64 * 1024
 WARN_EVERY_S = 10.0
 STOP_JOIN_S = 2.0  # after a stop the reader only flushes what it holds: this is a safety net, not a wait
@@ -70,8 +69,6 @@ class MetricsPipe:
         self._fd_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pending: list[dict[str, Any]] = []
-        self._pending_bytes = 0
-        self._first_at = 0.0
         # Held while handing a message on, so nothing goes out once `finish` has closed the stream (EXITED is last).
         self._send_lock = threading.Lock()
         self._closed = False
@@ -135,7 +132,7 @@ class MetricsPipe:
         skipping = False  # inside an over-long line: drop bytes until its newline
         try:
             while True:
-                ready = {fd for fd, _ in poller.poll(self._poll_timeout_ms())}
+                ready = {fd for fd, _ in poller.poll()}
                 if self._wake_r in ready:
                     break  # told to stop: keep what was read whole, forget a partial line
                 if self._read_fd in ready:
@@ -146,7 +143,7 @@ class MetricsPipe:
                         break
                     buffer += chunk
                     skipping = self._split(buffer, skipping)
-                if self._batch_due():
+                if self._pending:
                     self._flush()
         except Exception:  # never expected (os.read on our own pipe); the thread must end quietly, fds closed
             log.exception("%s: metrics reader failed", self.label)
@@ -205,30 +202,14 @@ class MetricsPipe:
             return
         kind = obj.get("kind")
         if kind in EVENT_KINDS:
-            if not self._pending:
-                self._first_at = time.monotonic()
             self._pending.append(obj)
-            self._pending_bytes += len(raw)
         elif kind == "artifact":
             self._artifact(obj)
         else:
             self._drop(f"unknown kind {str(kind)[:50]!r}")
 
-    def _poll_timeout_ms(self) -> int | None:
-        if not self._pending:
-            return None  # nothing to flush: sleep until data, EOF or a stop
-        left = self._first_at + METRICS_FLUSH_S - time.monotonic()
-        return max(0, int(left * 1000) + 1)
-
-    def _batch_due(self) -> bool:
-        if not self._pending:
-            return False
-        if len(self._pending) >= BATCH_EVENTS or self._pending_bytes >= BATCH_BYTES:
-            return True
-        return time.monotonic() - self._first_at >= METRICS_FLUSH_S
-
     def _flush(self) -> None:
-        events, self._pending, self._pending_bytes = self._pending, [], 0
+        events, self._pending = self._pending, []
         for start in range(0, len(events), BATCH_EVENTS):
             chunk = events[start : start + BATCH_EVENTS]
             if self._emit(TASK_METRICS, asdict(TaskMetricsBatch(self.task_id, self.attempt, chunk))):

@@ -5,13 +5,16 @@
 when it is full the oldest host sample batch, then the oldest log batch, is dropped first, because a lost sample or log
 line costs less than a lost task event.
 
-Each message names its broker queue (default ORCHESTRATOR_QUEUE; metric traffic goes to METRICS_QUEUE). One ordered
-outbox serves every queue: that keeps the order within each queue, which is all the consumers rely on.
+Each message names its broker queue (default ORCHESTRATOR_QUEUE, a Celery queue; metric traffic goes to
+METRICS_QUEUE, a Redis Stream). One ordered outbox serves every queue: that keeps the order within each queue, which
+is all the consumers rely on. Metric messages that wait together at the head go out in one pipelined round trip, so
+under load they batch by themselves while a lone point still leaves at once (no flush timer adds latency).
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import threading
 import time
@@ -19,9 +22,17 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import redis
 from celery import Celery
 
-from worker_agent.protocol import HOST_SAMPLES, ORCHESTRATOR_QUEUE, PROTOCOL_VERSION, TASK_LOGS
+from worker_agent.protocol import (
+    HOST_SAMPLES,
+    METRICS_QUEUE,
+    METRICS_STREAM_MAXLEN,
+    ORCHESTRATOR_QUEUE,
+    PROTOCOL_VERSION,
+    TASK_LOGS,
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +44,9 @@ Transport = Callable[..., None]
 DROP_FIRST = (HOST_SAMPLES, TASK_LOGS)
 
 MAX_QUEUED = 10_000
+# Stream entries published in one round trip, at most (and about this many bytes of envelopes).
+STREAM_BATCH = 500
+STREAM_BATCH_BYTES = 4_000_000
 FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 2.0
 
@@ -55,11 +69,15 @@ class Outbox:
         self.token = token
         self.max_queued = max_queued
         self.max_backoff_s = max_backoff_s
+        # An injected transport (tests, tools) takes every message one by one; the default sends Celery messages
+        # with send_task and stream entries in pipelined batches.
+        self._custom_transport = transport is not None
         self._transport = transport or self._send_task
         self._transport_takes_queue = accepts_queue(self._transport)
+        self._redis: redis.Redis | None = None
         self._queue: deque[tuple[str, dict[str, Any], str]] = deque()
         self._cond = threading.Condition()
-        self._in_flight = False
+        self._in_flight = 0  # messages at the head being published
         self._stopped = False
         self.sent = 0
         self.dropped = 0
@@ -124,21 +142,58 @@ class Outbox:
                     self._cond.wait()
                 if self._stopped:
                     return
-                task_name, envelope, queue = self._queue[0]
-                self._in_flight = True
-            ok = self._publish(task_name, envelope, queue)
+                batch = self._head_batch()
+                self._in_flight = len(batch)
+            ok = self._publish_batch(batch)
             with self._cond:
-                self._in_flight = False
+                self._in_flight = 0
                 if ok:
                     # Only now leave the queue: a failed head is retried before anything behind it, keeping order.
-                    if self._queue and self._queue[0][1] is envelope:
-                        self._queue.popleft()
-                    self.sent += 1
+                    for _name, envelope, _queue in batch:
+                        if self._queue and self._queue[0][1] is envelope:
+                            self._queue.popleft()
+                    self.sent += len(batch)
                     backoff = FIRST_BACKOFF_S
                 self._cond.notify_all()
                 if not ok:
                     self._cond.wait(backoff)  # woken early only by stop()
                     backoff = min(backoff * 2, self.max_backoff_s)
+
+    def _head_batch(self) -> list[tuple[str, dict[str, Any], str]]:
+        """The head message, plus the stream messages right behind a stream head (called holding the lock)."""
+        head = self._queue[0]
+        if self._custom_transport or head[2] != METRICS_QUEUE:
+            return [head]
+        batch, size = [], 0
+        for item in self._queue:
+            if item[2] != METRICS_QUEUE or len(batch) >= STREAM_BATCH or size >= STREAM_BATCH_BYTES:
+                break
+            batch.append(item)
+            size += _rough_size(item[1])
+        return batch
+
+    def _publish_batch(self, batch: list[tuple[str, dict[str, Any], str]]) -> bool:
+        if len(batch) == 1 and (self._custom_transport or batch[0][2] != METRICS_QUEUE):
+            return self._publish(*batch[0])
+        try:
+            self._xadd(batch)
+        except Exception as exc:  # Redis down or refusing: retried with backoff, the same batch or a longer one
+            self.failures += 1
+            if self.failures == 1 or self.failures % 20 == 0:
+                log.warning("could not send %d metric report(s) (%d failures so far, retrying): %s", len(batch),
+                            self.failures, exc)  # fmt: skip
+            return False
+        return True
+
+    def _xadd(self, batch: list[tuple[str, dict[str, Any], str]]) -> None:
+        if self._redis is None:
+            url = self.app.conf.broker_url
+            self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        pipe = self._redis.pipeline(transaction=False)
+        for name, envelope, queue in batch:
+            fields = {"name": name, "envelope": json.dumps(envelope, separators=(",", ":"))}
+            pipe.xadd(queue, fields, maxlen=METRICS_STREAM_MAXLEN, approximate=True)
+        pipe.execute()
 
     def _publish(self, task_name: str, envelope: dict[str, Any], queue: str) -> bool:
         try:
@@ -158,8 +213,8 @@ class Outbox:
         self.app.send_task(task_name, args=[envelope], queue=queue, retry=False)
 
     def _drop_one(self) -> None:
-        # Never drop the head while it is being published (the thread pops it by identity afterwards).
-        start = 1 if self._in_flight else 0
+        # Never drop a message being published (the thread pops them by identity afterwards).
+        start = self._in_flight
         victim = next(
             (i for name in DROP_FIRST for i in range(start, len(self._queue)) if self._queue[i][0] == name), None
         )
@@ -181,3 +236,12 @@ def accepts_queue(send: Callable[..., Any]) -> bool:
     except (TypeError, ValueError):  # no signature to read (some builtins): assume the old two-argument form
         return False
     return any(p.name == "queue" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _rough_size(envelope: dict[str, Any]) -> int:
+    """A cheap upper-ish estimate of an envelope's JSON size, to keep one pipelined batch reasonable."""
+    body = envelope.get("body")
+    if isinstance(body, dict):
+        events = body.get("events") or body.get("samples") or ()
+        return 200 + 200 * len(events) + len(body.get("content_b64") or "")
+    return 200

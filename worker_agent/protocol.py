@@ -180,7 +180,8 @@ class TaskLogBatch:
 #    "machine_batch": int, "per_device_batch": int, "base_learning_rate": float, "effective_learning_rate": float,
 #    "warmup_epochs": float, "keras": "tf_keras" | "keras3", "checkpoint_dir": str, "resumed_from_epoch": int, ...}}
 #   {"kind": "artifact", "ts": ..., "name": "model.keras", "path": absolute path of a file the agent uploads}
-# The agent adds the task's identity and forwards batches (TASK_METRICS) at most every METRICS_FLUSH_S.
+# The agent adds the task's identity and forwards what one read of the pipe returned as one batch (TASK_METRICS) at
+# once; nothing waits longer than METRICS_FLUSH_S in the agent (the host sampler batches only below that interval).
 METRICS_FD_ENV = "TFDASH_METRICS_FD"
 JOB_DIR_ENV = "TFDASH_JOB_DIR"
 METRICS_FLUSH_S = 0.2
@@ -189,9 +190,16 @@ TASK_ARTIFACT = "orchestrator.task_artifact"
 MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
 
 
-# Metric traffic goes to its own queue, consumed in order by one ingest worker, so point ids grow in commit order
-# (a reconnecting browser asks "everything after id N") and a flood of points never delays job lifecycle events.
-METRICS_QUEUE = "metrics"
+# Metric traffic (TASK_METRICS, HOST_SAMPLES, TASK_ARTIFACT) does not travel as Celery messages: each report is one
+# entry of the Redis Stream METRICS_QUEUE, fields {"name": <one of those names>, "envelope": <JSON, as for Celery>}.
+# One ingest consumer (group METRICS_GROUP) reads hundreds of entries per round trip, stores them in one transaction,
+# then acknowledges and deletes them; an entry read but not acknowledged (a crash) is read again, and storing is
+# idempotent. So point ids grow in commit order (a reconnecting browser asks "everything after id N") and a flood of
+# points never delays job lifecycle events on the orchestrator queue. The stream holds only unprocessed entries; it
+# is capped at about METRICS_STREAM_MAXLEN (oldest dropped first) so a long-stopped ingest cannot fill Redis.
+METRICS_QUEUE = "tfdash:metrics"
+METRICS_GROUP = "ingest"
+METRICS_STREAM_MAXLEN = 1_000_000
 HOST_SAMPLES = "orchestrator.host_samples"
 
 

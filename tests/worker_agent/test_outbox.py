@@ -236,7 +236,7 @@ def test_a_full_outbox_drops_host_samples_then_logs_before_anything_else():
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs a redis-server binary")
-def test_metric_traffic_lands_in_the_metrics_queue_of_redis(tmp_path):
+def test_metric_traffic_lands_in_the_metrics_stream_of_redis(tmp_path):
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     server = ManagedProcess(
@@ -250,13 +250,20 @@ def test_metric_traffic_lands_in_the_metrics_queue_of_redis(tmp_path):
         server.wait_for_line("Ready to accept connections", timeout=15)
         outbox.send(TASK_EVENT, {"n": 0})
         outbox.send(HOST_SAMPLES, {"n": 1}, queue=METRICS_QUEUE)
-        outbox.send(TASK_METRICS, {"n": 2}, queue=METRICS_QUEUE)
+        for n in range(2, 302):
+            outbox.send(TASK_METRICS, {"n": n}, queue=METRICS_QUEUE)
         assert outbox.flush(20)
         client = redis.Redis.from_url(url)
-        queues = {q: client.lrange(q, 0, -1) for q in (ORCHESTRATOR_QUEUE, METRICS_QUEUE)}
+        events = client.lrange(ORCHESTRATOR_QUEUE, 0, -1)
+        entries = client.xrange(METRICS_QUEUE)
     finally:
         outbox.stop()
         server.stop()
 
-    tasks = {q: [json.loads(item)["headers"]["task"] for item in reversed(raw)] for q, raw in queues.items()}
-    assert tasks == {ORCHESTRATOR_QUEUE: [TASK_EVENT], METRICS_QUEUE: [HOST_SAMPLES, TASK_METRICS]}
+    assert [json.loads(item)["headers"]["task"] for item in events] == [TASK_EVENT]
+    reports = [(fields[b"name"].decode(), json.loads(fields[b"envelope"])) for _id, fields in entries]
+    assert [(name, envelope["body"]["n"]) for name, envelope in reports] == [
+        (HOST_SAMPLES, 1),
+        *((TASK_METRICS, n) for n in range(2, 302)),
+    ]
+    assert all(envelope["host"] == "gpu-1" and envelope["token"] == "t" for _name, envelope in reports)

@@ -1,7 +1,7 @@
 """Live-metrics pipeline, end to end on this machine: latency and sustained ingest.
 
 Real parts: the agent's metrics-pipe reader and outbox (fed JSON lines through an os.pipe, exactly as a TF process
-writes them), Redis, the in-order Celery ingest worker, PostgreSQL, Channels over Redis, Daphne, and WebSocket
+writes them), Redis (the metrics stream), the ingest consumer, PostgreSQL, Channels over Redis, Daphne, and WebSocket
 clients signed in with a session. Uses its own database (tfdash_bench) and Redis database 7.
 
     .venv/bin/python bench/pipeline.py [--jobs 8] [--tasks 4] [--rate 10] [--seconds 20] [--ingest-points 200000]
@@ -68,6 +68,15 @@ def wait_port(port: int, timeout: float = 30) -> None:
                 return
         time.sleep(0.1)
     raise SystemExit(f"nothing listens on {port}")
+
+
+def wait_line(path: str, text: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in Path(path).read_text(errors="replace"):
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"{path} never said {text!r}")
 
 
 class FakeTask:
@@ -143,27 +152,11 @@ def main() -> int:
     port = free_port()
     procs = [
         start("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"]),
-        start(
-            "ingest",
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "config",
-                "worker",
-                "-Q",
-                "metrics",
-                "--pool",
-                "solo",
-                "-l",
-                "WARNING",
-            ],
-        ),
+        start("ingest", [sys.executable, "manage.py", "ingest_metrics"]),
     ]
     try:
         wait_port(port)
-        time.sleep(3)  # the ingest worker's start-up (no port to wait on); the measurement starts after this
+        wait_line("/tmp/bench-ingest.log", "ready")
         latency(args, port, session.session_key, jobs, tasks, outboxes)
         ingest_rate(args, tasks, outboxes, MetricPoint)
     finally:

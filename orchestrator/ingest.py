@@ -18,10 +18,10 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, DataError, IntegrityError, connection, transaction
 
 from orchestrator import agents, counters, live
 from orchestrator.models import ACTIVE_TASK_STATES, Host, HostSample, Job, JobArtifact, MetricPoint, Task, TaskType
@@ -96,42 +96,55 @@ def _task_of(payload: Any, body_type: type) -> tuple[Task, Any] | None:
     return task, body
 
 
-def metric_rows(task: Task, events: list[Any]) -> tuple[list[MetricPoint], dict[str, Any] | None]:
+# A point before it is stored: (job, task, phase, name, step, epoch, value, ts), the columns of POINT_COLUMNS after id.
+PointRow = tuple[int, int, str, str, int, int | None, float, float]
+_BIGINT = 2**63
+_INT = 2**31
+_good_names: set[str] = set()  # names seen valid: a run of reports repeats the same few
+
+
+def _valid_name(name: Any) -> bool:
+    if name in _good_names:
+        return True
+    if isinstance(name, str) and _NAME.match(name):
+        if len(_good_names) < 10_000:
+            _good_names.add(name)
+        return True
+    return False
+
+
+def metric_rows(task: Task, events: list[Any]) -> tuple[list[PointRow], dict[str, Any] | None]:
     """Rows for every finite numeric value in the batch's metric events, and the last facts object in it."""
-    rows: list[MetricPoint] = []
+    rows: list[PointRow] = []
     facts = None
+    job_id, task_id = task.job_id, task.pk
     for event in events[:MAX_EVENTS_PER_BATCH]:
         if not isinstance(event, dict):
             continue
-        if event.get("kind") == "facts" and isinstance(event.get("facts"), dict):
+        kind = event.get("kind")
+        if kind == "facts" and isinstance(event.get("facts"), dict):
             facts = event["facts"]
             continue
-        if event.get("kind") != "metric" or not isinstance(event.get("metrics"), dict):
+        metrics = event.get("metrics")
+        if kind != "metric" or not isinstance(metrics, dict):
             continue
         try:
             step = int(event["step"])
             ts = float(event["ts"])
             epoch = None if event.get("epoch") is None else int(event["epoch"])
-        except (KeyError, TypeError, ValueError):
+            # Out of the columns' range would fail the whole transaction; it is a malformed event.
+            if not (-_BIGINT <= step < _BIGINT and math.isfinite(ts) and (epoch is None or -_INT <= epoch < _INT)):
+                raise ValueError("out of range")
+        except (KeyError, TypeError, ValueError, OverflowError):
             counters.incr(DROPPED)
             continue
         phase = str(event.get("phase") or "custom")[:10]
-        for name, value in event["metrics"].items():
-            if not (isinstance(name, str) and _NAME.match(name)) or isinstance(value, bool):
+        for name, value in metrics.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not _valid_name(name):
                 continue
-            if isinstance(value, int | float) and math.isfinite(value):
-                rows.append(
-                    MetricPoint(
-                        job_id=task.job_id,
-                        task=task,
-                        phase=phase,
-                        name=name,
-                        step=step,
-                        epoch=epoch,
-                        value=float(value),
-                        ts=ts,
-                    )
-                )
+            value = float(value)
+            if math.isfinite(value):
+                rows.append((job_id, task_id, phase, name, step, epoch, value, ts))
     return rows, facts
 
 
@@ -145,13 +158,14 @@ class Stored:
 
 @dataclass
 class _Batch:
-    points: list[MetricPoint]
-    facts: dict[int, tuple[Task, dict[str, Any]]]
-    samples: dict[int, tuple[Host, list[HostSample]]]
+    points: list[PointRow] = field(default_factory=list)
+    facts: dict[int, tuple[Task, dict[str, Any]]] = field(default_factory=dict)
+    samples: dict[int, tuple[Host, list[HostSample]]] = field(default_factory=dict)
+    stored_points: dict[int, list[list[Any]]] = field(default_factory=dict)  # per job, once written
 
     @classmethod
     def empty(cls) -> _Batch:
-        return cls([], {}, {})
+        return cls()
 
 
 def store_reports(reports: Iterable[tuple[str, Any]]) -> Stored:
@@ -176,11 +190,11 @@ def store_reports(reports: Iterable[tuple[str, Any]]) -> Stored:
     try:
         with transaction.atomic():
             _write(batch)
-    except IntegrityError:
+    except (IntegrityError, DataError):
         # Rare: a task or host deleted between lookup and insert. Store report by report, dropping the bad ones.
         lookups.forget()
         return _store_one_by_one(reports, artifacts, stored)
-    stored.points += len(batch.points)
+    stored.points += sum(len(points) for points in batch.stored_points.values())
     stored.samples += sum(len(rows) for _host, rows in batch.samples.values())
     _publish(batch)
     for payload in artifacts:
@@ -198,12 +212,12 @@ def _store_one_by_one(reports: list[tuple[str, Any]], artifacts: list[Any], stor
         try:
             with transaction.atomic():
                 _write(single)
-        except IntegrityError as exc:
+        except (IntegrityError, DataError) as exc:
             log.warning("dropped a %s report the database refused: %s", name, exc)
             counters.incr(DROPPED)
             stored.dropped += 1
             continue
-        stored.points += len(single.points)
+        stored.points += sum(len(points) for points in single.stored_points.values())
         stored.samples += sum(len(rows) for _host, rows in single.samples.values())
         _publish(single)
     for payload in artifacts:
@@ -248,19 +262,7 @@ def _collect_samples(payload: Any, batch: _Batch) -> bool:
 
 def _write(batch: _Batch) -> None:
     if batch.points:
-        # One row per (task, phase, name, step): the same key twice in one upsert is an error, and the later value
-        # is the one to keep (it is what a redelivery would leave too).
-        unique = list({(p.task_id, p.phase, p.name, p.step): p for p in batch.points}.values())
-        # An upsert, not "ignore": a redelivered point is stored once AND gets its id back, so its frame carries the
-        # same id and a browser drops the duplicate.
-        MetricPoint.objects.bulk_create(
-            unique,
-            update_conflicts=True,
-            unique_fields=["task", "phase", "name", "step"],
-            update_fields=["value", "ts", "epoch"],
-            batch_size=5000,
-        )
-        batch.points = unique
+        batch.stored_points = _upsert_points(batch.points)
     for task, facts in batch.facts.values():
         Task.objects.filter(pk=task.pk).update(facts=facts)
         if (task.type, task.index) in ((TaskType.CHIEF, 0), (TaskType.WORKER, 0)) and _speaks_for_job(task):
@@ -270,12 +272,55 @@ def _write(batch: _Batch) -> None:
         HostSample.objects.bulk_create(rows, ignore_conflicts=True)
 
 
+def _upsert_points(rows: list[PointRow]) -> dict[int, list[list[Any]]]:
+    """Store `rows` idempotently; returns the stored points per job, as POINT_COLUMNS lists in id order.
+
+    An upsert, not "ignore": a redelivered point is stored once AND gets its id back, so its frame carries the same id
+    and a browser drops the duplicate. One row per (task, phase, name, step): the same key twice in one upsert is an
+    error, and the later value is the one to keep (it is what a redelivery would leave too).
+    """
+    unique = list({(r[1], r[2], r[3], r[4]): r for r in rows}.values())
+    if connection.vendor == "postgresql":
+        # One statement over column arrays: no model instance and no SQL compiled per row (that was ~80% of the
+        # time with bulk_create: measured 7,400 points/s in-process, profiled).
+        with connection.cursor() as cursor:
+            cursor.execute(_UPSERT_SQL, [list(column) for column in zip(*unique, strict=True)])
+            ids = {(task, phase, name, step): pk for pk, task, phase, name, step in cursor.fetchall()}
+    else:
+        objects = [
+            MetricPoint(job_id=j, task_id=t, phase=ph, name=n, step=st, epoch=ep, value=v, ts=ts)
+            for j, t, ph, n, st, ep, v, ts in unique
+        ]
+        MetricPoint.objects.bulk_create(
+            objects,
+            update_conflicts=True,
+            unique_fields=["task", "phase", "name", "step"],
+            update_fields=["value", "ts", "epoch"],
+            batch_size=2000,
+        )
+        ids = {(o.task_id, o.phase, o.name, o.step): o.pk for o in objects}
+    by_job: dict[int, list[list[Any]]] = defaultdict(list)
+    for j, t, ph, n, st, ep, v, ts in unique:
+        by_job[j].append([ids[(t, ph, n, st)], t, ph, n, st, ep, v, ts])
+    for points in by_job.values():
+        points.sort(key=lambda p: p[0])
+    return by_job
+
+
+# The table name comes from the model, never from input; every value is a bound parameter.
+_UPSERT_SQL = f"""
+    INSERT INTO {MetricPoint._meta.db_table} (job_id, task_id, phase, name, step, epoch, value, ts)
+    SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::varchar[], %s::varchar[], %s::bigint[], %s::integer[],
+                         %s::double precision[], %s::double precision[])
+    ON CONFLICT (task_id, phase, name, step) DO UPDATE
+        SET value = EXCLUDED.value, ts = EXCLUDED.ts, epoch = EXCLUDED.epoch
+    RETURNING id, task_id, phase, name, step
+"""  # noqa: S608
+
+
 def _publish(batch: _Batch) -> None:
     """One metrics frame per job, in id order (pages drop ids at or below their cursor), then facts and host load."""
-    by_job: dict[int, list[list[Any]]] = defaultdict(list)
-    for r in sorted(batch.points, key=lambda r: r.pk):
-        by_job[r.job_id].append([r.pk, r.task_id, r.phase, r.name, r.step, r.epoch, r.value, r.ts])
-    for job_id, points in by_job.items():
+    for job_id, points in batch.stored_points.items():
         live.publish(job_id, {"type": "metrics", "points": points, "cursor": points[-1][0]})
     for task, facts in batch.facts.values():
         live.publish(task.job_id, {"type": "facts", "task": task.pk, "facts": facts})

@@ -26,7 +26,7 @@ from worker_agent.protocol import METRICS_GROUP, METRICS_QUEUE
 
 log = logging.getLogger(__name__)
 
-READ_COUNT = 2000
+READ_COUNT = 500
 BLOCK_MS = 1000
 MAX_BACKOFF_S = 2.0
 
@@ -63,11 +63,13 @@ class MetricsConsumer:
                 log.warning("Redis unavailable (%s); retrying in %.2f s", exc, backoff)
                 backlog = True
             except redis.ResponseError as exc:
-                if "NOGROUP" not in str(exc):
-                    raise
-                log.warning("the consumer group is gone (Redis restarted?): creating it again")
                 backlog = True
-                continue
+                # NOGROUP: the group is gone; UNBLOCKED: the stream went away under a blocking read. Both are what a
+                # Redis restart without persistence (or a flush) does: create the group again and go on.
+                if "NOGROUP" in str(exc) or "UNBLOCKED" in str(exc):
+                    log.warning("the metric stream or its group is gone (Redis restarted?): creating it again")
+                    continue
+                log.warning("Redis refused a stream command (%s); retrying in %.2f s", exc, backoff)
             except DatabaseError as exc:
                 # Nothing was acknowledged: the same entries come back from the pending list once the database does.
                 log.warning("database unavailable (%s); retrying in %.2f s", exc, backoff)

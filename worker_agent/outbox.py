@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import redis
@@ -61,6 +61,7 @@ class Outbox:
         transport: Transport | None = None,
         max_queued: int = MAX_QUEUED,
         max_backoff_s: float = MAX_BACKOFF_S,
+        streams: Collection[str] = (METRICS_QUEUE,),
     ) -> None:
         """`transport(task_name, envelope, queue=...)` publishes one message or raises; the default is Celery's
         send_task."""
@@ -72,6 +73,7 @@ class Outbox:
         # An injected transport (tests, tools) takes every message one by one; the default sends Celery messages
         # with send_task and stream entries in pipelined batches.
         self._custom_transport = transport is not None
+        self.streams = frozenset(streams)  # queues that are Redis Streams, not Celery queues
         self._transport = transport or self._send_task
         self._transport_takes_queue = accepts_queue(self._transport)
         self._redis: redis.Redis | None = None
@@ -162,18 +164,18 @@ class Outbox:
     def _head_batch(self) -> list[tuple[str, dict[str, Any], str]]:
         """The head message, plus the stream messages right behind a stream head (called holding the lock)."""
         head = self._queue[0]
-        if self._custom_transport or head[2] != METRICS_QUEUE:
+        if self._custom_transport or head[2] not in self.streams:
             return [head]
         batch, size = [], 0
         for item in self._queue:
-            if item[2] != METRICS_QUEUE or len(batch) >= STREAM_BATCH or size >= STREAM_BATCH_BYTES:
+            if item[2] not in self.streams or len(batch) >= STREAM_BATCH or size >= STREAM_BATCH_BYTES:
                 break
             batch.append(item)
             size += _rough_size(item[1])
         return batch
 
     def _publish_batch(self, batch: list[tuple[str, dict[str, Any], str]]) -> bool:
-        if len(batch) == 1 and (self._custom_transport or batch[0][2] != METRICS_QUEUE):
+        if len(batch) == 1 and (self._custom_transport or batch[0][2] not in self.streams):
             return self._publish(*batch[0])
         try:
             self._xadd(batch)

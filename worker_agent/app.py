@@ -132,7 +132,7 @@ class Agent:
             host=host,
             token=token,
             interval_s=heartbeat_interval_s,
-            facts=lambda: facts.collect(port_range),
+            facts=facts.RefreshingFacts(port_range),
         )
         self.sampler = Sampler(self.outbox.send, interval_s=sample_interval_s)
         self._shut_down = False

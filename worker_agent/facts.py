@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
+import time
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 
 import psutil
@@ -67,3 +69,27 @@ def collect(port_range: tuple[int, int] | None = None) -> HostFacts:
         port_range=port_range,
         gpu_error=gpu_error,
     )
+
+
+class RefreshingFacts:
+    """`collect()` at most every `refresh_s`: a heartbeat every few seconds must stay cheap (NVML's init and the
+    package metadata scan cost milliseconds to tens of them), while what they read almost never changes."""
+
+    def __init__(
+        self,
+        port_range: tuple[int, int] | None = None,
+        refresh_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.port_range = port_range
+        self.clock = clock
+        self.refresh_s = refresh_s
+        self._facts: HostFacts | None = None
+        self._at = 0.0
+
+    def __call__(self) -> HostFacts:
+        now = self.clock()
+        if self._facts is None or now - self._at >= self.refresh_s:
+            self._facts = collect(self.port_range)
+            self._at = now
+        return self._facts

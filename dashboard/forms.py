@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django import forms
 
-from orchestrator import jobs
+from orchestrator import jobs, scheduling
 from orchestrator.models import Cluster, Job, Strategy
 
 
@@ -33,3 +35,74 @@ class JobForm(forms.Form):
         for field, messages in errors.items():
             for message in messages:
                 self.add_error(field if field in self.fields else None, message)
+
+
+# TensorFlow's decision table (the tf.distribute guide), one line per strategy, shown next to the choice.
+STRATEGY_HINTS: dict[str, str] = {
+    Strategy.MIRRORED: "One machine with several devices: one process, gradients all-reduced across its devices.",
+    Strategy.MULTI_WORKER_MIRRORED: (
+        "Several machines, alike, on a fast interconnect: synchronous all-reduce; every step waits for the slowest."
+    ),
+    Strategy.PARAMETER_SERVER: (
+        "Many or unlike workers, stragglers, asynchronous updates acceptable: a chief coordinates, ps tasks hold the "
+        "variables, workers never wait for each other."
+    ),
+}
+
+
+@dataclass(frozen=True)
+class StrategyFit:
+    strategy: str
+    label: str
+    hint: str
+    now: str  # what the chosen cluster offers this strategy right now
+    suggested: bool
+
+
+@dataclass(frozen=True)
+class ClusterGuidance:
+    cluster_id: int
+    name: str
+    fits: list[StrategyFit]
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def cluster_guidance(cluster: Cluster) -> ClusterGuidance:
+    """Which strategy the cluster suits now, from its online hosts and the device slots running tasks leave free."""
+    online = [h for h in scheduling.host_states(cluster.hosts.all()) if h.online]
+    free = {h.name: len(set(h.device_ids) - h.used_devices) for h in online}
+    with_room = [name for name, n in free.items() if n > 0]
+    largest = max(free.items(), key=lambda item: (item[1], item[0]), default=("", 0))
+    shapes = {(len(h.device_ids), h.gpu) for h in online}
+    alike = len(shapes) <= 1
+    kinds = ", ".join(f"{n} {'GPU' if gpu else 'CPU slot'}{'' if n == 1 else 's'}" for n, gpu in sorted(shapes))
+    hosts_now = f"{_plural(len(online), 'host')} online, {_plural(len(with_room), 'host')} with free slots"
+
+    if largest[1]:
+        mirrored_now = f"largest host: {largest[0]}, {_plural(largest[1], 'device slot')} free"
+    else:
+        mirrored_now = "no online host has a free device slot now"
+    multi_now = hosts_now + (f"; hosts alike ({kinds} each)" if alike and online else f"; hosts differ ({kinds})")
+    ps_now = f"{hosts_now}; {sum(free.values())} device slots free in all"
+    fits = {
+        Strategy.MIRRORED: (mirrored_now, len(with_room) <= 1 and largest[1] > 1),
+        Strategy.MULTI_WORKER_MIRRORED: (multi_now, len(with_room) > 1 and alike),
+        Strategy.PARAMETER_SERVER: (ps_now, len(with_room) > 1 and not alike),
+    }
+    return ClusterGuidance(
+        cluster_id=cluster.pk,
+        name=cluster.name,
+        fits=[
+            StrategyFit(
+                strategy=value,
+                label=str(label),
+                hint=STRATEGY_HINTS[value],
+                now=fits[value][0],
+                suggested=fits[value][1],
+            )
+            for value, label in Strategy.choices
+        ],
+    )

@@ -13,6 +13,7 @@ urlpatterns = [
     path("clusters/hosts/", views.host_rows, name="host-rows"),
     path("jobs/", views.job_list, name="jobs"),
     path("jobs/new/", views.job_new, name="job-new"),
+    path("jobs/new/preview/", views.job_preview, name="job-preview"),
     path("jobs/<int:job_id>/", views.job_detail, name="job"),
     path("jobs/<int:job_id>/live/", views.job_live, name="job-live"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),

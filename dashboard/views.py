@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from django.conf import settings
 from django.contrib import messages
 from django.db.models import Prefetch
@@ -7,10 +10,11 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from dashboard.forms import JobForm
+from dashboard.forms import JobForm, cluster_guidance
 from orchestrator import jobs, lifecycle
 from orchestrator.api.job_views import jobs_visible_to
 from orchestrator.models import Cluster, Host, Job, Task
+from worker_agent.runtime.config import RunConfig
 
 
 def _clusters_with_hosts() -> list[Cluster]:
@@ -52,13 +56,54 @@ def job_new(request: HttpRequest) -> HttpResponse:
             form.add_job_errors(exc.errors)
         else:
             return redirect(job)
-    return render(request, "dashboard/job_new.html", {"form": form})
+    return render(request, "dashboard/job_new.html", _job_form_context(form, plan=None))
+
+
+@require_POST
+def job_preview(request: HttpRequest) -> HttpResponse:
+    """The placement and every task's TF_CONFIG the form would get, saving nothing: the same validation as the API's
+    `plan` action (no program needed, an uploaded script is still checked). The whole page comes back; htmx takes
+    the plan and each field's error slot out of it, so the inputs (a chosen file included) stay as they are."""
+    form = JobForm(request.POST, request.FILES or None)
+    plan = None
+    if form.is_valid():
+        try:
+            job, upload = form.build(request.user)
+            jobs.validate(job, upload, require_program=False)
+        except jobs.JobInvalid as exc:
+            form.add_job_errors(exc.errors)
+        else:
+            plan = jobs.describe_plan(job)
+            for task in plan["tasks"]:
+                # As the task's environment gets it; None for a Mirrored run, which needs none.
+                task["tf_config_json"] = None if task["tf_config"] is None else json.dumps(task["tf_config"])
+    return render(request, "dashboard/job_new.html", _job_form_context(form, plan=plan, previewed=True))
+
+
+def _job_form_context(form: JobForm, *, plan: dict[str, Any] | None, previewed: bool = False) -> dict[str, Any]:
+    defaults = RunConfig(program="synthetic")
+    return {
+        "form": form,
+        "plan": plan,
+        "previewed": previewed,
+        "guidance": [cluster_guidance(c) for c in Cluster.objects.prefetch_related("hosts")],
+        "error_slots": ",".join(["#errors-form", *(f"#errors-{name}" for name in form.fields)]),
+        # The built-in programs' defaults, so the calculator starts where a run without a config would.
+        "calc": {
+            "per_replica_batch": defaults.per_replica_batch,
+            "learning_rate": defaults.learning_rate,
+            "scale_lr": defaults.scale_lr,
+            "warmup_epochs": defaults.warmup_epochs,
+            "examples": defaults.examples,
+            "epochs": defaults.epochs,
+        },
+    }
 
 
 @require_GET
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_for(request, job_id)
-    return render(request, "dashboard/job.html", {"job": job, **_job_parts(job)})
+    return render(request, "dashboard/job.html", {"job": job, "task_names": _task_names(job), **_job_parts(job)})
 
 
 @require_GET
@@ -66,6 +111,14 @@ def job_live(request: HttpRequest, job_id: int) -> HttpResponse:
     """State, reason and task table alone, refreshed by htmx while the job runs."""
     job = _job_for(request, job_id)
     return render(request, "dashboard/_job_live.html", {"job": job, **_job_parts(job)})
+
+
+def _task_names(job: Job) -> dict[int, str]:
+    """What the charts call each task the job ever ran (metric points name tasks by id), earlier placements marked."""
+    return {
+        pk: f"{kind} {index}" + ("" if attempt == job.attempt else f" (placement {attempt})")
+        for pk, kind, index, attempt in job.tasks.values_list("pk", "type", "index", "attempt")
+    }
 
 
 def _job_parts(job: Job) -> dict[str, object]:

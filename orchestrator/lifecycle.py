@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from orchestrator import agents, counters, dispatch
+from orchestrator import agents, counters, dispatch, restarts, tf_config
 from orchestrator.models import (
     ACTIVE_TASK_STATES,
     TERMINAL_JOB_STATES,
@@ -21,6 +21,7 @@ from orchestrator.models import (
     HostPortBlock,
     Job,
     JobState,
+    MetricPoint,
     Strategy,
     Task,
     TaskLogLine,
@@ -128,7 +129,7 @@ def apply_event(task: Task, event: TaskEvent) -> None:
             log.info("agent refused a duplicate launch of %s: %s", task, event.detail)
             return
         _finish_task(task, TaskState.FAILED, None, event.detail, now)
-        if not job.is_terminal and task.attempt == job.attempt:
+        if _is_live_task(job, task):
             _end_job(job, JobState.FAILED, f"{task.label} could not start: {event.detail}", failed=task)
     else:
         log.warning("unknown task event kind %r", event.kind)
@@ -139,8 +140,10 @@ def _maybe_running(job: Job) -> None:
         return
     states = set(job.current_tasks().values_list("state", flat=True))
     if states == {TaskState.RUNNING}:
-        job.state, job.started_at = JobState.RUNNING, timezone.now()
-        job.save(update_fields=["state", "started_at"])
+        now = timezone.now()
+        job.state, job.progress_at, job.progress_mark = JobState.RUNNING, now, ""
+        job.started_at = job.started_at or now  # a restarted job keeps its first start
+        job.save(update_fields=["state", "started_at", "progress_at", "progress_mark"])
         log.info("job %s running", job.pk)
 
 
@@ -157,16 +160,93 @@ def _exited(task: Task, code: int | None, detail: str, now: Any) -> None:
     else:
         state = TaskState.KILLED if was_stopping else TaskState.FAILED
     _finish_task(task, state, code, detail, now)
-    if not job.is_terminal and task.attempt == job.attempt and not was_stopping:
+    if _is_live_task(job, task) and not was_stopping:
         if code == 0 and (task.type, task.index) == success_task(job):
             _end_job(job, JobState.SUCCEEDED, f"{task.label} exited 0")
         elif code != 0:
             reason = f"{task.label} exited with code {code}"
             if code is not None and code < 0:
                 reason = f"{task.label} was killed by signal {-code}"
-            _end_job(job, JobState.FAILED, reason, failed=task)
+            task_failed(task, reason, restarts.retryable(job.restart_policy, code))
     # Its port and devices are free now: a queued job may fit.
     schedule_later(job.cluster_id)
+
+
+def _is_live_task(job: Job, task: Task) -> bool:
+    """Whether what happens to `task` still matters to the job: its attempt is the job's and the job goes on."""
+    return not job.is_terminal and job.state != JobState.RESTARTING and task.attempt == job.attempt
+
+
+# --- restarts ------------------------------------------------------------------------------------------------------
+def task_failed(task: Task, reason: str, retryable: bool, *, host_gone: bool = False) -> None:
+    """A live task failed (not by our own kill): restart what the job's policy allows, else end the job.
+
+    ParameterServer workers are special (TF_NOTES): the coordinator survives a lost worker and takes it back when it
+    returns on the same address, so a worker is relaunched in place and the job goes on; when it cannot be (no
+    restarts left, a permanent failure, its host gone), the job still goes on without it. Every other task takes the
+    whole gang down: it is stopped, placed again and resumes from the job's last checkpoint.
+    """
+    job = task.job
+    allowed = retryable and job.restarts < job.max_restarts
+    if _is_ps_worker(job, task):
+        if allowed and not host_gone:
+            _relaunch_in_place(job, task, reason)
+        else:
+            why = "its host is gone" if host_gone else _why_no_restart(job, retryable)
+            job.reason = f"{reason}; training goes on without it ({why})"
+            job.save(update_fields=["reason"])
+        return
+    if allowed:
+        restart_job(job, reason, failed=task)
+        return
+    if retryable and job.max_restarts:
+        reason = f"{reason} ({_why_no_restart(job, retryable)})"
+    _end_job(job, JobState.FAILED, reason, failed=task)
+
+
+def _is_ps_worker(job: Job, task: Task) -> bool:
+    return job.strategy == Strategy.PARAMETER_SERVER and task.type == TaskType.WORKER
+
+
+def _why_no_restart(job: Job, retryable: bool) -> str:
+    if not retryable:
+        return f"not retryable under the {job.restart_policy} restart policy"
+    if job.max_restarts == 0:
+        return "the job allows no restarts"
+    return f"all {job.max_restarts} restarts used"
+
+
+def restart_job(job: Job, reason: str, failed: Task | None = None) -> None:
+    """Stop the gang and queue the job to be placed again (with the next attempt) once its processes are gone."""
+    job.restarts += 1
+    job.state, job.failed_task, job.restart_reason = JobState.RESTARTING, failed, reason
+    job.reason = f"{reason}; restarting from the last checkpoint (restart {job.restarts} of {job.max_restarts})"
+    job.save(update_fields=["restarts", "state", "failed_task", "restart_reason", "reason"])
+    log.warning("job %s restarting: %s", job.pk, reason)
+    _stop_tasks(job, f"restarting the job: {reason}")
+    schedule_later(job.cluster_id)
+
+
+def _relaunch_in_place(job: Job, task: Task, reason: str) -> None:
+    """A new row for the same slot (type, index, host, port, TF_CONFIG), launched at once."""
+    job.restarts += 1
+    job.restart_reason = reason
+    job.reason = f"{reason}; relaunched in place (restart {job.restarts} of {job.max_restarts})"
+    job.save(update_fields=["restarts", "restart_reason", "reason"])
+    again = Task.objects.create(
+        job=job,
+        attempt=task.attempt,
+        type=task.type,
+        index=task.index,
+        restart=task.restart + 1,
+        host=task.host,
+        port=task.port,
+        devices=task.devices,
+        tf_config=task.tf_config,
+    )
+    env = tf_config.environment(task.tf_config, job.strategy, legacy_keras=job.legacy_keras)
+    log.warning("job %s: %s; relaunching it in place", job.pk, reason)
+    transaction.on_commit(lambda: dispatch.launch_tasks({again.pk: env}))
 
 
 def _finish_task(task: Task, state: str, code: int | None, detail: str, now: Any) -> None:
@@ -259,8 +339,8 @@ def check_startup_deadlines() -> list[int]:
 
 
 def host_lost(host_id: int, host_name: str) -> list[int]:
-    """The host went silent: its running tasks are `lost`, and each job that had one fails with that reason
-    (restarting from checkpoint is the restart policy's business). Returns the ids of the jobs it failed."""
+    """The host went silent: its running tasks are `lost`, and each job that had a live one goes through its restart
+    policy (a lost host is retryable by default). Returns the ids of the jobs that failed."""
     failed = []
     job_ids = set(Task.objects.filter(host_id=host_id, state__in=ACTIVE_TASK_STATES).values_list("job_id", flat=True))
     for job_id in sorted(job_ids):
@@ -268,15 +348,57 @@ def host_lost(host_id: int, host_name: str) -> list[int]:
             job = Job.objects.select_for_update().get(pk=job_id)
             lost = list(job.tasks.select_for_update().filter(host_id=host_id, state__in=ACTIVE_TASK_STATES))
             now = timezone.now()
+            live = [t for t in lost if _is_live_task(job, t) and t.state != TaskState.STOPPING]
             for task in lost:
                 _finish_task(task, TaskState.LOST, None, f"host {host_name} stopped answering", now)
-            current = [t for t in lost if t.attempt == job.attempt]
-            if current and not job.is_terminal:
-                names = ", ".join(f"{t.type} {t.index}" for t in current)
-                _end_job(job, JobState.FAILED, f"host {host_name} went offline; lost {names}", failed=current[0])
-                failed.append(job_id)
+            if live:
+                names = ", ".join(str(t) for t in live)
+                # A ParameterServer job goes on without lost workers; anything else lost takes the gang with it.
+                gang = [
+                    t for t in live if not (job.strategy == Strategy.PARAMETER_SERVER and t.type == TaskType.WORKER)
+                ]
+                first = (gang or live)[0]
+                first.job = job
+                task_failed(first, f"host {host_name} went offline; lost {names}", True, host_gone=True)
+                if job.state == JobState.FAILED:
+                    failed.append(job_id)
             schedule_later(job.cluster_id)
     return failed
+
+
+# --- hang detection ------------------------------------------------------------------------------------------------
+def check_progress() -> list[int]:
+    """Running jobs that reported nothing new (no metric point, no log line) for their `progress_timeout_s` are hung:
+    restarted if their policy allows, else failed with the reason. Progress is judged on the orchestrator's clock
+    (ids changing), never on the hosts' clocks. Returns the ids of the jobs found hung."""
+    hung = []
+    now = timezone.now()
+    for job in Job.objects.filter(state=JobState.RUNNING, progress_timeout_s__gt=0):
+        newest_point = MetricPoint.objects.filter(job=job).order_by("-id").values_list("id", flat=True).first()
+        newest_line = (
+            TaskLogLine.objects.filter(task__job=job, task__attempt=job.attempt)
+            .order_by("-id")
+            .values_list("id", flat=True)
+            .first()
+        )
+        mark = f"{newest_point or 0}:{newest_line or 0}"
+        if mark != job.progress_mark or job.progress_at is None:
+            Job.objects.filter(pk=job.pk, state=JobState.RUNNING).update(progress_mark=mark, progress_at=now)
+            continue
+        if now - job.progress_at < timedelta(seconds=job.progress_timeout_s):
+            continue
+        with transaction.atomic():
+            locked = Job.objects.select_for_update().get(pk=job.pk)
+            if locked.state != JobState.RUNNING or locked.progress_mark != mark:
+                continue
+            reason = f"no progress for {locked.progress_timeout_s} s (no metric point or log line)"
+            if restarts.retryable(locked.restart_policy, None, hung=True) and locked.restarts < locked.max_restarts:
+                restart_job(locked, reason)
+            else:
+                extra = f" ({_why_no_restart(locked, True)})" if locked.max_restarts else ""
+                _end_job(locked, JobState.FAILED, reason + extra)
+            hung.append(job.pk)
+    return hung
 
 
 def reap_finished_jobs() -> int:

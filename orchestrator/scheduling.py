@@ -100,6 +100,9 @@ def tf_configs(job: Job, where: placement.Placement) -> dict[tuple[str, int], di
     return {(t.type, t.index): tf_config.tf_config_for(where, t, strategy) for t in where.tasks}
 
 
+WAITING_STATES = (JobState.QUEUED, JobState.RESTARTING)
+
+
 def schedule_cluster(cluster_id: int) -> list[int]:
     """Start every queued job of the cluster that fits, in FIFO order; returns the ids of jobs started."""
     started: list[int] = []
@@ -107,7 +110,8 @@ def schedule_cluster(cluster_id: int) -> list[int]:
         cluster = Cluster.objects.select_for_update().filter(pk=cluster_id).first()
         if cluster is None:
             return started
-        queued = list(Job.objects.filter(cluster=cluster, state=JobState.QUEUED).order_by("created_at", "id"))
+        # A restarting job keeps its place in the queue (created_at), ahead of what was submitted after it.
+        queued = list(Job.objects.filter(cluster=cluster, state__in=WAITING_STATES).order_by("created_at", "id"))
         if not queued:
             return started
         hosts = {h.name: h for h in cluster.hosts.all()}
@@ -117,6 +121,10 @@ def schedule_cluster(cluster_id: int) -> list[int]:
             if blocked_by is not None:
                 _set_reason(job, f"waiting behind job #{blocked_by.pk} ({blocked_by.name}), first in the queue")
                 continue
+            if job.state == JobState.RESTARTING and job.tasks.filter(state__in=ACTIVE_TASK_STATES).exists():
+                # Its previous gang is still being stopped: a new one must not meet the old processes.
+                blocked_by = job
+                continue
             result = placement.place(job_shape(job), states)
             if isinstance(result, placement.Unplaceable):
                 if result.permanent:
@@ -125,7 +133,14 @@ def schedule_cluster(cluster_id: int) -> list[int]:
                     job.reason = f"can never run on cluster {cluster.name}: {result.reason}"
                     job.save(update_fields=["state", "finished_at", "reason"])
                     continue
-                _set_reason(job, result.reason)
+                if job.state == JobState.RESTARTING:
+                    # Its gang is gone and it does not fit now (a host was lost): queued, saying why.
+                    job.state = JobState.QUEUED
+                    job.save(update_fields=["state"])
+                reason = result.reason
+                if job.restarts:
+                    reason += f" (restart {job.restarts} of {job.max_restarts}, after: {job.restart_reason})"
+                _set_reason(job, reason)
                 blocked_by = job
                 continue
             _start(job, result, hosts)
@@ -157,9 +172,10 @@ def _take(states: list[placement.HostState], where: placement.Placement) -> list
 
 def _start(job: Job, where: placement.Placement, hosts: dict[str, Host]) -> None:
     job.attempt += 1
+    # After a restart the page keeps saying what it was after.
+    job.reason = f"restart {job.restarts} of {job.max_restarts}, after: {job.restart_reason}" if job.restarts else ""
     job.state = JobState.STARTING
     job.placed_at = timezone.now()
-    job.reason = ""
     job.save(update_fields=["attempt", "state", "placed_at", "reason"])
     single_process = job.strategy == Strategy.MIRRORED
     configs = tf_configs(job, where)

@@ -6,7 +6,8 @@ from typing import Any
 
 from config.celery import app
 from orchestrator import agents, lifecycle, scheduling
-from orchestrator.models import Job, JobState
+from orchestrator.models import Job
+from orchestrator.scheduling import WAITING_STATES
 from worker_agent.protocol import (
     AGENT_HEARTBEAT,
     AGENT_HELLO,
@@ -50,5 +51,6 @@ def watchdog() -> None:
     agents.mark_silent_hosts_offline()
     lifecycle.check_startup_deadlines()
     lifecycle.reap_finished_jobs()
-    for cluster_id in set(Job.objects.filter(state=JobState.QUEUED).values_list("cluster_id", flat=True)):
+    lifecycle.check_progress()
+    for cluster_id in set(Job.objects.filter(state__in=WAITING_STATES).values_list("cluster_id", flat=True)):
         scheduling.schedule_cluster(cluster_id)

@@ -43,8 +43,12 @@ def task_environment(
 
     CUDA_VISIBLE_DEVICES is left to the agent: it knows if `task.devices` are GPUs or logical CPU devices.
     """
+    return environment(tf_config_for(placement, task, strategy), strategy, legacy_keras=legacy_keras)
+
+
+def environment(config: dict | None, strategy: Strategy, *, legacy_keras: bool = True) -> dict[str, str]:
+    """The variables for a task whose TF_CONFIG is `config` (also used to relaunch a task in place)."""
     env: dict[str, str] = {}
-    config = tf_config_for(placement, task, strategy)
     if config is not None:
         env["TF_CONFIG"] = json.dumps(config)
     if Strategy(strategy) is Strategy.PARAMETER_SERVER:

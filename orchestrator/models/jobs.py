@@ -20,12 +20,23 @@ class JobState(models.TextChoices):
     PLACING = "placing"
     STARTING = "starting"
     RUNNING = "running"
+    # A retryable failure stopped the gang; it is placed again (attempt + 1) once its processes are gone, and
+    # resumes from the job's last checkpoint.
+    RESTARTING = "restarting"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
 
 
 TERMINAL_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class RestartPolicy(models.TextChoices):
+    """Which failures a job is restarted after (up to `max_restarts`); see orchestrator/restarts.py."""
+
+    EXIT_CODE = "exit_code", "by exit code: 1-127 permanent; 128-255, signals, lost hosts and hangs retryable"
+    ON_FAILURE = "on_failure", "after any failure"
+    NEVER = "never", "never"
 
 
 class ProgramKind(models.TextChoices):
@@ -63,6 +74,15 @@ class Job(models.Model):
     devices_per_worker = models.PositiveIntegerField(default=1)
     labels = models.CharField(max_length=500, blank=True, help_text="place only on hosts with all these labels")
     max_restarts = models.PositiveIntegerField(default=0)
+    restart_policy = models.CharField(max_length=16, choices=RestartPolicy.choices, default=RestartPolicy.EXIT_CODE)
+    restarts = models.PositiveIntegerField(default=0, help_text="restarts so far (whole gang or one task in place)")
+    restart_reason = models.TextField(blank=True, help_text="what the latest restart was after")
+    progress_timeout_s = models.PositiveIntegerField(
+        default=600, help_text="a running job with no new metric point or log line for this long is hung (0: off)"
+    )
+    # Hang detection: the newest metric point and log line ids seen, and when they last changed (orchestrator clock).
+    progress_mark = models.CharField(max_length=64, blank=True)
+    progress_at = models.DateTimeField(null=True, blank=True)
     legacy_keras = models.BooleanField(
         default=True, help_text="TF_USE_LEGACY_KERAS=1: tf.keras is tf_keras, whose fit works with every strategy"
     )
@@ -148,21 +168,26 @@ class Task(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     listening_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # A ParameterServer worker restarted in place is a new row (so agents, logs and metrics tell the runs apart) with
+    # the same type, index, host, port and TF_CONFIG, and the next `restart` number.
+    restart = models.PositiveIntegerField(default=0)
 
     class Meta:
-        ordering = ["job", "attempt", "type", "index"]
+        ordering = ["job", "attempt", "type", "index", "restart"]
         constraints = [
-            models.UniqueConstraint(fields=["job", "attempt", "type", "index"], name="task_unique_in_job_attempt")
+            models.UniqueConstraint(
+                fields=["job", "attempt", "type", "index", "restart"], name="task_unique_in_job_attempt"
+            )
         ]
         indexes = [models.Index(fields=["host", "state"])]
 
     def __str__(self) -> str:
-        return f"{self.type} {self.index}"
+        return f"{self.type} {self.index}" + (f" (restart {self.restart})" if self.restart else "")
 
     @property
     def label(self) -> str:
         where = f" on {self.host.name}" if self.host_id else ""
-        return f"{self.type} {self.index}{where}"
+        return f"{self}{where}"
 
     @property
     def is_active(self) -> bool:

@@ -121,3 +121,25 @@ def test_a_program_that_stops_making_progress_is_ended_with_the_reason(api, host
     task = Task.objects.get(job=job)
     wait_until(lambda: Task.objects.get(pk=task.pk).state == "killed", timeout=20, what="the process killed")
     assert not psutil.pid_exists(task.pid) or psutil.Process(task.pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_lost_host_restarts_the_job_on_the_capacity_left(api, hosts, start_agent):
+    config = {"epochs": 8, "per_replica_batch": 32, "steps_per_epoch": 30}
+    job_id = builtin_job(api, "multi_worker_mirrored", config, workers=2, devices_per_worker=1)
+    first = wait_for_job(job_id, ("running",), timeout=90)
+    tasks = list(Task.objects.filter(job=first, attempt=1))
+    victim_host = next(t for t in tasks if t.index == 1).host
+    agent = next(p for p in start_agent.started if p.name == f"agent-{victim_host.name}")  # type: ignore[attr-defined]
+
+    agent.kill()  # the host is gone: its agent and (below) the TF processes it ran
+    for task in tasks:
+        if task.host_id == victim_host.pk:
+            kill(task.pid)
+
+    job = wait_for_job(job_id, timeout=240)
+    assert job.state == "succeeded", job.reason
+    assert job.restart_reason.startswith(f"host {victim_host.name} went offline; lost ")
+    assert Host.objects.get(pk=victim_host.pk).status == HostStatus.OFFLINE
+    second = list(Task.objects.filter(job=job, attempt=2))
+    assert len(second) == 2
+    assert victim_host.pk not in {t.host_id for t in second}

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from orchestrator import counters
 from orchestrator.models import Host, HostStatus
-from worker_agent.protocol import PROTOCOL_VERSION, parse_facts
+from worker_agent.protocol import PROTOCOL_VERSION, parse_facts, parse_task_report
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -105,12 +105,30 @@ def handle_report(payload: Any, *, hello: bool) -> bool:
             log.warning("host %s: %.1f s since its previous heartbeat (%.2f s in transit)", host.name, gap, age)
     if hello:
         log.info("agent on %s started (pid %s, version %s)", host.name, facts.pid, facts.agent_version)
+        _reconcile(host, payload)
     if host.record_heartbeat(facts, hello=hello):
         log.info("host %s is online", host.name)
         from orchestrator.tasks import schedule  # a queued job may fit now
 
         schedule.delay(host.cluster_id)
     return True
+
+
+def _reconcile(host: Host, payload: dict[str, Any]) -> None:
+    """What the hello says runs on the host against what this side believes runs there (orchestrator/reconcile.py)."""
+    try:
+        report = parse_task_report(payload.get("tasks"))
+    except ValueError as exc:
+        log.warning("agent %s sent a malformed task report: %s", host.name, exc)
+        counters.incr(MALFORMED)
+        return
+    if report is None:  # an agent from before reconciling: it cannot say
+        return
+    from orchestrator import reconcile  # it uses lifecycle, which uses this module
+
+    done = reconcile.reconcile_host(host, report, float(payload["sent_at"]))
+    if done.lost or done.killed:
+        log.warning("reconciled agent on %s: tasks %s are over, tasks %s killed", host.name, done.lost, done.killed)
 
 
 _last_check: float | None = None

@@ -359,7 +359,8 @@ def host_lost(host_id: int, host_name: str) -> list[int]:
                 ]
                 first = (gang or live)[0]
                 first.job = job
-                task_failed(first, f"host {host_name} went offline; lost {names}", True, host_gone=True)
+                retryable = restarts.retryable(job.restart_policy, None, lost=True)
+                task_failed(first, f"host {host_name} went offline; lost {names}", retryable, host_gone=True)
                 if job.state == JobState.FAILED:
                     failed.append(job_id)
             schedule_later(job.cluster_id)

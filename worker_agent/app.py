@@ -23,6 +23,9 @@ from worker_agent.protocol import (
     ORCHESTRATOR_QUEUE,
     KillOrder,
     LaunchSpec,
+    ReclaimedTask,
+    RunningTask,
+    TaskReport,
     agent_queue,
     launch_spec_from,
     token_digest,
@@ -133,18 +136,31 @@ class Agent:
             token=token,
             interval_s=heartbeat_interval_s,
             facts=facts.RefreshingFacts(port_range),
+            tasks=self.task_report,
         )
         self.sampler = Sampler(self.outbox.send, interval_s=sample_interval_s)
         self._shut_down = False
         self._shutdown_lock = threading.Lock()
+        self.reclaimed: list[ReclaimedTask] = []
 
     def _report(self, task_name: str, body: dict[str, Any], queue: str = ORCHESTRATOR_QUEUE) -> None:
         # The supervisor sends events and logs as (name, body): the orchestrator queue; its metrics pipes name
         # METRICS_QUEUE.
         self.outbox.send(task_name, body, queue=queue)
 
+    def task_report(self) -> TaskReport:
+        """For the hello: what runs here now, and what this agent found left over from its previous life."""
+        running = [RunningTask(r["job_id"], r["task_id"], r["attempt"]) for r in self.supervisor.running()]
+        return TaskReport(running=running, reclaimed=list(self.reclaimed))
+
     def run(self, loglevel: str = "INFO") -> int:
-        """Consume `agent.<host>` until the worker stops (SIGTERM/SIGINT), then stop every task and report it."""
+        """Reclaim what a previous agent left running, then consume `agent.<host>` until the worker stops
+        (SIGTERM/SIGINT), then stop every task and report it."""
+        # Before the hello and before any order: the hello then says "nothing runs here" truthfully, and a task the
+        # orchestrator relaunches on this host cannot collide with its orphan on the same port.
+        self.reclaimed = self.supervisor.reclaim()
+        if self.reclaimed:
+            log.warning("reclaimed %d task(s) a previous agent left behind", len(self.reclaimed))
         self.heartbeat.start()
         self.sampler.start()
         log.info("agent %s for host %s consuming %s", __version__, self.host, agent_queue(self.host))

@@ -1,5 +1,8 @@
 """A thread that says hello once, then reports the host's facts every few seconds.
 
+The hello also carries the agent's task report (what runs here, what a previous agent left behind), from which the
+orchestrator reconciles its view of the host (orchestrator/reconcile.py).
+
 It survives a broker outage: a failed send is logged and the next tick tries again, so a host turns `online` again
 by itself once Redis is back.
 """
@@ -12,7 +15,14 @@ from collections.abc import Callable
 
 from celery import Celery
 
-from worker_agent.protocol import AGENT_HEARTBEAT, AGENT_HELLO, ORCHESTRATOR_QUEUE, AgentMessage, HostFacts
+from worker_agent.protocol import (
+    AGENT_HEARTBEAT,
+    AGENT_HELLO,
+    ORCHESTRATOR_QUEUE,
+    AgentMessage,
+    HostFacts,
+    TaskReport,
+)
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +36,7 @@ class Heartbeat(threading.Thread):
         token: str,
         interval_s: float,
         facts: Callable[[], HostFacts],
+        tasks: Callable[[], TaskReport] | None = None,
     ) -> None:
         super().__init__(name="heartbeat", daemon=True)
         self.app = app
@@ -33,6 +44,7 @@ class Heartbeat(threading.Thread):
         self.token = token
         self.interval_s = interval_s
         self.facts = facts
+        self.tasks = tasks
         self.stopped = threading.Event()
         self.sent = 0
 
@@ -45,7 +57,9 @@ class Heartbeat(threading.Thread):
             self.stopped.wait(self.interval_s)
 
     def send(self, name: str) -> bool:
-        message = AgentMessage(host=self.host, token=self.token, facts=self.facts())
+        # Built at send time: a hello sent again after the first orders arrived lists what runs by then.
+        tasks = self.tasks() if name == AGENT_HELLO and self.tasks is not None else None
+        message = AgentMessage(host=self.host, token=self.token, facts=self.facts(), tasks=tasks)
         try:
             self.app.send_task(
                 name,

@@ -53,6 +53,35 @@ class HostFacts:
 
 
 @dataclass(frozen=True)
+class RunningTask:
+    job_id: int
+    task_id: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class ReclaimedTask:
+    """A task process the agent's previous life started and this one found on start: killed if it still ran
+    (nobody reads its output any more), either way over."""
+
+    job_id: int
+    task_id: int
+    attempt: int
+    pid: int
+    detail: str
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    """Sent with hello, so the orchestrator can reconcile: what runs on the host now (task ids), and what the agent
+    found left over from its previous life. An agent reclaims before it takes any order, so `running` is empty
+    unless the hello had to be sent again after the first orders arrived."""
+
+    running: list[RunningTask] = field(default_factory=list)
+    reclaimed: list[ReclaimedTask] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class AgentMessage:
     """Envelope of every agent -> orchestrator message."""
 
@@ -61,6 +90,8 @@ class AgentMessage:
     facts: HostFacts
     sent_at: float = field(default_factory=time.time)
     protocol: int = PROTOCOL_VERSION
+    # Hello only (None in heartbeats and from agents that predate reconciling; additive, so the protocol stays 1).
+    tasks: TaskReport | None = None
 
     def to_payload(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,6 +123,36 @@ def parse_facts(raw: dict[str, Any]) -> HostFacts:
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ValueError(f"malformed host facts: {exc!r}") from exc
+
+
+def parse_task_report(raw: Any) -> TaskReport | None:
+    """A hello's task report, None when the agent sent none; ValueError when it is malformed."""
+    if raw is None:
+        return None
+    try:
+        running = [
+            RunningTask(job_id=_count(r["job_id"]), task_id=_count(r["task_id"]), attempt=_count(r["attempt"]))
+            for r in raw.get("running", [])
+        ]
+        reclaimed = [
+            ReclaimedTask(
+                job_id=_count(r["job_id"]),
+                task_id=_count(r["task_id"]),
+                attempt=_count(r["attempt"]),
+                pid=_count(r["pid"]),
+                detail=str(r.get("detail", ""))[:500],
+            )
+            for r in raw.get("reclaimed", [])
+        ]
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"malformed task report: {exc!r}") from exc
+    return TaskReport(running=running, reclaimed=reclaimed)
+
+
+def _count(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{value!r} is not a non-negative integer")
+    return value
 
 
 # --- running TF tasks -------------------------------------------------------------------------------------------

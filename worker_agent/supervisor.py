@@ -32,6 +32,7 @@ from typing import IO, Any
 
 import psutil
 
+from worker_agent import records
 from worker_agent.metrics_pipe import MetricsPipe
 from worker_agent.protocol import (
     JOB_DIR_ENV,
@@ -41,6 +42,7 @@ from worker_agent.protocol import (
     KillOrder,
     LaunchSpec,
     ProgramSpec,
+    ReclaimedTask,
     TaskEvent,
     TaskEventKind,
     TaskLogBatch,
@@ -170,6 +172,7 @@ class Supervisor:
         self._finished: OrderedDict[Key, None] = OrderedDict()
         self._tails: OrderedDict[int, deque[LogLine]] = OrderedDict()
         self._closing = False
+        self.records = records.TaskRecords(self.workdir)
 
     # --- public API -------------------------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> None:
@@ -219,6 +222,10 @@ class Supervisor:
                 log.warning(
                     "task %s attempt %s did not report its exit in time", child.spec.task_id, child.spec.attempt
                 )
+
+    def reclaim(self) -> list[ReclaimedTask]:
+        """Kill what a previous agent with this workdir left running (see records.py); call before any launch."""
+        return records.reclaim(self.records)
 
     def running(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -355,6 +362,8 @@ class Supervisor:
             child.metrics = metrics
             kill_pending = child.kill_pending
         log.info("task %s attempt %s started: pid %s", spec.task_id, spec.attempt, proc.pid)
+        # On disk before anyone hears of the process: an agent that dies from here on leaves it for the next to kill.
+        self.records.add(job_id=spec.job_id, task_id=spec.task_id, attempt=spec.attempt, pid=proc.pid)
         # STARTED goes out before any thread that could send logs or EXITED exists.
         self._event(spec, TaskEventKind.STARTED, pid=proc.pid)
         name = f"{spec.task_id}.{spec.attempt}"
@@ -415,6 +424,7 @@ class Supervisor:
         self._forget(child)
         log.info("task %s attempt %s exited: %s", child.spec.task_id, child.spec.attempt, returncode)
         self._event(child.spec, TaskEventKind.EXITED, pid=proc.pid, exit_code=returncode, detail=child.kill_reason)
+        self.records.remove(child.spec.task_id, child.spec.attempt)
         child.done.set()
 
     def _forget(self, child: _Child) -> None:

@@ -17,9 +17,12 @@ from typing import Any
 from worker_agent.runtime.batching import MIRRORED, MULTI_WORKER_MIRRORED, PARAMETER_SERVER
 from worker_agent.runtime.config import ConfigError
 
-# Above the longest step, the first (graph tracing) included; a collective frozen longer than this fails the job
-# instead of hanging it (TF_NOTES: a dead peer is otherwise noticed in seconds, a frozen one never).
-COLLECTIVE_TIMEOUT_S = 300.0
+# No collective timeout (`CommunicationOptions(timeout_seconds=...)`): TensorFlow arms it with one detached thread per
+# collective op, which sleeps for the whole timeout (base_collective_executor.cc -> Env::SchedClosureAfter). With 300 s,
+# a digits_mlp worker held ~9,000 threads after 600 steps, 13,500 after 40 s of training; two workers exhausted the
+# machine's pid_max (32768): "terminate ... std::system_error: Resource temporarily unavailable" (SIGABRT), and every
+# other process on the machine failed to fork meanwhile. A dead peer is still noticed in seconds (UnavailableError); a
+# frozen one is not, and needs a watchdog outside TensorFlow.
 
 
 @dataclass(frozen=True)
@@ -91,8 +94,7 @@ def build_strategy(role: Role, tf: Any) -> Any:
         return tf.distribute.MirroredStrategy(devices)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     if role.kind == MULTI_WORKER_MIRRORED:
-        options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=COLLECTIVE_TIMEOUT_S)
-        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
     # Small models stay whole; a large one is split over the ps tasks in shards of at least 256 KiB.
     partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
         min_shard_bytes=256 << 10, max_shards=max(len(role.cluster.get("ps", [])), 1)

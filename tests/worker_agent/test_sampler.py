@@ -149,7 +149,9 @@ def test_a_sample_of_this_cpu_host(start_sampler, sent):
     json.dumps(sample)  # it travels as JSON
 
 
-@pytest.mark.parametrize(("interval", "most_per_message"), [(0.25, 1), (0.1, 2)])
+# At 0.1 s, a batch holds at most what fits in METRICS_FLUSH_S after its first sample: 2 when every tick is on time,
+# 3 when the first one woke late (a loaded machine) and the next two on time; each still leaves within the period.
+@pytest.mark.parametrize(("interval", "most_per_message"), [(0.25, 1), (0.1, 3)])
 def test_every_sample_goes_to_the_metrics_queue_within_the_flush_period(
     start_sampler, sent, interval, most_per_message
 ):

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
+from typing import Any
 
 from django import forms
 
@@ -35,6 +37,24 @@ class JobForm(forms.Form):
         for field, messages in errors.items():
             for message in messages:
                 self.add_error(field if field in self.fields else None, message)
+
+
+def initial_from(job: Job) -> dict[str, Any]:
+    """The form's fields as `job` had them, to run it again (with another strategy, say). A file field cannot be
+    pre-filled: the job's program (script or built-in) is carried by the view instead, unless a script is chosen."""
+    return {
+        "name": f"{job.name} (again)"[: JobForm.base_fields["name"].max_length],  # type: ignore[attr-defined]
+        "cluster": job.cluster_id,
+        "strategy": job.strategy,
+        "args": shlex.join(str(a) for a in job.args) if isinstance(job.args, list) else "",
+        "workers": job.workers,
+        "ps": job.ps,
+        "devices_per_worker": job.devices_per_worker,
+        "labels": job.labels,
+        "max_restarts": job.max_restarts,
+        "legacy_keras": job.legacy_keras,
+        "startup_deadline_s": job.startup_deadline_s,
+    }
 
 
 # TensorFlow's decision table (the tf.distribute guide), one line per strategy, shown next to the choice.

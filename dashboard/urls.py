@@ -12,10 +12,12 @@ urlpatterns = [
     path("clusters/", views.clusters, name="clusters"),
     path("clusters/hosts/", views.host_rows, name="host-rows"),
     path("jobs/", views.job_list, name="jobs"),
+    path("jobs/compare/", views.job_compare, name="job-compare"),
     path("jobs/new/", views.job_new, name="job-new"),
     path("jobs/new/preview/", views.job_preview, name="job-preview"),
     path("jobs/<int:job_id>/", views.job_detail, name="job"),
     path("jobs/<int:job_id>/live/", views.job_live, name="job-live"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
     path("jobs/<int:job_id>/tasks/<int:task_id>/log/", views.task_log, name="task-log"),
+    path("jobs/<int:job_id>/log-tail/", views.job_log_tail, name="job-log-tail"),
 ]

@@ -5,15 +5,18 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.db.models import Prefetch
+from django.contrib.auth import get_user_model
+from django.db.models import Prefetch, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from dashboard.forms import JobForm, cluster_guidance
+from dashboard import compare, page_data
+from dashboard.forms import JobForm, cluster_guidance, initial_from
 from orchestrator import jobs, lifecycle
 from orchestrator.api.job_views import jobs_visible_to
-from orchestrator.models import Cluster, Host, Job, Task
+from orchestrator.models import TERMINAL_JOB_STATES, Cluster, Host, Job, JobState, ProgramKind, Strategy, Task
 from worker_agent.runtime.config import RunConfig
 
 
@@ -30,33 +33,134 @@ def clusters(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "dashboard/clusters.html",
-        {"clusters": _clusters_with_hosts(), "heartbeat_timeout": settings.TFDASH_HEARTBEAT_TIMEOUT_S},
+        {"clusters": page_data.cluster_rows(), "heartbeat_timeout": settings.TFDASH_HEARTBEAT_TIMEOUT_S},
     )
 
 
 @require_GET
 def host_rows(request: HttpRequest) -> HttpResponse:
-    """The host tables alone: htmx swaps them in every few seconds so statuses stay live."""
-    return render(request, "dashboard/_host_tables.html", {"clusters": _clusters_with_hosts()})
+    """The host tables alone: htmx swaps them in every few seconds so statuses, slots and load stay live."""
+    return render(request, "dashboard/_host_tables.html", {"clusters": page_data.cluster_rows()})
+
+
+JOB_LIST_LIMIT = 200
+FINISHED = "finished"  # the state filter's name for every terminal state: the jobs that can be compared
 
 
 @require_GET
 def job_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "dashboard/jobs.html", {"jobs": jobs_visible_to(request.user)[:200]})
+    """The person's jobs (staff: everyone's), filtered by state, strategy and owner; finished ones can be ticked and
+    compared, and any can be run again through a pre-filled form."""
+    shown, filters = _filter_jobs(request, jobs_visible_to(request.user))
+    rows = list(shown[: JOB_LIST_LIMIT + 1])
+    owners: list[str] = []
+    if request.user.is_staff:
+        users = get_user_model().objects.filter(jobs__isnull=False).distinct().order_by("username")
+        owners = list(users.values_list("username", flat=True))
+    return render(
+        request,
+        "dashboard/jobs.html",
+        {
+            "jobs": rows[:JOB_LIST_LIMIT],
+            "truncated": len(rows) > JOB_LIST_LIMIT,
+            "limit": JOB_LIST_LIMIT,
+            "filters": filters,
+            "filtered": any(filters.values()),
+            "state_choices": [(FINISHED, "finished (any end)"), *((s, s) for s in JobState.values)],
+            "strategy_choices": Strategy.choices,
+            "owners": owners,
+            "terminal_states": [str(s) for s in TERMINAL_JOB_STATES],
+        },
+    )
+
+
+def _filter_jobs(request: HttpRequest, visible: QuerySet[Job]) -> tuple[QuerySet[Job], dict[str, str]]:
+    """`visible` narrowed by the query's state, strategy and owner; a value that is no choice is ignored."""
+    state = request.GET.get("state", "")
+    if state == FINISHED:
+        visible = visible.filter(state__in=TERMINAL_JOB_STATES)
+    elif state in JobState.values:
+        visible = visible.filter(state=state)
+    else:
+        state = ""
+    strategy = request.GET.get("strategy", "")
+    if strategy in Strategy.values:
+        visible = visible.filter(strategy=strategy)
+    else:
+        strategy = ""
+    owner = request.GET.get("owner", "").strip()[:150]
+    if owner:
+        visible = visible.filter(owner__username=owner)  # within what the person may see anyway
+    return visible, {"state": state, "strategy": strategy, "owner": owner}
+
+
+@require_GET
+def job_compare(request: HttpRequest) -> HttpResponse:
+    """Finished jobs side by side (`?ids=3&ids=5`): a refusal is a page that says why, never an error page."""
+    try:
+        ids = compare.parse_ids(request.GET.getlist("ids"))
+        comparison = compare.compare(jobs_visible_to(request.user), ids)
+    except compare.CannotCompare as exc:
+        return render(request, "dashboard/compare.html", {"problem": str(exc)}, status=exc.status)
+    return render(
+        request,
+        "dashboard/compare.html",
+        {
+            "comparison": comparison,
+            "summary": comparison.summary(),
+            "epoch_rows": comparison.epoch_rows(),
+            "chart_data": comparison.chart_data(),
+        },
+    )
 
 
 @require_http_methods(["GET", "POST"])
 def job_new(request: HttpRequest) -> HttpResponse:
-    form = JobForm(request.POST or None, request.FILES or None)
+    source = _clone_source(request)  # `?from=<id>`: "run again"; the form posts back to the same URL
+    form = JobForm(request.POST or None, request.FILES or None, initial=initial_from(source) if source else None)
     if request.method == "POST" and form.is_valid():
         try:
             job, upload = form.build(request.user)
+            if source is not None and upload is None:
+                _run_program_of(source, job)
             jobs.submit(job, upload)
         except jobs.JobInvalid as exc:
             form.add_job_errors(exc.errors)
         else:
             return redirect(job)
+    if source is not None:
+        messages.info(request, _clone_note(source))
     return render(request, "dashboard/job_new.html", _job_form_context(form, plan=None))
+
+
+def _clone_source(request: HttpRequest) -> Job | None:
+    value = request.GET.get("from")
+    if value is None:
+        return None
+    if not (value.isascii() and value.isdigit()) or int(value) > 2**31 - 1:
+        raise Http404("No such job to run again")
+    return _job_for(request, int(value))
+
+
+def _run_program_of(source: Job, job: Job) -> None:
+    """The rerun runs what `source` ran: its stored script (content-addressed, so the very same file) or built-in
+    program and configuration. The form has no field for either; a script chosen in the form replaces it."""
+    job.program_kind = source.program_kind
+    job.script = source.script
+    job.builtin = source.builtin
+    job.builtin_config = source.builtin_config
+
+
+def _clone_note(source: Job) -> str:
+    prefix = f"Filled in from job #{source.pk} ({source.name}): choose another strategy or shape and launch."
+    if source.program_kind == ProgramKind.BUILTIN:
+        return f"{prefix} It runs the built-in program {source.builtin} with the same configuration again."
+    if source.script is not None:
+        return (
+            f"{prefix} It runs the same script, {source.script.filename} ({source.script.sha256[:12]}), again "
+            "unless you choose another file."
+        )
+    return f"{prefix} Choose the script to run."
 
 
 @require_POST
@@ -103,14 +207,23 @@ def _job_form_context(form: JobForm, *, plan: dict[str, Any] | None, previewed: 
 @require_GET
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_for(request, job_id)
-    return render(request, "dashboard/job.html", {"job": job, "task_names": _task_names(job), **_job_parts(job)})
+    parts = _job_parts(job)
+    return render(
+        request,
+        "dashboard/job.html",
+        {"job": job, "task_names": _task_names(job), **parts, **_log_tail(job, parts["tasks"], None)},
+    )
 
 
 @require_GET
 def job_live(request: HttpRequest, job_id: int) -> HttpResponse:
-    """State, reason and task table alone, refreshed by htmx while the job runs."""
+    """State, reason, task table and facts alone, refreshed by htmx while the job runs. A finished job's answer is
+    status 286, htmx's "swap this, then stop polling"."""
     job = _job_for(request, job_id)
-    return render(request, "dashboard/_job_live.html", {"job": job, **_job_parts(job)})
+    response = render(request, "dashboard/_job_live.html", {"job": job, **_job_parts(job)})
+    if job.is_terminal:
+        response.status_code = 286
+    return response
 
 
 def _task_names(job: Job) -> dict[int, str]:
@@ -121,19 +234,53 @@ def _task_names(job: Job) -> dict[int, str]:
     }
 
 
-def _job_parts(job: Job) -> dict[str, object]:
+def _job_parts(job: Job) -> dict[str, Any]:
     failed = job.failed_task
     tasks = list(job.current_tasks())
     has_metrics = job.metric_points.exists()
     ran = any(t.started_at for t in tasks)
     return {
         "tasks": tasks,
+        "restarts": max(0, job.attempt - 1),
         "failure_tail": failed.log_tail() if failed else [],
         "artifacts": list(job.artifacts.order_by("name").values("name", "size")),
+        "key_facts": page_data.job_facts(job),
         "has_metrics": has_metrics,
         # Said only once the job has run a while: a script that neither calls model.fit nor report() sends nothing.
         "reports_no_metrics": ran and not has_metrics and (job.is_terminal or job.state == "running"),
     }
+
+
+# The live log tail: the last lines of one task, polled while the job runs and a little after (late lines).
+LOG_TAIL_LINES = 60
+LOG_TAIL_GRACE_S = 15
+
+
+@require_GET
+def job_log_tail(request: HttpRequest, job_id: int) -> HttpResponse:
+    """The job page's log panel alone: a button per current task and the last lines of the chosen one (`?task=`,
+    else the first); it replaces itself every 2 s while the job runs, so tasks placed later get their buttons."""
+    job = _job_for(request, job_id)
+    try:
+        chosen = int(request.GET.get("task", ""))
+    except ValueError:
+        chosen = None
+    return render(request, "dashboard/_task_log_tail.html", {"job": job, **_log_tail(job, None, chosen)})
+
+
+def _log_tail(job: Job, tasks: list[Task] | None, chosen: int | None) -> dict[str, Any]:
+    tasks = list(job.current_tasks()) if tasks is None else tasks
+    task = next((t for t in tasks if t.pk == chosen), None)
+    if task is None and chosen is not None:  # an earlier placement's task, still worth reading
+        task = job.tasks.filter(pk=chosen).select_related("host").first()
+    task = task or (tasks[0] if tasks else None)
+    lines = []
+    if task is not None:
+        lines = list(reversed(task.log_lines.order_by("-seq").values_list("stream", "text")[:LOG_TAIL_LINES]))
+    settled = job.is_terminal and (
+        job.finished_at is None or (timezone.now() - job.finished_at).total_seconds() > LOG_TAIL_GRACE_S
+    )
+    return {"tail_tasks": tasks, "tail_task": task, "tail_lines": lines, "tail_live": not settled}
 
 
 @require_POST

@@ -9,9 +9,30 @@
 // never opened, the page asks for its own live partial: 403/404 or a redirect to the login page means "not allowed"
 // (and no more tries); a network error or any other answer means the server is away, so it tries again.
 //
-// State for tests and curious people: window.tfdashLive (read-only).
+// Derived series: the loss chart adds "overall" (the mean over tasks at each step) and the throughput chart "total"
+// (the sum). Tasks report on their own clocks (a train point every 0.5 s), so their steps rarely coincide: at a step,
+// each task counts with its latest value at or before it, from its first point to its last (a task that stopped
+// reporting, an earlier placement's, drops out).
+//
+// Stragglers: from the train metric `step_time_s`. A task's recent pace is the median of its last STRAGGLER_WINDOW
+// points; it is flagged when that median is over STRAGGLER_RATIO x the median of the other tasks' recent points
+// (pooled). The others', not everyone's: with two workers a median that includes the slow one could never be
+// exceeded 1.5 times by it. A median over the window means the slowness *stays*, one slow step flags nothing.
+// Shown live in the task table's Pace column and in a line above the charts; only tasks of the current placement
+// (the table's rows) take part.
+//
+// State for tests and curious people: window.tfdashLive (read-only). `firstDrawMs` is the time, from navigation
+// start (performance.now()), at which the first chart finished drawing.
 (() => {
   "use strict";
+
+  // The log tail panel (htmx swaps it in every 2 s): keep the newest line in view.
+  function tailToEnd() {
+    const pre = document.getElementById("log-tail-text");
+    if (pre) pre.scrollTop = pre.scrollHeight;
+  }
+  document.addEventListener("htmx:afterSettle", tailToEnd);
+  tailToEnd();
 
   const root = document.getElementById("live-metrics");
   if (!root || typeof uPlot === "undefined") return;
@@ -21,6 +42,9 @@
   const DRAW_EVERY_MS = 250;
   const MAX_POINTS_PER_SERIES = 20000; // past this the older half of a series is thinned (every other point kept)
   const MAX_HOST_SAMPLES = 3600; // per host series: an hour at one sample a second
+  const STRAGGLER_WINDOW = 20; // recent step_time_s points per task (a train point is a 0.5 s window: ~10 s)
+  const STRAGGLER_MIN_POINTS = 5; // fewer than this and a task's pace is not judged yet
+  const STRAGGLER_RATIO = 1.5;
   const DEFAULT_COLUMNS = ["id", "task", "phase", "name", "step", "epoch", "value", "ts"];
   const COLORS = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#1b7c83", "#bf3989", "#6e7781", "#4d2d00", "#0550ae"];
 
@@ -29,6 +53,7 @@
   const downsampledEl = document.getElementById("live-downsampled");
   const chartsEl = document.getElementById("charts");
   const factsEl = document.getElementById("task-facts");
+  const stragglersEl = document.getElementById("stragglers");
   const namesEl = document.getElementById("task-names");
   const taskNames = namesEl ? JSON.parse(namesEl.textContent) : {};
 
@@ -43,7 +68,11 @@
     connectAttempts: 0,
     redraws: 0,
     downsampled: false,
+    firstDrawMs: null,
+    stragglers: [], // [{task, median, others, ratio}]
+    paces: new Map(), // task id -> ratio of its recent median step time to the others'
   };
+  let stepTimesChanged = false;
   let socket = null;
   let everOpened = false;
   let retryDelay = RETRY_FIRST_MS;
@@ -55,7 +84,12 @@
   const metricSeries = new Map();
   const hostSeries = new Map();
 
+  // Names come with the page; a task placed after it loaded is named by its row in the (live) task table.
   function taskLabel(task) {
+    if (!taskNames[task]) {
+      const row = document.querySelector(`tr[data-task-id="${Number(task)}"]`);
+      if (row && row.dataset.taskLabel) taskNames[task] = row.dataset.taskLabel;
+    }
     return taskNames[task] || `task ${task}`;
   }
 
@@ -107,6 +141,7 @@
       const byEpoch = series.phase === "epoch_end" && p[at.epoch] != null;
       appendPoint(series, id, byEpoch ? p[at.epoch] : p[at.step], p[at.value]);
       markDirty(series.phase, series.name);
+      if (series.phase === "train" && series.name === "step_time_s") stepTimesChanged = true;
     }
     if (typeof frame.cursor === "number" && frame.cursor > state.cursor) state.cursor = frame.cursor;
   }
@@ -116,6 +151,7 @@
       if (typeof s.ts !== "number" || typeof s.host !== "string") continue;
       state.hostSamplesReceived += 1;
       addHostValue("cpu", s.host, s.host, s.ts, s.cpu_percent);
+      addHostValue("mem", s.host, s.host, s.ts, s.memory_used_mb);
       for (const gpu of Array.isArray(s.gpus) ? s.gpus : []) {
         const label = `${s.host} GPU ${gpu.index}`;
         addHostValue("gpu_util", `${s.host}|${gpu.index}`, label, s.ts, gpu.utilization_percent ?? gpu.utilization);
@@ -170,12 +206,19 @@
   // --- charts ----------------------------------------------------------------------------------------------------
   // Each chart picks its series; `x` names the axis. Metric charts have one series per task.
   const CHARTS = [
-    { id: "loss", title: "Loss per task (train)", x: "step", metric: (s) => s.phase === "train" && s.name === "loss" },
+    {
+      id: "loss",
+      title: "Loss per task and overall (train)",
+      x: "step",
+      metric: (s) => s.phase === "train" && s.name === "loss",
+      derived: { label: "overall (mean)", combine: "mean" },
+    },
     {
       id: "examples",
-      title: "Examples/s per task",
+      title: "Examples/s per task and total",
       x: "step",
       metric: (s) => s.phase === "train" && s.name === "examples_per_s",
+      derived: { label: "total", combine: "sum" },
     },
     {
       id: "val_loss",
@@ -191,6 +234,7 @@
       label: (s) => (s.name === "val_accuracy" ? taskLabel(s.task) : `${taskLabel(s.task)} ${s.name}`),
     },
     { id: "cpu", title: "CPU % per host", x: "time", host: true, percent: true },
+    { id: "mem", title: "Memory used per host (MiB)", x: "time", host: true },
     { id: "gpu_util", title: "GPU utilization %", x: "time", host: true, percent: true },
     { id: "gpu_mem", title: "GPU memory used (MiB)", x: "time", host: true },
   ];
@@ -233,6 +277,9 @@
     if (entry.u) entry.u.destroy();
     entry.zoomed = false;
     const label = def.label || ((s) => (def.host ? s.label : taskLabel(s.task)));
+    const derived = hasDerived(def, list)
+      ? [{ label: def.derived.label, stroke: "#1f2328", width: 2.5, dash: [6, 3], spanGaps: true, points: { show: false } }]
+      : [];
     const opts = {
       width: chartWidth(entry.plot),
       height: 220,
@@ -250,9 +297,15 @@
           spanGaps: true,
           points: { show: fewPoints },
         })),
+        ...derived,
       ],
       cursor: { drag: { x: true, y: false } },
       hooks: {
+        draw: [
+          () => {
+            if (state.firstDrawMs === null) state.firstDrawMs = performance.now();
+          },
+        ],
         setSelect: [
           (u) => {
             if (u.select.width > 0) entry.zoomed = true;
@@ -260,7 +313,7 @@
         ],
       },
     };
-    entry.u = new uPlot(opts, tableFor(list), entry.plot);
+    entry.u = new uPlot(opts, tableFor(def, list), entry.plot);
     fitX(entry);
     // uPlot zooms on a drag and resets on a double click: live updates keep the zoom until then.
     entry.u.over.addEventListener("dblclick", () => {
@@ -281,7 +334,13 @@
   }
 
   function seriesKeys(def, list) {
-    return list.map((s) => (def.host ? s.label : `${s.task}|${s.name}`)).join(",");
+    // Labels included: a chart drawn before its tasks had names is built again once they have.
+    const keys = list.map((s) => (def.host ? s.label : `${s.task}|${s.name}|${taskLabel(s.task)}`));
+    return keys.join(",") + (hasDerived(def, list) ? "+" : "");
+  }
+
+  function hasDerived(def, list) {
+    return Boolean(def.derived) && list.length > 1;
   }
 
   // The x range is set here, not by uPlot: for a single x value uPlot spans 1,000 days on a time axis (86400 / ms).
@@ -303,17 +362,131 @@
   }
 
   // Copies: uPlot keeps the arrays it is given, and ours grow between two draws.
-  function tableFor(list) {
+  function tableFor(def, list) {
     const tables = list.map((s) => {
       if (s.unsorted) sortSeries(s);
       return [s.xs.slice(), s.ys.slice()];
     });
-    return tables.length === 1 ? tables[0] : uPlot.join(tables);
+    if (tables.length === 1) return tables[0];
+    const table = uPlot.join(tables);
+    if (hasDerived(def, list)) table.push(combined(table, def.derived.combine));
+    return table;
   }
+
+  // The mean or sum over the task columns of a joined table, each task with its latest value at or before the row,
+  // between its own first and last point (see the top of this file).
+  function combined(table, how) {
+    const rows = table[0].length;
+    const columns = table.slice(1);
+    const spans = columns.map((ys) => {
+      let first = -1;
+      let last = -1;
+      for (let i = 0; i < rows; i++) {
+        if (ys[i] != null) {
+          if (first < 0) first = i;
+          last = i;
+        }
+      }
+      return [first, last];
+    });
+    const held = new Array(columns.length).fill(null);
+    const out = new Array(rows);
+    for (let i = 0; i < rows; i++) {
+      let total = 0;
+      let count = 0;
+      for (let j = 0; j < columns.length; j++) {
+        const y = columns[j][i];
+        if (y != null) held[j] = y;
+        if (i >= spans[j][0] && i <= spans[j][1] && held[j] != null) {
+          total += held[j];
+          count += 1;
+        }
+      }
+      out[i] = count ? (how === "sum" ? total : total / count) : null;
+    }
+    return out;
+  }
+
+  // --- stragglers ------------------------------------------------------------------------------------------------
+  function median(values) {
+    if (!values.length) return null;
+    const sorted = values.slice().sort((a, b) => a - b);
+    const mid = sorted.length >> 1;
+    return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+  }
+
+  function currentTaskIds() {
+    const rows = document.querySelectorAll("tr[data-task-id]");
+    return rows.length ? new Set([...rows].map((r) => Number(r.dataset.taskId))) : null;
+  }
+
+  function findStragglers() {
+    const current = currentTaskIds();
+    const recent = new Map(); // task -> its last STRAGGLER_WINDOW step times
+    for (const s of metricSeries.values()) {
+      if (s.phase !== "train" || s.name !== "step_time_s") continue;
+      if (current && !current.has(Number(s.task))) continue;
+      if (s.unsorted) sortSeries(s);
+      const values = s.ys.slice(-STRAGGLER_WINDOW).filter((v) => Number.isFinite(v) && v > 0);
+      if (values.length >= STRAGGLER_MIN_POINTS) recent.set(Number(s.task), values);
+    }
+    const paces = new Map();
+    const flagged = [];
+    if (recent.size >= 2) {
+      for (const [task, values] of recent) {
+        const others = [];
+        for (const [other, theirs] of recent) if (other !== task) others.push(...theirs);
+        const mine = median(values);
+        const reference = median(others);
+        if (!reference) continue;
+        const ratio = mine / reference;
+        paces.set(task, ratio);
+        if (ratio > STRAGGLER_RATIO) flagged.push({ task, median: mine, others: reference, ratio });
+      }
+    }
+    state.paces = paces;
+    state.stragglers = flagged;
+    showStragglers();
+  }
+
+  function showStragglers() {
+    const flagged = new Set(state.stragglers.map((s) => s.task));
+    for (const row of document.querySelectorAll("tr[data-task-id]")) {
+      const task = Number(row.dataset.taskId);
+      const cell = row.querySelector("td.pace");
+      const ratio = state.paces.get(task);
+      row.classList.toggle("straggler", flagged.has(task));
+      if (!cell) continue;
+      if (ratio === undefined) {
+        cell.textContent = "—";
+      } else {
+        cell.textContent = flagged.has(task) ? `straggler · ${ratio.toFixed(1)}×` : `${ratio.toFixed(2)}×`;
+        cell.title = "median of its recent step times against the other tasks'";
+      }
+    }
+    if (!stragglersEl) return;
+    stragglersEl.hidden = flagged.size === 0;
+    stragglersEl.textContent = state.stragglers
+      .map(
+        (s) =>
+          `Straggler: ${taskLabel(s.task)}: recent step time ${s.median.toFixed(3)} s, ` +
+          `${s.ratio.toFixed(1)}× the other tasks' ${s.others.toFixed(3)} s.`,
+      )
+      .join(" ");
+  }
+
+  // The task table is swapped in by htmx every 2 s: put the flags back on the fresh rows.
+  document.addEventListener("htmx:afterSwap", (event) => {
+    if (event.target && event.target.id === "job-live") showStragglers();
+  });
 
   function draw() {
     drawScheduled = false;
     lastDraw = performance.now();
+    if (stepTimesChanged) {
+      stepTimesChanged = false;
+      findStragglers();
+    }
     if (!dirty.size) return;
     state.redraws += 1;
     for (const id of dirty) {
@@ -324,7 +497,7 @@
       if (!entry || entry.keys !== seriesKeys(def, list)) {
         build(def, list);
       } else {
-        entry.u.setData(tableFor(list), false);
+        entry.u.setData(tableFor(def, list), false);
         if (!entry.zoomed) fitX(entry);
       }
     }
@@ -333,7 +506,7 @@
   }
 
   function scheduleDraw() {
-    if (drawScheduled || !dirty.size) return;
+    if (drawScheduled || (!dirty.size && !stepTimesChanged)) return;
     drawScheduled = true;
     const wait = Math.max(0, DRAW_EVERY_MS - (performance.now() - lastDraw));
     setTimeout(() => requestAnimationFrame(draw), wait);
@@ -503,6 +676,14 @@
     get downsampled() {
       return state.downsampled;
     },
+    /** Milliseconds from navigation start to the end of the first chart's first draw; null before. */
+    get firstDrawMs() {
+      return state.firstDrawMs;
+    },
+    /** Tasks flagged as stragglers now: [{task, median, others, ratio}]. */
+    get stragglers() {
+      return state.stragglers.map((s) => ({ ...s }));
+    },
     /** Points held for metric `name` over every task and phase. */
     seriesPointCount(name) {
       let count = 0;
@@ -519,6 +700,17 @@
     chartPoints(id) {
       const entry = charts.get(id);
       return entry && entry.u ? entry.u.data[0].length : 0;
+    },
+    /** Labels of chart `id`'s series as drawn (x axis first), or [] before it exists. */
+    chartSeries(id) {
+      const entry = charts.get(id);
+      return entry && entry.u ? entry.u.series.map((s) => s.label) : [];
+    },
+    /** Non-null values of chart `id`'s series number `index` (1 = the first task), as drawn. */
+    chartValues(id, index) {
+      const entry = charts.get(id);
+      const ys = entry && entry.u ? entry.u.data[index] || [] : [];
+      return ys.filter((y) => y != null);
     },
   });
 

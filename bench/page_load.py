@@ -1,0 +1,172 @@
+"""Job page load with a long history: a finished job with 100,000 stored points per series, opened in headless
+Chromium; how long until its loss chart is drawn.
+
+The figure is `tfdashLive.firstDrawMs`, which job_live.js sets when uPlot finishes the page's first chart draw:
+milliseconds from navigation start (performance.timeOrigin). It covers the HTML, the scripts, the WebSocket, the
+history query and its LTTB downsampling on the server (2,000 points per series), and the first draw. Real parts:
+PostgreSQL, Redis (Channels), Daphne, Chromium. Uses its own database (tfdash_pageload) and Redis database 5.
+
+    .venv/bin/python bench/page_load.py [--points 100000] [--tasks 2] [--loads 5]
+
+Target: under 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DB = "tfdash_pageload"
+os.environ.update(
+    DJANGO_SETTINGS_MODULE="config.settings",
+    DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{DB}",
+    REDIS_URL="redis://127.0.0.1:6379/5",
+    TFDASH_VAR_DIR="/tmp/tfdash-pageload",  # static files collected here, served by WhiteNoise as in production
+    DEBUG="0",
+    SECRET_KEY="bench-only",
+    LOG_LEVEL="WARNING",
+)
+CHROMIUM = os.environ.get("TFDASH_CHROMIUM", "/usr/bin/chromium")
+SERIES = ("loss", "examples_per_s")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def prepare_database() -> None:
+    import psycopg
+
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DB}")
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True)
+    subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"], cwd=ROOT, check=True)
+
+
+def make_job(points: int, tasks: int) -> int:
+    """A succeeded MultiWorkerMirrored job with `points` train points per (task, metric), written with COPY."""
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    from orchestrator.models import Cluster, Host, Job, MetricPoint, Task
+
+    user = get_user_model().objects.create_user("bench", password="bench-pass-1")
+    cluster = Cluster.objects.create(name="bench")
+    host = Host(cluster=cluster, name="bench-0", address="127.0.0.1", port_min=30000, port_max=30099)
+    host.issue_token()
+    host.save()
+    job = Job.objects.create(
+        owner=user,
+        cluster=cluster,
+        name="long history",
+        strategy="multi_worker_mirrored",
+        program_kind="script",
+        workers=tasks,
+        attempt=1,
+        state="succeeded",
+    )
+    task_ids = [
+        Task.objects.create(job=job, attempt=1, type="worker", index=i, host=host, state="succeeded").pk
+        for i in range(tasks)
+    ]
+    table = MetricPoint._meta.db_table
+    with (
+        connection.cursor() as cursor,
+        cursor.connection.cursor().copy(
+            f"COPY {table} (job_id, task_id, phase, name, step, epoch, value, ts) FROM STDIN"
+        ) as copy,
+    ):
+        for step in range(1, points + 1):
+            for i, task in enumerate(task_ids):
+                for name in SERIES:
+                    value = (1 + 0.2 * i) / step**0.5 if name == "loss" else 1000.0 - 50 * i + (step % 97)
+                    copy.write_row((job.pk, task, "train", name, step, 1 + step // 1000, value, 1.7e9 + step * 0.01))
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {table}")
+    return job.pk
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--points", type=int, default=100_000, help="stored points per series")
+    parser.add_argument("--tasks", type=int, default=2)
+    parser.add_argument("--loads", type=int, default=5, help="page loads to time (after one warm-up)")
+    args = parser.parse_args()
+
+    prepare_database()
+    import django
+
+    django.setup()
+    t0 = time.perf_counter()
+    job_id = make_job(args.points, args.tasks)
+    stored = args.points * args.tasks * len(SERIES)
+    print(f"stored {stored:,} points ({args.points:,} per series, {args.tasks * len(SERIES)} series) "
+          f"in {time.perf_counter() - t0:.1f} s")  # fmt: skip
+
+    port = free_port()
+    log = open("/tmp/bench-pageload-web.log", "wb")
+    web = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            if time.monotonic() > deadline or web.poll() is not None:
+                raise SystemExit("daphne did not start: see /tmp/bench-pageload-web.log")
+            time.sleep(0.05)
+        return measure(f"http://127.0.0.1:{port}", job_id, args.loads, args.points)
+    finally:
+        web.terminate()
+        web.wait(10)
+
+
+def measure(base: str, job_id: int, loads: int, points: int) -> int:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{base}/accounts/login/?next=/jobs/")
+        page.fill("#id_username", "bench")
+        page.fill("#id_password", "bench-pass-1")
+        page.click("form.login button[type=submit]")
+        page.wait_for_url(f"{base}/jobs/")
+        results = []
+        for attempt in range(loads + 1):  # the first load warms the server's caches and Chromium's
+            page.goto(f"{base}/jobs/{job_id}/")
+            page.wait_for_function(
+                "() => window.tfdashLive && tfdashLive.firstDrawMs !== null && tfdashLive.status === 'live'",
+                timeout=60_000,
+                polling=20,
+            )
+            first_draw, drawn, held = page.evaluate(
+                "[tfdashLive.firstDrawMs, tfdashLive.chartPoints('loss'), tfdashLive.seriesPointCount('loss')]"
+            )
+            if attempt:
+                results.append(first_draw)
+            print(f"  load {attempt}{' (warm-up)' if not attempt else ''}: first chart drawn at {first_draw:.0f} ms "
+                  f"({drawn} x values drawn, {held} loss points held of {points:,} stored per task)")  # fmt: skip
+        browser.close()
+    median = statistics.median(results)
+    print(f"navigation start -> first chart drawn: median {median:.0f} ms, min {min(results):.0f}, "
+          f"max {max(results):.0f} over {len(results)} loads (target < 1000 ms)")  # fmt: skip
+    return 0 if median < 1000 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,165 @@
+"""What the job and cluster pages show beyond the rows themselves: each host's slots and latest load, a job's facts.
+
+Plain reads, no side effects; the views stay thin and the host tables' htmx partial and the full page share them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db.models import OuterRef, Subquery
+
+from orchestrator import scheduling
+from orchestrator.models import Cluster, Host, HostSample, HostStatus, Job
+
+# A sample older than this many heartbeat timeouts is not "live" load any more (the agent stopped sampling).
+SAMPLE_FRESH_TIMEOUTS = 2.0
+
+
+@dataclass(frozen=True)
+class GpuLoad:
+    index: int
+    utilization: float | None
+    memory_used_mb: float | None
+    memory_total_mb: float | None
+
+
+@dataclass(frozen=True)
+class HostRow:
+    host: Host
+    slots: int
+    slots_used: int
+    # The latest sample, when the host is online and the sample fresh; None otherwise.
+    cpu_percent: float | None = None
+    memory_used_mb: int | None = None
+    memory_total_mb: int | None = None
+    gpus: list[GpuLoad] = field(default_factory=list)
+    sample_age_s: float | None = None
+
+    @property
+    def slots_free(self) -> int:
+        return max(0, self.slots - self.slots_used)
+
+    @property
+    def memory_percent(self) -> float | None:
+        if self.memory_used_mb is None or not self.memory_total_mb:
+            return None
+        return 100.0 * self.memory_used_mb / self.memory_total_mb
+
+
+@dataclass(frozen=True)
+class ClusterRows:
+    cluster: Cluster
+    hosts: list[HostRow]
+
+    @property
+    def slots(self) -> int:
+        return sum(h.slots for h in self.hosts)
+
+    @property
+    def slots_free(self) -> int:
+        return sum(h.slots_free for h in self.hosts if h.host.status == HostStatus.ONLINE)
+
+    @property
+    def online(self) -> int:
+        return sum(1 for h in self.hosts if h.host.status == HostStatus.ONLINE)
+
+
+def cluster_rows(now: float | None = None) -> list[ClusterRows]:
+    """Every cluster with its hosts: device slots used by active tasks (as the scheduler counts them) and the
+    host's latest CPU/memory/GPU sample. Four queries however many hosts: clusters, hosts with their latest sample
+    id (an index scan each), samples, active tasks."""
+    now = time.time() if now is None else now
+    latest = HostSample.objects.filter(host=OuterRef("pk")).order_by("-ts").values("pk")[:1]
+    hosts = list(Host.objects.select_related("cluster").annotate(latest_sample=Subquery(latest)).order_by("name"))
+    samples = HostSample.objects.in_bulk([h.latest_sample for h in hosts if h.latest_sample])  # type: ignore[attr-defined]
+    states = {s.name: s for s in scheduling.host_states(hosts)}
+    fresh_s = SAMPLE_FRESH_TIMEOUTS * float(settings.TFDASH_HEARTBEAT_TIMEOUT_S)
+    by_cluster: dict[int, list[HostRow]] = {}
+    for host in hosts:
+        state = states[host.name]
+        row = {
+            "host": host,
+            "slots": len(state.device_ids),
+            "slots_used": len(set(state.device_ids) & state.used_devices),
+        }
+        sample = samples.get(host.latest_sample)  # type: ignore[attr-defined]
+        if sample is not None and host.status == HostStatus.ONLINE and now - sample.ts <= fresh_s:
+            row.update(
+                cpu_percent=sample.cpu_percent,
+                memory_used_mb=sample.memory_used_mb,
+                memory_total_mb=sample.memory_total_mb or host.memory_total_mb,
+                gpus=[_gpu_load(g) for g in sample.gpus if isinstance(g, dict)],
+                sample_age_s=max(0.0, now - sample.ts),
+            )
+        by_cluster.setdefault(host.cluster_id, []).append(HostRow(**row))
+    return [ClusterRows(cluster=c, hosts=by_cluster.get(c.pk, [])) for c in Cluster.objects.order_by("name")]
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _gpu_load(gpu: dict[str, Any]) -> GpuLoad:
+    return GpuLoad(
+        index=int(gpu.get("index") or 0),
+        utilization=_number(gpu.get("utilization_percent", gpu.get("utilization"))),
+        memory_used_mb=_number(gpu.get("memory_used_mb")),
+        memory_total_mb=_number(gpu.get("memory_total_mb")),
+    )
+
+
+def job_facts(job: Job) -> list[tuple[str, str]]:
+    """The job's key facts in reading order: what was asked for, and what the chief (or worker 0) reported once it
+    ran (replicas in sync, batch sizes, learning rate, checkpoints). A fact not reported yet is left out."""
+    reported = job.facts or {}
+    facts: list[tuple[str, str]] = []
+    strategy = job.get_strategy_display()
+    if reported.get("strategy") and reported["strategy"] != strategy:
+        strategy += f" (TensorFlow: {reported['strategy']})"
+    facts.append(("Strategy", strategy))
+    shape = f"{job.workers} worker{'s' if job.workers != 1 else ''}"
+    if job.ps:
+        shape += f" + {job.ps} ps"
+    facts.append(("Tasks", f"{shape} × {job.devices_per_worker} device{'s' if job.devices_per_worker != 1 else ''}"))
+    program = f"built-in {job.builtin}" if job.builtin else (job.script.filename if job.script_id else "")
+    if program:
+        facts.append(("Program", program))
+    if "replicas_in_sync" in reported:
+        facts.append(("Replicas in sync", str(reported["replicas_in_sync"])))
+    batches = [
+        (label, reported[key])
+        for key, label in (
+            ("global_batch", "global"),
+            ("per_replica_batch", "per replica"),
+            ("machine_batch", "per machine"),
+            ("per_device_batch", "per device"),
+        )
+        if reported.get(key) is not None
+    ]
+    if batches:
+        facts.append(("Batch size", " · ".join(f"{label} {_plain(value)}" for label, value in batches)))
+    if reported.get("effective_learning_rate") is not None:
+        rate = _plain(reported["effective_learning_rate"])
+        base = reported.get("base_learning_rate")
+        if base is not None and reported.get("scale_lr"):
+            rate += f" (base {_plain(base)}, scaling {reported['scale_lr']}"
+            if reported.get("warmup_epochs"):
+                rate += f", warm-up {_plain(reported['warmup_epochs'])} epochs"
+            rate += ")"
+        facts.append(("Effective learning rate", rate))
+    if "checkpoint_dir" in reported:
+        facts.append(("Checkpoints", reported["checkpoint_dir"] or "off"))
+    elif job.cluster.shared_dir:
+        facts.append(("Shared folder", job.cluster.shared_dir))
+    facts.append(("Restarts", f"{max(0, job.attempt - 1)} of {job.max_restarts} allowed"))
+    return facts
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)

@@ -45,6 +45,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "orchestrator.api.signin_limit.SignInLimitMiddleware",
     "dashboard.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -100,6 +101,19 @@ WHITENOISE_USE_FINDERS = DEBUG
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
+# Shared by every web process: sign-in failure counts and API throttles (orchestrator/api/signin_limit.py).
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "tfdash",
+    }
+}
+# Failed sign-ins (login page, admin, POST /api/token/) allowed per client address before it is locked out for the
+# rest of the window.
+TFDASH_LOGIN_MAX_FAILURES = env_int("TFDASH_LOGIN_MAX_FAILURES", 5)
+TFDASH_LOGIN_LOCKOUT_S = env_int("TFDASH_LOGIN_LOCKOUT_S", 300)
+
 CELERY_BROKER_URL = REDIS_URL
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -124,6 +138,9 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
+    # Throttles key on the client address; X-Forwarded-For is believed only through this many trusted proxies.
+    "NUM_PROXIES": env_int("TFDASH_NUM_PROXIES", 0),
+    "DEFAULT_THROTTLE_RATES": {"login": env_str("TFDASH_LOGIN_RATE", "20/min")},
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "tfdash API",
@@ -131,6 +148,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "orchestrator.api.schema.declare_error_responses",
+    ],
 }
 
 # Agent liveness: a host is `offline` once no heartbeat arrived for this long; the watchdog looks this often.

@@ -17,7 +17,11 @@ class ArgsField(serializers.Field):
 
     def to_internal_value(self, data: Any) -> list[str]:
         if isinstance(data, list) and all(isinstance(v, str | int | float) for v in data):
-            return jobs.parse_args([str(v) for v in data])
+            args = [str(v) for v in data]
+            # The same bound as for one string: arguments travel in every launch order and TF_CONFIG-sized rows.
+            if sum(len(a) + 1 for a in args) > jobs.MAX_ARGS_CHARS:
+                raise serializers.ValidationError(f"Arguments are limited to {jobs.MAX_ARGS_CHARS} characters.")
+            return jobs.parse_args(args)
         if isinstance(data, str):
             try:
                 return jobs.parse_args(data)
@@ -71,6 +75,14 @@ class JobInputSerializer(serializers.Serializer):
     legacy_keras = serializers.BooleanField(default=True)
     startup_deadline_s = serializers.IntegerField(min_value=10, max_value=3600, default=120)
 
+    def validate_script(self, value: Any) -> Any:
+        # Refused on the size the upload declares, before anything reads it; the message gives the real size.
+        if value is not None and value.size > jobs.MAX_SCRIPT_BYTES:
+            raise serializers.ValidationError(
+                f"The script is {value.size:,} bytes; the limit is {jobs.MAX_SCRIPT_BYTES:,}."
+            )
+        return value
+
     def build(self, owner: AbstractBaseUser, *, require_program: bool = True) -> tuple[Job, jobs.Upload | None]:
         data = self.validated_data
         cluster = data.get("cluster") or jobs.default_cluster()
@@ -94,8 +106,8 @@ class LogLineSerializer(serializers.Serializer):
 
 
 class TaskSerializer(serializers.ModelSerializer):
-    host = serializers.CharField(source="host.name", default=None, read_only=True)
-    address = serializers.CharField(source="host.address", default=None, read_only=True)
+    host = serializers.CharField(source="host.name", default=None, allow_null=True, read_only=True)
+    address = serializers.CharField(source="host.address", default=None, allow_null=True, read_only=True)
     logs_url = serializers.SerializerMethodField()
 
     class Meta:
@@ -137,8 +149,8 @@ class FailureSerializer(serializers.Serializer):
 class JobSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
     cluster_name = serializers.CharField(source="cluster.name", read_only=True)
-    script_name = serializers.CharField(source="script.filename", default=None, read_only=True)
-    script_sha256 = serializers.CharField(source="script_id", default=None, read_only=True)
+    script_name = serializers.CharField(source="script.filename", default=None, allow_null=True, read_only=True)
+    script_sha256 = serializers.CharField(source="script_id", default=None, allow_null=True, read_only=True)
     failure = serializers.SerializerMethodField()
 
     class Meta:

@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
-from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
 from orchestrator.api.job_views import JobViewSet
-from orchestrator.api.views import ClusterViewSet, HostViewSet
+from orchestrator.api.views import ClusterViewSet, HostViewSet, TokenView, api_not_found
 
 router = DefaultRouter()
 router.register("clusters", ClusterViewSet, basename="cluster")
@@ -16,9 +15,11 @@ host_list = HostViewSet.as_view({"get": "list", "post": "create"})
 host_detail = HostViewSet.as_view({"get": "retrieve", "put": "update", "patch": "partial_update", "delete": "destroy"})
 
 urlpatterns = [
-    path("token/", obtain_auth_token, name="api-token"),
+    path("token/", TokenView.as_view(), name="api-token"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("clusters/<int:cluster_pk>/hosts/", host_list, name="cluster-hosts"),
     path("clusters/<int:cluster_pk>/hosts/<int:pk>/", host_detail, name="cluster-host-detail"),
     path("", include(router.urls)),
+    # Last: a path no route matched (`/api/jobs/abc/`) answers JSON, as the rest of the API does.
+    re_path(r"^(?P<path>[\s\S]*)$", api_not_found),
 ]

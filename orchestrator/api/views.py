@@ -2,15 +2,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.contrib.auth.decorators import login_not_required
+from django.db.models import ProtectedError, QuerySet
+from django.http import HttpRequest, JsonResponse
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
-from rest_framework import status, viewsets
+from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import exceptions, status, viewsets
+from rest_framework.authtoken.serializers import AuthTokenSerializer
+from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
 
+from orchestrator.api import signin_limit
 from orchestrator.api.permissions import IsStaffOrReadOnly
-from orchestrator.api.serializers import ClusterSerializer, HostCreatedSerializer, HostSerializer
+from orchestrator.api.serializers import ClusterSerializer, HostCreatedSerializer, HostSerializer, TokenSerializer
 from orchestrator.models import Cluster, Host
 
 
@@ -18,6 +25,18 @@ class ClusterViewSet(viewsets.ModelViewSet):
     queryset = Cluster.objects.all()
     serializer_class = ClusterSerializer
     permission_classes = [IsStaffOrReadOnly]
+
+    @extend_schema(responses={204: None, 409: OpenApiResponse(description="the cluster still has jobs")})
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        cluster = self.get_object()
+        try:
+            cluster.delete()
+        except ProtectedError:
+            return Response(
+                {"detail": f"Cluster {cluster.name} has jobs; it cannot be deleted while they are kept."},
+                status=status.HTTP_409_CONFLICT,
+            )
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class HostViewSet(viewsets.ModelViewSet):
@@ -47,3 +66,26 @@ class HostViewSet(viewsets.ModelViewSet):
         host.save()
         body = HostCreatedSerializer(host, context={**self.get_serializer_context(), "token": token}).data
         return Response(body, status=status.HTTP_201_CREATED)
+
+
+class TokenView(ObtainAuthToken):
+    """POST username and password, get the user's API token. Throttled per client address, and locked for a while
+    after repeated wrong passwords (the same lock as the login page)."""
+
+    throttle_classes = [signin_limit.SignInLockoutThrottle, ScopedRateThrottle]
+    throttle_scope = "login"
+
+    @extend_schema(request=AuthTokenSerializer, responses={200: TokenSerializer})
+    def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().post(request, *args, **kwargs)
+
+    def throttled(self, request: Request, wait: float | None) -> None:
+        # DRF adds "Expected available in N seconds."; Retry-After carries the same number.
+        raise exceptions.Throttled(wait=wait, detail="Too many sign-in attempts from your address.")
+
+
+@csrf_exempt  # it changes nothing, whatever the method
+@login_not_required
+def api_not_found(request: HttpRequest, path: str = "") -> JsonResponse:
+    """Anything under /api/ that matches no route: a JSON 404 like the API's own, not the HTML page."""
+    return JsonResponse({"detail": "Not found."}, status=404)

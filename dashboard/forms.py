@@ -7,7 +7,7 @@ from typing import Any
 from django import forms
 
 from orchestrator import jobs, scheduling
-from orchestrator.models import Cluster, Job, Strategy
+from orchestrator.models import Cluster, Job, RestartPolicy, Strategy
 
 
 class JobForm(forms.Form):
@@ -23,6 +23,22 @@ class JobForm(forms.Form):
     devices_per_worker = forms.IntegerField(min_value=0, max_value=10_000, initial=1)
     labels = forms.CharField(required=False, max_length=500, help_text="place only on hosts with all these labels")
     max_restarts = forms.IntegerField(min_value=0, max_value=100, initial=0)
+    # Optional (the job's defaults apply), so older clients and scripted posts without them keep working.
+    restart_policy = forms.TypedChoiceField(
+        choices=RestartPolicy.choices,
+        required=False,
+        empty_value=None,
+        initial=RestartPolicy.EXIT_CODE,
+        help_text="which failures use a restart; a restart resumes from the job's last checkpoint",
+    )
+    progress_timeout_s = forms.IntegerField(
+        label="Hang timeout (s)",
+        required=False,
+        min_value=0,
+        max_value=86_400,
+        initial=600,
+        help_text="a running job with no new metric point or log line for this long is restarted or failed (0: off)",
+    )
     legacy_keras = forms.BooleanField(
         required=False, initial=True, label="tf.keras is tf_keras (TF_USE_LEGACY_KERAS=1)"
     )
@@ -52,6 +68,8 @@ def initial_from(job: Job) -> dict[str, Any]:
         "devices_per_worker": job.devices_per_worker,
         "labels": job.labels,
         "max_restarts": job.max_restarts,
+        "restart_policy": job.restart_policy,
+        "progress_timeout_s": job.progress_timeout_s,
         "legacy_keras": job.legacy_keras,
         "startup_deadline_s": job.startup_deadline_s,
     }

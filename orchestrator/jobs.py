@@ -60,6 +60,8 @@ SHAPE_FIELDS = (
     "devices_per_worker",
     "labels",
     "max_restarts",
+    "restart_policy",
+    "progress_timeout_s",
     "legacy_keras",
     "startup_deadline_s",
 )

@@ -8,7 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from orchestrator import jobs
-from orchestrator.models import Cluster, Job, Strategy, Task
+from orchestrator.models import Cluster, Job, RestartPolicy, Strategy, Task
 
 
 @extend_schema_field(serializers.ListField(child=serializers.CharField()))
@@ -72,6 +72,10 @@ class JobInputSerializer(serializers.Serializer):
     devices_per_worker = serializers.IntegerField(min_value=0, max_value=10_000, default=1)
     labels = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
     max_restarts = serializers.IntegerField(min_value=0, max_value=100, default=0)
+    restart_policy = serializers.ChoiceField(choices=RestartPolicy.choices, default=RestartPolicy.EXIT_CODE)
+    progress_timeout_s = serializers.IntegerField(
+        min_value=0, max_value=86_400, default=600, help_text="no metric point or log line for this long: hung (0: off)"
+    )
     legacy_keras = serializers.BooleanField(default=True)
     startup_deadline_s = serializers.IntegerField(min_value=10, max_value=3600, default=120)
 
@@ -173,11 +177,15 @@ class JobSerializer(serializers.ModelSerializer):
             "devices_per_worker",
             "labels",
             "max_restarts",
+            "restart_policy",
+            "progress_timeout_s",
             "legacy_keras",
             "startup_deadline_s",
             "state",
             "reason",
             "attempt",
+            "restarts",
+            "restart_reason",
             "failure",
             "facts",
             "created_at",

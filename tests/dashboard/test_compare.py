@@ -318,6 +318,8 @@ def test_run_again_fills_in_the_form_from_the_job(client, alice, online_hosts):
         "devices_per_worker": 1,
         "labels": "fast",
         "max_restarts": 2,
+        "restart_policy": "exit_code",
+        "progress_timeout_s": 600,
         "legacy_keras": False,
         "startup_deadline_s": 300,
     }

@@ -111,7 +111,7 @@ def test_a_program_that_stops_making_progress_is_ended_with_the_reason(api, host
     )  # fmt: skip
     assert response.status_code == 201, response.content
     job_id = response.json()["id"]
-    Job.objects.filter(pk=job_id).update(progress_timeout_s=5)  # (until the API carries it)
+    assert Job.objects.get(pk=job_id).progress_timeout_s == 5
     running = wait_for_job(job_id, ("running",), timeout=60)
 
     job = wait_for_job(job_id, timeout=30)

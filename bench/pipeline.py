@@ -24,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 DB = "tfdash_bench"
@@ -82,14 +84,14 @@ def wait_line(path: str, text: str, timeout: float = 30) -> None:
 class FakeTask:
     """A TF process as the agent sees it: JSON lines written to the task's metrics pipe."""
 
-    def __init__(self, task_id: int, send) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, task_id: int, send, first_step: int = 0) -> None:  # type: ignore[no-untyped-def]
         from worker_agent.metrics_pipe import MetricsPipe
 
         self.pipe = MetricsPipe(task_id, 1, send)
         self.writer = os.fdopen(os.dup(self.pipe.write_fd), "w", buffering=1)
         self.pipe.child_started()
         self.pipe.start(f"bench-{task_id}")
-        self.step = 0
+        self.step = first_step  # a later phase must not repeat a step: it would be an update, not a new point
 
     def emit(self, metrics: dict[str, float]) -> None:
         self.step += 1
@@ -109,6 +111,7 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=10.0, help="events per second per task")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--ingest-points", type=int, default=200_000)
+    parser.add_argument("--crowd", type=int, default=50, help="viewers on one job in the crowd phase (0: skip)")
     args = parser.parse_args()
 
     prepare_database()
@@ -157,7 +160,15 @@ def main() -> int:
     try:
         wait_port(port)
         wait_line("/tmp/bench-ingest.log", "ready")
-        latency(args, port, session.session_key, jobs, tasks, outboxes)
+        web = psutil.Process(procs[0].pid)
+        one_each = [job.pk for job in jobs]
+        latency(args, port, session.session_key, tasks, outboxes, one_each, "one viewer per job", 0)
+        if args.crowd:
+            before = web.memory_info().rss
+            crowd = [jobs[0].pk] * args.crowd
+            latency(args, port, session.session_key, tasks, outboxes, crowd, f"{args.crowd} viewers on one job", 10**6)
+            print(f"crowd: web server memory {before / 2**20:.0f} MiB before, {web.memory_info().rss / 2**20:.0f} MiB "
+                  f"with {args.crowd} viewers connected")  # fmt: skip
         ingest_rate(args, tasks, outboxes, MetricPoint)
     finally:
         for proc in procs:
@@ -167,22 +178,24 @@ def main() -> int:
     return 0
 
 
-def latency(args, port, session_key, jobs, tasks, outboxes) -> None:  # type: ignore[no-untyped-def]
+def latency(args, port, session_key, tasks, outboxes, watch, label, first_step) -> None:  # type: ignore[no-untyped-def]
+    """Every job's tasks report at args.rate for args.seconds while a socket is open for each job id in `watch`."""
     import websockets
 
     received: list[float] = []
-    expected = int(args.jobs * args.tasks * args.rate * args.seconds)
+    per_job = int(args.tasks * args.rate * args.seconds)
+    expected = per_job * len(watch)
     ready = threading.Event()
     stop = threading.Event()
 
-    async def watch(job_id: int, connected: list[int]) -> None:
+    async def viewer(job_id: int, connected: list[int]) -> None:
         url = f"ws://127.0.0.1:{port}/ws/jobs/{job_id}/"
         headers = {"Cookie": f"sessionid={session_key}"}
         async with websockets.connect(url, additional_headers=headers, origin=f"http://127.0.0.1:{port}") as ws:
             while json.loads(await ws.recv())["type"] != "history_end":
                 pass
             connected.append(job_id)
-            if len(connected) == len(jobs):
+            if len(connected) == len(watch):
                 ready.set()
             while not stop.is_set():
                 try:
@@ -195,13 +208,13 @@ def latency(args, port, session_key, jobs, tasks, outboxes) -> None:  # type: ig
 
     async def viewers() -> None:
         connected: list[int] = []
-        await asyncio.gather(*(watch(job.pk, connected) for job in jobs))
+        await asyncio.gather(*(viewer(job_id, connected) for job_id in watch))
 
     viewer_thread = threading.Thread(target=lambda: asyncio.run(viewers()), daemon=True)
     viewer_thread.start()
     if not ready.wait(30):
         raise SystemExit("the WebSocket viewers did not connect")
-    fakes = [FakeTask(task.pk, outboxes[task.index].send) for _job, task in tasks]
+    fakes = [FakeTask(task.pk, outboxes[task.index].send, first_step) for _job, task in tasks]
     interval = 1.0 / args.rate
     start = time.monotonic()
     tick = 0
@@ -219,10 +232,10 @@ def latency(args, port, session_key, jobs, tasks, outboxes) -> None:  # type: ig
     received_ms = sorted(x * 1000 for x in received)
     q = statistics.quantiles(received_ms, n=100) if len(received_ms) > 1 else [float("nan")] * 99
     print(
-        f"latency: {args.jobs} jobs x {args.tasks} tasks x {args.rate:g} events/s for {args.seconds:g} s: "
-        f"points sent {expected}, received by viewers {len(received_ms)}"
+        f"latency ({label}): {args.jobs} jobs x {args.tasks} tasks x {args.rate:g} events/s for {args.seconds:g} s: "
+        f"points due to viewers {expected}, received {len(received_ms)}"
     )
-    print(f"latency TF-side timestamp -> WebSocket frame: p50 {q[49]:.1f} ms, p95 {q[94]:.1f} ms, p99 {q[98]:.1f} ms")
+    print(f"  TF-side timestamp -> WebSocket frame: p50 {q[49]:.1f} ms, p95 {q[94]:.1f} ms, p99 {q[98]:.1f} ms")
 
 
 def ingest_rate(args, tasks, outboxes, MetricPoint) -> None:  # type: ignore[no-untyped-def]

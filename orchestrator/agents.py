@@ -131,6 +131,7 @@ def _reconcile(host: Host, payload: dict[str, Any]) -> None:
         log.warning("reconciled agent on %s: tasks %s are over, tasks %s killed", host.name, done.lost, done.killed)
 
 
+_first_check: float | None = None
 _last_check: float | None = None
 
 
@@ -138,9 +139,15 @@ def mark_silent_hosts_offline() -> list[str]:
     """Flip hosts whose heartbeats stopped to offline, unless this side cannot currently tell silence from its own
     delay: a host is only judged while the orchestrator reads reports promptly and its watchdog ticks on time (the
     Kubernetes node controller pauses evictions in the same spirit when the control plane itself is the problem)."""
-    global _last_check
+    global _first_check, _last_check
     timeout_s = settings.TFDASH_HEARTBEAT_TIMEOUT_S
     now = time.monotonic()
+    if _first_check is None:
+        _first_check = now
+    if now - _first_check < timeout_s:
+        # A watchdog that has not listened for a whole timeout cannot call anyone silent: after an orchestrator
+        # restart every stored heartbeat is old, and the fresh ones are still on their way.
+        return []
     previous, _last_check = _last_check, now
     if previous is not None and now - previous > timeout_s / 2:
         log.warning("watchdog ran %.1f s after its previous tick; not judging host liveness this tick", now - previous)

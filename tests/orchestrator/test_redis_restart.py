@@ -90,21 +90,15 @@ class Deployment:
         self.workdir = workdir
         self.web_port = _free_port()
         self.web_url = f"http://127.0.0.1:{self.web_port}"
+        self.label = "redis-restart"  # the prefix of its processes' logs in test-artifacts/
         self.procs: dict[str, ManagedProcess] = {}
+        self.previous: list[tuple[str, ManagedProcess]] = []  # processes replaced by `restart`, for their logs
 
     def start(self, agents: dict[str, str]) -> None:
         py = sys.executable
-        self.procs["orchestrator"] = ManagedProcess(
-            "orchestrator",
-            [py, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B", "--pool", "threads", "-c", "4",
-             "-l", "INFO", "--hostname", "orchestrator-restart@%h", "-s", str(self.workdir / "beat-schedule")],
-            self.env,
-        )  # fmt: skip
+        self._start_orchestrator()
         self.procs["ingest"] = ManagedProcess("ingest", [py, "manage.py", "ingest_metrics"], self.env)
-        self.procs["web"] = ManagedProcess(
-            "web", [py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port), "config.asgi:application"],
-            self.env,
-        )  # fmt: skip
+        self._start_web()
         for host, token in agents.items():
             agent_env = {**os.environ, "TFDASH_AGENT_TOKEN": token, "PYTHONUNBUFFERED": "1"}
             agent_env.pop("DJANGO_SETTINGS_MODULE", None)  # the agent must work without Django
@@ -117,6 +111,36 @@ class Deployment:
         self.procs["orchestrator"].wait_for_line(r"orchestrator-restart@\S+ ready", timeout=60)
         self.procs["ingest"].wait_for_line(r"metrics ingest \S+ ready", timeout=60)
         wait_until(self._web_accepts, timeout=60, interval=0.1, what="the web server to accept connections")
+
+    def _start_orchestrator(self) -> None:
+        self.procs["orchestrator"] = ManagedProcess(
+            "orchestrator",
+            [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B", "--pool", "threads",
+             "-c", "4", "-l", "INFO", "--hostname", "orchestrator-restart@%h",
+             "-s", str(self.workdir / "beat-schedule")],
+            self.env,
+        )  # fmt: skip
+
+    def _start_web(self) -> None:
+        self.procs["web"] = ManagedProcess(
+            "web",
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port), "config.asgi:application"],
+            self.env,
+        )  # fmt: skip
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a service's whole process group, as a crash would."""
+        self.previous.append((name, self.procs[name]))
+        self.procs[name].kill()
+
+    def start_again(self, name: str) -> None:
+        """A fresh process for a killed service (the orchestrator or the web server), waited for until it serves."""
+        if name == "orchestrator":
+            self._start_orchestrator()
+            self.procs[name].wait_for_line(r"orchestrator-restart@\S+ ready", timeout=60)
+        else:
+            self._start_web()
+            wait_until(self._web_accepts, timeout=60, interval=0.1, what="the web server to accept connections")
 
     def _web_accepts(self) -> bool:
         web = self.procs["web"]
@@ -139,7 +163,9 @@ class Deployment:
                     proc.terminate(timeout=20)
         for name, proc in self.procs.items():
             proc.stop()
-            (self.artifacts / f"redis-restart-{name}.log").write_text(proc.output())
+            (self.artifacts / f"{self.label}-{name}.log").write_text(proc.output())
+        for i, (name, proc) in enumerate(self.previous):
+            (self.artifacts / f"{self.label}-{name}-before-restart-{i}.log").write_text(proc.output())
 
 
 @pytest.fixture

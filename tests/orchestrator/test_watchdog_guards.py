@@ -27,6 +27,7 @@ def silent_host() -> Host:
     host.save()
     counters._client().delete("tfdash:readings:" + agents.REPORT_LAG)
     agents._last_check = None
+    agents._first_check = time.monotonic() - settings.TFDASH_HEARTBEAT_TIMEOUT_S  # listening long enough
     return host
 
 
@@ -56,4 +57,12 @@ def test_a_watchdog_that_was_itself_stalled_skips_one_tick(silent_host: Host) ->
     agents._last_check = time.monotonic() - settings.TFDASH_HEARTBEAT_TIMEOUT_S
 
     assert agents.mark_silent_hosts_offline() == []
+    assert silent_host.name in agents.mark_silent_hosts_offline()
+
+
+def test_a_watchdog_that_just_started_listens_for_a_whole_timeout_before_judging(silent_host: Host) -> None:
+    agents._first_check = None
+
+    assert agents.mark_silent_hosts_offline() == []  # e.g. the orchestrator was restarted: every heartbeat is old
+    agents._first_check = time.monotonic() - settings.TFDASH_HEARTBEAT_TIMEOUT_S
     assert silent_host.name in agents.mark_silent_hosts_offline()

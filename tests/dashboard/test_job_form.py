@@ -280,6 +280,15 @@ def test_the_calculator_follows_the_runtimes_formulas_as_the_inputs_change(
     page.fill("#id_ps", "0")
     page.click("text=Preview plan")
     expect(page.locator("#error-ps")).to_contain_text("parameter_server needs at least 1 ps", timeout=WAIT_MS)
+    # Launching the bad form (with a script chosen): the page comes back with the error next to the field, and
+    # nothing was created.
+    page.set_input_files(
+        "#id_script", files=[{"name": "train.py", "mimeType": "text/x-python", "buffer": b"print(1)\n"}]
+    )
+    page.get_by_role("button", name="Launch").click()
+    page.wait_for_load_state()
+    expect(page.locator("#error-ps")).to_contain_text("parameter_server needs at least 1 ps", timeout=WAIT_MS)
+    assert orm(lambda: Job.objects.count()) == 0
     page.fill("#id_ps", "1")
     page.click("text=Preview plan")
     expect(page.locator("#plan .plan-task")).to_have_count(3, timeout=WAIT_MS)

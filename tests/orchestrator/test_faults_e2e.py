@@ -20,13 +20,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def api(django_user_model) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(django_user_model.objects.create_user("alice", password="pw-alice-123"))
-    return client
-
-
-@pytest.fixture
 def hosts(orchestrator, start_agent, tmp_path):
     """Two hosts with 2 device slots each and a shared folder (where checkpoints survive a restart on any host)."""
     cluster = factories.cluster()

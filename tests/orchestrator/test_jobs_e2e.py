@@ -27,18 +27,6 @@ FINAL = ("succeeded", "failed", "cancelled")
 
 
 @pytest.fixture
-def user(django_user_model):
-    return django_user_model.objects.create_user("alice", password="pw-alice-123")
-
-
-@pytest.fixture
-def api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
-
-
-@pytest.fixture
 def cluster_of(orchestrator, start_agent):
     """Register N hosts (2 CPU device slots each, disjoint port ranges), start a real agent for each, wait online."""
 
@@ -186,7 +174,7 @@ def test_cancel_during_training_kills_every_process(api, cluster_of):
     )
 
 
-def test_a_script_that_raises_fails_the_job_with_task_exit_code_and_traceback(api, cluster_of, client, user):
+def test_a_script_that_raises_fails_the_job_with_task_exit_code_and_traceback(api, cluster_of, client, alice):
     cluster_of(1)
     job_id = submit(api, "raises.py", strategy="mirrored", workers=1, devices_per_worker=1)
 
@@ -202,7 +190,7 @@ def test_a_script_that_raises_fails_the_job_with_task_exit_code_and_traceback(ap
     assert failure["task"] == "worker 0 on e2e-0"
     assert failure["exit_code"] == 1
     assert failure["log_tail"][-1] == "RuntimeError: the user's bug: bad shape in layer dense_1"
-    client.force_login(user)
+    client.force_login(alice)
     page = client.get(f"/jobs/{job_id}/").content.decode()
     assert "worker 0 on e2e-0 failed with exit code 1" in page
     assert "RuntimeError: the user&#x27;s bug: bad shape in layer dense_1" in page

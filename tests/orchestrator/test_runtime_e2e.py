@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from rest_framework.test import APIClient
 
 from orchestrator.models import Host, HostStatus, Job, MetricPoint
 from tests import factories
@@ -13,13 +12,6 @@ from tests.orchestrator.test_jobs_e2e import PROGRAMS, log_text, wait_for_job
 from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def api(django_user_model) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(django_user_model.objects.create_user("alice", password="pw-alice-123"))
-    return client
 
 
 @pytest.fixture

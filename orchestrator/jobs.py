@@ -95,7 +95,8 @@ def check_script(upload: Upload) -> list[str]:
     try:
         compile(source, upload.filename, "exec")
     except SyntaxError as exc:
-        return [f"Syntax error in {upload.filename} line {exc.lineno}: {exc.msg}."]
+        where = f" line {exc.lineno}" if exc.lineno is not None else ""  # a NUL byte has no line
+        return [f"Syntax error in {upload.filename}{where}: {exc.msg}."]
     return []
 
 

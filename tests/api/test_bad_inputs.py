@@ -192,7 +192,7 @@ ROWS = [
         "/api/jobs/",
         upload(script=script(content=b"x = 1\x00\n")),
         format="multipart",
-        says="null bytes",
+        says="Syntax error in train.py: source code string cannot contain null bytes.",
     ),
     Row(
         "a .py that does not compile",

@@ -347,24 +347,32 @@ def host_lost(host_id: int, host_name: str) -> list[int]:
         with transaction.atomic():
             job = Job.objects.select_for_update().get(pk=job_id)
             lost = list(job.tasks.select_for_update().filter(host_id=host_id, state__in=ACTIVE_TASK_STATES))
-            now = timezone.now()
-            live = [t for t in lost if _is_live_task(job, t) and t.state != TaskState.STOPPING]
-            for task in lost:
-                _finish_task(task, TaskState.LOST, None, f"host {host_name} stopped answering", now)
-            if live:
-                names = ", ".join(str(t) for t in live)
-                # A ParameterServer job goes on without lost workers; anything else lost takes the gang with it.
-                gang = [
-                    t for t in live if not (job.strategy == Strategy.PARAMETER_SERVER and t.type == TaskType.WORKER)
-                ]
-                first = (gang or live)[0]
-                first.job = job
-                retryable = restarts.retryable(job.restart_policy, None, lost=True)
-                task_failed(first, f"host {host_name} went offline; lost {names}", retryable, host_gone=True)
-                if job.state == JobState.FAILED:
-                    failed.append(job_id)
-            schedule_later(job.cluster_id)
+            ended_before = job.is_terminal
+            detail = f"host {host_name} stopped answering"
+            lose_tasks(job, [(t, detail) for t in lost], f"host {host_name} went offline", host_gone=True)
+            if not ended_before and job.state == JobState.FAILED:
+                failed.append(job_id)
     return failed
+
+
+def lose_tasks(
+    job: Job, gone: list[tuple[Task, str]], reason: str, *, host_gone: bool, stopping_as: str = TaskState.LOST
+) -> None:
+    """Tasks whose processes are gone (the caller holds the job's and their locks), each with its detail: they end
+    `lost` (a task we were stopping ends `stopping_as`), and a live one sends the job through its restart policy,
+    the gang before a ParameterServer worker (whose job goes on without it)."""
+    now = timezone.now()
+    live = [t for t, _ in gone if _is_live_task(job, t) and t.state != TaskState.STOPPING]
+    for task, detail in gone:
+        _finish_task(task, stopping_as if task.state == TaskState.STOPPING else TaskState.LOST, None, detail, now)
+    if live:
+        first = ([t for t in live if not _is_ps_worker(job, t)] or live)[0]
+        first.job = job  # the locked row
+        retryable = restarts.retryable(job.restart_policy, None, lost=True)
+        names = ", ".join(str(t) for t in live)
+        task_failed(first, f"{reason}; lost {names}", retryable, host_gone=host_gone)
+    # Their ports and devices are free now.
+    schedule_later(job.cluster_id)
 
 
 # --- hang detection ------------------------------------------------------------------------------------------------

@@ -22,8 +22,8 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from orchestrator import dispatch, lifecycle, restarts
-from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, JobState, Strategy, Task, TaskState, TaskType
+from orchestrator import dispatch, lifecycle
+from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task, TaskState
 from worker_agent.protocol import TaskReport
 
 log = logging.getLogger(__name__)
@@ -64,32 +64,13 @@ def reconcile_host(host: Host, report: TaskReport, sent_at: float) -> Reconciled
 
 
 def _tasks_gone(job: Job, gone: list[tuple[Task, str]], host: Host) -> None:
-    """Mark tasks whose processes are gone; a live one sends the job through its restart policy, as host_lost does.
-
-    The agent is back, so unlike a lost host a ParameterServer worker may be relaunched in place (host_gone=False).
-    """
-    now = timezone.now()
-    live = [t for t, _ in gone if _is_live(job, t) and t.state != TaskState.STOPPING]
+    """The agent is back, so unlike a lost host a ParameterServer worker may be relaunched in place; a task being
+    stopped is where the orchestrator wanted it: killed."""
     for task, detail in gone:
-        # A task being stopped is where the orchestrator wanted it: killed. Anything else vanished: lost.
-        task.state = TaskState.KILLED if task.state == TaskState.STOPPING else TaskState.LOST
-        task.exit_code, task.finished_at, task.detail = None, now, detail[:2000]
-        task.save(update_fields=["state", "exit_code", "finished_at", "detail"])
-        log.warning("task %s (%s) of job %s is %s: %s", task.pk, task.label, job.pk, task.state, detail)
-    if live:
-        names = ", ".join(str(t) for t in live)
-        gang = [t for t in live if not (job.strategy == Strategy.PARAMETER_SERVER and t.type == TaskType.WORKER)]
-        first = (gang or live)[0]
-        first.job = job  # the locked row
-        retryable = restarts.retryable(job.restart_policy, None, lost=True)
-        lifecycle.task_failed(first, f"the agent on {host.name} restarted; lost {names}", retryable)
-    # Their ports and devices are free now.
-    lifecycle.schedule_later(job.cluster_id)
-
-
-def _is_live(job: Job, task: Task) -> bool:
-    # lifecycle._is_live_task's rule: what happens to the task still matters to the job.
-    return not job.is_terminal and job.state != JobState.RESTARTING and task.attempt == job.attempt
+        log.warning("task %s (%s) of job %s is over: %s", task.pk, task.label, job.pk, detail)
+    lifecycle.lose_tasks(
+        job, gone, f"the agent on {host.name} restarted", host_gone=False, stopping_as=TaskState.KILLED
+    )
 
 
 def _kill_strays(host: Host, report: TaskReport) -> list[int]:

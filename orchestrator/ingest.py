@@ -23,8 +23,8 @@ from typing import Any
 
 from django.db import DatabaseError, DataError, IntegrityError, connection, transaction
 
-from orchestrator import agents, counters, live
-from orchestrator.models import ACTIVE_TASK_STATES, Host, HostSample, Job, JobArtifact, MetricPoint, Task, TaskType
+from orchestrator import agents, counters, lifecycle, live
+from orchestrator.models import ACTIVE_TASK_STATES, Host, HostSample, Job, JobArtifact, MetricPoint, Task
 from worker_agent.protocol import (
     HOST_SAMPLES,
     MAX_ARTIFACT_BYTES,
@@ -265,7 +265,7 @@ def _write(batch: _Batch) -> None:
         batch.stored_points = _upsert_points(batch.points)
     for task, facts in batch.facts.values():
         Task.objects.filter(pk=task.pk).update(facts=facts)
-        if (task.type, task.index) in ((TaskType.CHIEF, 0), (TaskType.WORKER, 0)) and _speaks_for_job(task):
+        if (task.type, task.index) == lifecycle.success_task(task.job):  # the task whose exit decides the job
             Job.objects.filter(pk=task.job_id).update(facts=facts)
     rows = [row for _host, host_rows in batch.samples.values() for row in host_rows]
     if rows:
@@ -377,12 +377,6 @@ def _maybe_int(value: Any) -> int | None:
     return (
         int(value) if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) else None
     )
-
-
-def _speaks_for_job(task: Task) -> bool:
-    """The chief speaks for a ParameterServer job; worker 0 for the others."""
-    has_chief = task.job.strategy == "parameter_server"
-    return task.type == (TaskType.CHIEF if has_chief else TaskType.WORKER)
 
 
 def handle_task_artifact(payload: Any) -> JobArtifact | None:

@@ -12,7 +12,6 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
 from orchestrator.models import Host, HostStatus, Job, MetricPoint, Task
-from tests import factories
 from tests.orchestrator.test_jobs_e2e import log_text, wait_for_job
 from tests.support.processes import wait_until
 
@@ -20,17 +19,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def hosts(orchestrator, start_agent, tmp_path):
-    """Two hosts with 2 device slots each and a shared folder (where checkpoints survive a restart on any host)."""
-    cluster = factories.cluster()
-    cluster.shared_dir = str(tmp_path / "shared")
-    cluster.save()
-    for i in range(2):
-        host, token = factories.host(f"ft-{i}", port_min=28500 + 10 * i)
-        Host.objects.filter(pk=host.pk).update(port_max=28500 + 10 * i + 9, cpu_slots=2)
-        start_agent(host.name, token)
-    wait_until(lambda: Host.objects.filter(status=HostStatus.ONLINE).count() == 2, 30, what="2 hosts online")
-    return cluster
+def hosts(cluster_sharing_a_folder):
+    return cluster_sharing_a_folder(2, "ft", 28500)
 
 
 def builtin_job(api: APIClient, strategy: str, config: dict, **shape) -> int:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from orchestrator.models import Host, HostStatus, Job, MetricPoint
-from tests import factories
+from orchestrator.models import Job, MetricPoint
 from tests.orchestrator.test_jobs_e2e import PROGRAMS, log_text, wait_for_job
 from tests.support.processes import wait_until
 
@@ -15,16 +14,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def three_agents(orchestrator, start_agent, tmp_path):
-    cluster = factories.cluster()
-    cluster.shared_dir = str(tmp_path / "shared")
-    cluster.save()
-    for i in range(3):
-        host, token = factories.host(f"rt-{i}", port_min=28000 + 10 * i)
-        Host.objects.filter(pk=host.pk).update(port_max=28000 + 10 * i + 9, cpu_slots=2)
-        start_agent(host.name, token)
-    wait_until(lambda: Host.objects.filter(status=HostStatus.ONLINE).count() == 3, 30, what="3 hosts online")
-    return cluster
+def three_agents(cluster_sharing_a_folder):
+    return cluster_sharing_a_folder(3, "rt", 28000)
 
 
 SHAPES = {

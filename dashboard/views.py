@@ -227,10 +227,16 @@ def job_live(request: HttpRequest, job_id: int) -> HttpResponse:
 
 
 def _task_names(job: Job) -> dict[int, str]:
-    """What the charts call each task the job ever ran (metric points name tasks by id), earlier placements marked."""
+    """What the charts call each task the job ever ran (metric points name tasks by id), earlier placements marked.
+
+    "Earlier" is judged against the newest placement among the tasks read here, not `job.attempt` read a moment
+    before: a job placed between the two reads (a page opened right after submitting) would mark its only placement.
+    """
+    tasks = list(job.tasks.values_list("pk", "type", "index", "attempt"))
+    newest = max((attempt for *_, attempt in tasks), default=0)
     return {
-        pk: f"{kind} {index}" + ("" if attempt == job.attempt else f" (placement {attempt})")
-        for pk, kind, index, attempt in job.tasks.values_list("pk", "type", "index", "attempt")
+        pk: f"{kind} {index}" + ("" if attempt == newest else f" (placement {attempt})")
+        for pk, kind, index, attempt in tasks
     }
 
 

@@ -150,3 +150,13 @@ def test_the_log_panel_can_show_an_earlier_placements_task_but_no_other_jobs(cli
 
     assert "(placement 1)" in mine and "boom" in mine
     assert "someone else" not in crossed
+
+
+def test_chart_names_mark_only_earlier_placements_even_when_the_job_was_placed_after_it_was_read(alice):
+    from dashboard.views import _task_names
+
+    job = a_job(alice, state="queued", attempt=0)  # what the page read, just before the scheduler placed it
+    first = Task.objects.create(job=job, attempt=1, type="worker", index=0)
+    assert _task_names(job) == {first.pk: "worker 0"}
+    again = Task.objects.create(job=job, attempt=2, type="worker", index=0)
+    assert _task_names(job) == {first.pk: "worker 0 (placement 1)", again.pk: "worker 0"}

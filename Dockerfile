@@ -6,6 +6,7 @@ WORKDIR /app
 
 COPY pyproject.toml README.md ./
 COPY config ./config
+COPY contracts ./contracts
 COPY orchestrator ./orchestrator
 COPY dashboard ./dashboard
 COPY worker_agent ./worker_agent

@@ -6,7 +6,7 @@ import os
 
 from celery import Celery
 
-from worker_agent.protocol import ORCHESTRATOR_QUEUE
+from contracts.protocol import ORCHESTRATOR_QUEUE
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 

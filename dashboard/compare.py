@@ -3,8 +3,9 @@
 The seed's "run both on your hardware and compare": per job, the wall time of each epoch, the throughput, the final
 loss and accuracy, and the epoch-end metrics as series for charts overlaid on an epoch or a wall-time axis.
 
-Whose numbers: epoch-end metrics are those of the task that speaks for the job (`lifecycle.success_task`: the chief
-of a ParameterServer job, worker 0 otherwise; the same task whose facts become `Job.facts`). A job restarted from a
+Whose numbers: epoch-end metrics are those of the task that speaks for the job
+(`contracts.strategies.speaks_for_job`: the chief of a ParameterServer job, worker 0 otherwise; the same task whose
+facts become `Job.facts`). A job restarted from a
 checkpoint reports some epochs twice (once per placement); the later placement's report of an epoch wins.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 
 from django.db.models import Avg, QuerySet
 
-from orchestrator import lifecycle
+from contracts.strategies import speaks_for_job
 from orchestrator.models import TERMINAL_JOB_STATES, Job, MetricPoint, Task
 
 MIN_JOBS = 2
@@ -186,7 +187,7 @@ def _runs(jobs: list[Job], tasks: list[Task]) -> list[JobRun]:
         tasks_of[task.job_id].append(task)
     speakers: dict[int, Task] = {}  # task id -> task, for every placement's speaking task
     for job in jobs:
-        kind, index = lifecycle.success_task(job)
+        kind, index = speaks_for_job(job.strategy)
         speakers.update({t.pk: t for t in tasks_of[job.pk] if (t.type, t.index) == (kind, index)})
 
     points: dict[int, list[tuple[Task, int, str, float, float]]] = defaultdict(list)
@@ -200,7 +201,7 @@ def _runs(jobs: list[Job], tasks: list[Task]) -> list[JobRun]:
     for job in jobs:
         starts = [t.started_at for t in tasks_of[job.pk] if t.started_at is not None]
         first_start = min(starts) if starts else job.started_at
-        kind, index = lifecycle.success_task(job)
+        kind, index = speaks_for_job(job.strategy)
         runs.append(
             JobRun(
                 job=job,

@@ -16,8 +16,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db import connection
 
-from orchestrator.downsample import lttb
-from orchestrator.live import POINT_COLUMNS, group_name
+from orchestrator.metrics.downsample import lttb
+from orchestrator.metrics.live import POINT_COLUMNS, group_name
 from orchestrator.models import Job, MetricPoint
 
 HISTORY_POINTS_PER_SERIES = 2000

@@ -6,18 +6,19 @@ from typing import Any
 
 from django import forms
 
-from orchestrator import jobs, scheduling
+from orchestrator.control import scheduling, submission
 from orchestrator.models import Cluster, Job, RestartPolicy, Strategy
 
 
 class JobForm(forms.Form):
-    """The job form; every rule lives in orchestrator.jobs.validate, whose messages land next to their field."""
+    """The job form; every rule lives in orchestrator.control.submission.validate, whose messages land next to their
+    field."""
 
     name = forms.CharField(max_length=200)
     cluster = forms.ModelChoiceField(queryset=Cluster.objects.all(), empty_label=None)
     strategy = forms.ChoiceField(choices=Strategy.choices)
     script = forms.FileField(required=False, help_text="your tf.distribute training script (.py)")
-    args = forms.CharField(required=False, max_length=jobs.MAX_ARGS_CHARS, help_text="e.g. --epochs 3 --out .")
+    args = forms.CharField(required=False, max_length=submission.MAX_ARGS_CHARS, help_text="e.g. --epochs 3 --out .")
     workers = forms.IntegerField(min_value=0, max_value=10_000, initial=2)
     ps = forms.IntegerField(label="Parameter servers", min_value=0, max_value=10_000, initial=0)
     devices_per_worker = forms.IntegerField(min_value=0, max_value=10_000, initial=1)
@@ -44,10 +45,10 @@ class JobForm(forms.Form):
     )
     startup_deadline_s = forms.IntegerField(label="Start-up deadline (s)", min_value=10, max_value=3600, initial=120)
 
-    def build(self, owner: object) -> tuple[Job, jobs.Upload | None]:
-        """The unsaved job and its upload; raises jobs.JobInvalid (e.g. for arguments that cannot be split)."""
+    def build(self, owner: object) -> tuple[Job, submission.Upload | None]:
+        """The unsaved job and its upload; raises submission.JobInvalid (e.g. for arguments that cannot be split)."""
         data = self.cleaned_data
-        return jobs.new_job(owner, data["cluster"], data, data.get("script"))
+        return submission.new_job(owner, data["cluster"], data, data.get("script"))
 
     def add_job_errors(self, errors: dict[str, list[str]]) -> None:
         for field, messages in errors.items():

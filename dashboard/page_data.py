@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import OuterRef, Subquery
 
-from orchestrator import scheduling
+from orchestrator.control import scheduling
 from orchestrator.models import Cluster, Host, HostSample, HostStatus, Job
 
 # A sample older than this many heartbeat timeouts is not "live" load any more (the agent stopped sampling).

@@ -12,12 +12,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from contracts.run_config import RunConfig
 from dashboard import compare, page_data
 from dashboard.forms import JobForm, cluster_guidance, initial_from
-from orchestrator import jobs, lifecycle
 from orchestrator.api.job_views import jobs_visible_to
+from orchestrator.control import lifecycle, submission
 from orchestrator.models import TERMINAL_JOB_STATES, Cluster, Host, Job, JobState, ProgramKind, Strategy, Task
-from worker_agent.runtime.config import RunConfig
 
 
 def _clusters_with_hosts() -> list[Cluster]:
@@ -123,8 +123,8 @@ def job_new(request: HttpRequest) -> HttpResponse:
             job, upload = form.build(request.user)
             if source is not None and upload is None:
                 _run_program_of(source, job)
-            jobs.submit(job, upload)
-        except jobs.JobInvalid as exc:
+            submission.submit(job, upload)
+        except submission.JobInvalid as exc:
             form.add_job_errors(exc.errors)
         else:
             return redirect(job)
@@ -173,11 +173,11 @@ def job_preview(request: HttpRequest) -> HttpResponse:
     if form.is_valid():
         try:
             job, upload = form.build(request.user)
-            jobs.validate(job, upload, require_program=False)
-        except jobs.JobInvalid as exc:
+            submission.validate(job, upload, require_program=False)
+        except submission.JobInvalid as exc:
             form.add_job_errors(exc.errors)
         else:
-            plan = jobs.describe_plan(job)
+            plan = submission.describe_plan(job)
             for task in plan["tasks"]:
                 # As the task's environment gets it; None for a Mirrored run, which needs none.
                 task["tf_config_json"] = None if task["tf_config"] is None else json.dumps(task["tf_config"])

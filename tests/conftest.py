@@ -13,8 +13,8 @@ import pytest
 import redis
 from django.conf import settings
 
+from contracts.protocol import METRICS_QUEUE
 from tests.support.processes import ManagedProcess
-from worker_agent.protocol import METRICS_QUEUE
 
 AGENT_HEARTBEAT_S = 0.5
 

@@ -13,10 +13,7 @@ from typing import Any, Protocol
 
 from celery import Celery
 
-from worker_agent import __version__, facts
-from worker_agent.heartbeat import Heartbeat
-from worker_agent.outbox import Outbox
-from worker_agent.protocol import (
+from contracts.protocol import (
     AGENT_KILL,
     AGENT_LAUNCH,
     AGENT_PING,
@@ -31,6 +28,9 @@ from worker_agent.protocol import (
     token_digest,
     verify,
 )
+from worker_agent import __version__, facts
+from worker_agent.heartbeat import Heartbeat
+from worker_agent.outbox import Outbox
 from worker_agent.sampler import DEFAULT_INTERVAL_S, Sampler
 from worker_agent.supervisor import Supervisor
 

@@ -10,13 +10,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from contracts.names import HOST_NAME_RULE, is_host_name
 from worker_agent import __version__
 from worker_agent.app import Agent
 from worker_agent.sampler import DEFAULT_INTERVAL_S, MAX_INTERVAL_S, MIN_INTERVAL_S
 
 log = logging.getLogger("worker_agent")
-
-_HOST_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
 def port_range(value: str) -> tuple[int, int]:
@@ -30,8 +29,8 @@ def port_range(value: str) -> tuple[int, int]:
 
 
 def host_name(value: str) -> str:
-    if not _HOST_NAME.match(value):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a host name (lower-case letters, digits, hyphens)")
+    if not is_host_name(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a host name ({HOST_NAME_RULE})")
     return value
 
 

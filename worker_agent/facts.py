@@ -10,8 +10,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 import psutil
 
+from contracts.protocol import GpuInfo, HostFacts
 from worker_agent import __version__
-from worker_agent.protocol import GpuInfo, HostFacts
 
 
 def tensorflow_version() -> str:

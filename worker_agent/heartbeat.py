@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from celery import Celery
 
-from worker_agent.protocol import (
+from contracts.protocol import (
     AGENT_HEARTBEAT,
     AGENT_HELLO,
     ORCHESTRATOR_QUEUE,

@@ -26,15 +26,16 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from worker_agent.outbox import accepts_queue
-from worker_agent.protocol import (
-    MAX_ARTIFACT_BYTES,
+from contracts.limits import MAX_ARTIFACT_BYTES
+from contracts.names import artifact_name_problem
+from contracts.protocol import (
     METRICS_QUEUE,
     TASK_ARTIFACT,
     TASK_METRICS,
     TaskArtifact,
     TaskMetricsBatch,
 )
+from worker_agent.outbox import accepts_queue
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,6 @@ BATCH_EVENTS = 500
 READ_CHUNK = 64 * 1024
 WARN_EVERY_S = 10.0
 STOP_JOIN_S = 2.0  # after a stop the reader only flushes what it holds: this is a safety net, not a wait
-MAX_ARTIFACT_NAME = 100
 EVENT_KINDS = frozenset({"metric", "facts"})
 
 
@@ -218,7 +218,7 @@ class MetricsPipe:
     # --- artifacts ------------------------------------------------------------------------------------------------
     def _artifact(self, obj: dict[str, Any]) -> None:
         name, path = obj.get("name"), obj.get("path")
-        problem = _name_problem(name)
+        problem = artifact_name_problem(name)
         if problem:
             self._drop(f"artifact {str(name)[:100]!r}: {problem}")
             return
@@ -288,19 +288,6 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{text[:20]} is not a finite number")
     return value
-
-
-def _name_problem(name: Any) -> str:
-    """Why `name` is not a plain file name (the orchestrator stores artifacts under it), or ""."""
-    if not isinstance(name, str) or not name:
-        return "the name must be a non-empty string"
-    if len(name) > MAX_ARTIFACT_NAME:
-        return f"the name is longer than {MAX_ARTIFACT_NAME} characters"
-    if "/" in name or "\\" in name or ".." in name or name == ".":
-        return "the name must be a plain file name"
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):
-        return "the name has control characters"
-    return ""
 
 
 def _read_artifact(path: Any) -> bytes | str:

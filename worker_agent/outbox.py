@@ -25,7 +25,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from worker_agent.protocol import (
+from contracts.protocol import (
     HOST_SAMPLES,
     METRICS_QUEUE,
     METRICS_STREAM_MAXLEN,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from worker_agent.protocol import ReclaimedTask
+from contracts.protocol import ReclaimedTask
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from worker_agent.protocol import HOST_SAMPLES, METRICS_FLUSH_S, METRICS_QUEUE, HostSampleBatch
+from contracts.protocol import HOST_SAMPLES, METRICS_FLUSH_S, METRICS_QUEUE, HostSampleBatch
 
 log = logging.getLogger(__name__)
 

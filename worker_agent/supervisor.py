@@ -32,9 +32,8 @@ from typing import IO, Any
 
 import psutil
 
-from worker_agent import records
-from worker_agent.metrics_pipe import MetricsPipe
-from worker_agent.protocol import (
+from contracts.limits import MAX_LOG_LINE_CHARS
+from contracts.protocol import (
     JOB_DIR_ENV,
     METRICS_FD_ENV,
     TASK_EVENT,
@@ -47,6 +46,8 @@ from worker_agent.protocol import (
     TaskEventKind,
     TaskLogBatch,
 )
+from worker_agent import records
+from worker_agent.metrics_pipe import MetricsPipe
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,7 @@ LogLine = tuple[int, str, str]  # (seq, stream, text)
 HOOKS_DIR = Path(__file__).resolve().parent / "hooks"
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the folder holding `worker_agent`, for `-m worker_agent...`
 
-MAX_LINE_CHARS = 10_000
-MAX_LINE_BYTES = 4 * MAX_LINE_CHARS  # UTF-8: at most 4 bytes a character, so a capped line always fits one read
+MAX_LINE_BYTES = 4 * MAX_LOG_LINE_CHARS  # UTF-8: at most 4 bytes a character, so a capped line always fits one read
 BATCH_LINES = 200
 BATCH_CHARS = 1_000_000  # keeps one Redis message reasonable even when every line is at the cap
 BATCH_AGE_S = 0.5
@@ -617,7 +617,7 @@ def _decode_line(raw: bytes) -> str:
         text = text[:-1]
     if text.endswith("\r"):
         text = text[:-1]
-    return text[:MAX_LINE_CHARS]
+    return text[:MAX_LOG_LINE_CHARS]
 
 
 def _chunks(lines: list[LogLine]) -> list[list[LogLine]]:

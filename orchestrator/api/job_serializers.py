@@ -7,7 +7,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from orchestrator import jobs
+from orchestrator.control import submission
 from orchestrator.models import Cluster, Job, RestartPolicy, Strategy, Task
 
 
@@ -19,13 +19,13 @@ class ArgsField(serializers.Field):
         if isinstance(data, list) and all(isinstance(v, str | int | float) for v in data):
             args = [str(v) for v in data]
             # The same bound as for one string: arguments travel in every launch order and TF_CONFIG-sized rows.
-            if sum(len(a) + 1 for a in args) > jobs.MAX_ARGS_CHARS:
-                raise serializers.ValidationError(f"Arguments are limited to {jobs.MAX_ARGS_CHARS} characters.")
-            return jobs.parse_args(args)
+            if sum(len(a) + 1 for a in args) > submission.MAX_ARGS_CHARS:
+                raise serializers.ValidationError(f"Arguments are limited to {submission.MAX_ARGS_CHARS} characters.")
+            return submission.parse_args(args)
         if isinstance(data, str):
             try:
-                return jobs.parse_args(data)
-            except jobs.JobInvalid as exc:
+                return submission.parse_args(data)
+            except submission.JobInvalid as exc:
                 raise serializers.ValidationError(exc.errors["args"]) from None
         raise serializers.ValidationError("Give a list of strings or one string.")
 
@@ -81,24 +81,24 @@ class JobInputSerializer(serializers.Serializer):
 
     def validate_script(self, value: Any) -> Any:
         # Refused on the size the upload declares, before anything reads it; the message gives the real size.
-        if value is not None and value.size > jobs.MAX_SCRIPT_BYTES:
+        if value is not None and value.size > submission.MAX_SCRIPT_BYTES:
             raise serializers.ValidationError(
-                f"The script is {value.size:,} bytes; the limit is {jobs.MAX_SCRIPT_BYTES:,}."
+                f"The script is {value.size:,} bytes; the limit is {submission.MAX_SCRIPT_BYTES:,}."
             )
         return value
 
-    def build(self, owner: AbstractBaseUser, *, require_program: bool = True) -> tuple[Job, jobs.Upload | None]:
+    def build(self, owner: AbstractBaseUser, *, require_program: bool = True) -> tuple[Job, submission.Upload | None]:
         data = self.validated_data
-        cluster = data.get("cluster") or jobs.default_cluster()
+        cluster = data.get("cluster") or submission.default_cluster()
         if cluster is None:
             raise serializers.ValidationError({"cluster": ["No cluster is registered yet; ask an admin to add one."]})
         try:
-            job, upload = jobs.new_job(owner, cluster, data, data.get("script"))
-        except jobs.JobInvalid as exc:
+            job, upload = submission.new_job(owner, cluster, data, data.get("script"))
+        except submission.JobInvalid as exc:
             raise serializers.ValidationError(exc.errors) from None
         try:
-            jobs.validate(job, upload, require_program=require_program)
-        except jobs.JobInvalid as exc:
+            submission.validate(job, upload, require_program=require_program)
+        except submission.JobInvalid as exc:
             raise serializers.ValidationError(exc.errors) from None
         return job, upload
 

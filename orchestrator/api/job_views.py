@@ -15,7 +15,7 @@ from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from orchestrator import jobs, lifecycle
+from contracts.names import ARTIFACT_NAME_PATTERN
 from orchestrator.api.job_serializers import (
     ArtifactSerializer,
     JobInputSerializer,
@@ -24,6 +24,7 @@ from orchestrator.api.job_serializers import (
     PlanSerializer,
     TaskSerializer,
 )
+from orchestrator.control import lifecycle, submission
 from orchestrator.models import Job, JobArtifact, MetricPoint, Task
 
 METRICS_PAGE = 10_000
@@ -55,7 +56,7 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         incoming = JobInputSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         job, upload = incoming.build(request.user)
-        jobs.submit(job, upload)
+        submission.submit(job, upload)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -68,7 +69,7 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         incoming = JobInputSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         job, _upload = incoming.build(request.user, require_program=False)
-        return Response(PlanSerializer(jobs.describe_plan(job)).data)
+        return Response(PlanSerializer(submission.describe_plan(job)).data)
 
     @extend_schema(
         responses={200: TaskSerializer(many=True)},
@@ -167,7 +168,7 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         return Response([{**a, "url": f"/api/jobs/{job.pk}/artifacts/{a['name']}/"} for a in listing])
 
     @extend_schema(responses={(200, "application/octet-stream"): bytes})
-    @action(detail=True, methods=["get"], url_path=r"artifacts/(?P<name>[A-Za-z0-9_.-]{1,100})")
+    @action(detail=True, methods=["get"], url_path=rf"artifacts/(?P<name>{ARTIFACT_NAME_PATTERN})")
     def artifact(self, request: Request, pk: str | None = None, name: str | None = None) -> HttpResponse:
         job = self.get_object()
         artifact = get_object_or_404(JobArtifact, job=job, name=name)

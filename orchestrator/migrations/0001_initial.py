@@ -4,7 +4,7 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-import orchestrator.validators
+import orchestrator.models.validators
 
 
 class Migration(migrations.Migration):
@@ -44,20 +44,23 @@ class Migration(migrations.Migration):
             name="Host",
             fields=[
                 ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("name", models.CharField(max_length=63, validators=[orchestrator.validators.validate_host_name])),
+                (
+                    "name",
+                    models.CharField(max_length=63, validators=[orchestrator.models.validators.validate_host_name]),
+                ),
                 (
                     "address",
                     models.CharField(
                         help_text="IP address or DNS name other hosts reach this one at (goes into TF_CONFIG).",
                         max_length=253,
-                        validators=[orchestrator.validators.validate_address],
+                        validators=[orchestrator.models.validators.validate_address],
                     ),
                 ),
                 (
                     "port_min",
                     models.PositiveIntegerField(
                         help_text="First port TF tasks on this host may listen on.",
-                        validators=[orchestrator.validators.validate_port],
+                        validators=[orchestrator.models.validators.validate_port],
                         verbose_name="first port",
                     ),
                 ),
@@ -65,7 +68,7 @@ class Migration(migrations.Migration):
                     "port_max",
                     models.PositiveIntegerField(
                         help_text="Last port (inclusive) of the range.",
-                        validators=[orchestrator.validators.validate_port],
+                        validators=[orchestrator.models.validators.validate_port],
                         verbose_name="last port",
                     ),
                 ),
@@ -84,7 +87,7 @@ class Migration(migrations.Migration):
                         blank=True,
                         help_text="Comma-separated, e.g. gpu, fast-net.",
                         max_length=500,
-                        validators=[orchestrator.validators.validate_labels],
+                        validators=[orchestrator.models.validators.validate_labels],
                     ),
                 ),
                 (

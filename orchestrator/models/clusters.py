@@ -10,8 +10,9 @@ from django.db import models, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestrator import tokens
-from orchestrator.validators import (
+from contracts.protocol import HostFacts, agent_queue
+from orchestrator.agents import tokens
+from orchestrator.models.validators import (
     parse_labels,
     validate_address,
     validate_host_name,
@@ -19,7 +20,6 @@ from orchestrator.validators import (
     validate_port,
     validate_port_range,
 )
-from worker_agent.protocol import HostFacts, agent_queue
 
 
 class Cluster(models.Model):

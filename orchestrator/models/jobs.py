@@ -6,13 +6,13 @@ from django.conf import settings
 from django.db import models
 from django.urls import reverse
 
+from contracts import strategies
 from orchestrator.models.clusters import Cluster, Host
 
-
-class Strategy(models.TextChoices):
-    MIRRORED = "mirrored", "MirroredStrategy"
-    MULTI_WORKER_MIRRORED = "multi_worker_mirrored", "MultiWorkerMirroredStrategy"
-    PARAMETER_SERVER = "parameter_server", "ParameterServerStrategy"
+# Django's choices for the names defined once in contracts/strategies.py.
+Strategy = models.TextChoices(  # type: ignore[misc]
+    "Strategy", [(s.name, (s.value, strategies.STRATEGY_LABELS[s])) for s in strategies.Strategy]
+)
 
 
 class JobState(models.TextChoices):
@@ -121,7 +121,7 @@ class Job(models.Model):
     @property
     def group_name(self) -> str:
         """The Channels group live updates for this job go to."""
-        from orchestrator.live import group_name
+        from orchestrator.metrics.live import group_name
 
         return group_name(self.pk)
 
@@ -129,11 +129,7 @@ class Job(models.Model):
         return self.tasks.filter(attempt=self.attempt).select_related("host")
 
 
-class TaskType(models.TextChoices):
-    CHIEF = "chief"
-    WORKER = "worker"
-    PS = "ps"
-    EVALUATOR = "evaluator"
+TaskType = models.TextChoices("TaskType", [(t.name, t.value) for t in strategies.TaskType])  # type: ignore[misc]
 
 
 class TaskState(models.TextChoices):

@@ -14,7 +14,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
-from orchestrator import live
+from orchestrator.metrics import live
 from orchestrator.models import Host, Job, MetricPoint, Task
 from tests import factories
 from tests.browser.conftest import Orm, WebServer

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
-from orchestrator import live
+from orchestrator.metrics import live
 from orchestrator.models import Job, MetricPoint, Task
 from tests import factories
 from tests.browser.conftest import Orm, WebServer

@@ -13,10 +13,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from contracts import batching
 from orchestrator.models import Host, Job, Script, Task
 from tests import factories
 from tests.browser.conftest import Orm, WebServer, browser, orm, web  # noqa: F401  (fixtures, reused)
-from worker_agent.runtime import batching
 
 PREVIEW = "/jobs/new/preview/"
 
@@ -212,7 +212,7 @@ def _scene() -> None:
 
 def _expected(strategy: str, per_replica: int, workers: int, devices: int, base: float, warmup: float) -> dict:
     """What the runtime would compute for this shape, through its own functions."""
-    replicas = workers * devices if strategy == batching.MULTI_WORKER_MIRRORED else devices
+    replicas = workers * devices if strategy == "multi_worker_mirrored" else devices
     b = batching.plan_batches(strategy, per_replica, replicas, workers)
     steps = batching.default_steps_per_epoch(8192, b.global_batch)
     rates = batching.plan_learning_rate(base, replicas, "linear", warmup, steps, 5)

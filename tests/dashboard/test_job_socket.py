@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from config.asgi import application
 from dashboard.routing import websocket_urlpatterns
-from orchestrator import ingest
+from orchestrator.metrics import ingest
 from orchestrator.models import Job, MetricPoint, Task
 from tests import factories
 

@@ -33,9 +33,9 @@ from django.contrib.auth import get_user_model
 from django.db import connections
 from rest_framework.authtoken.models import Token
 
+from contracts.protocol import METRICS_QUEUE
 from orchestrator.models import Cluster, Host, HostStatus, Job, MetricPoint, Task
 from tests.support.processes import ManagedProcess, wait_until
-from worker_agent.protocol import METRICS_QUEUE
 
 DB = "isolated"  # tests/settings.py: a test database of its own, made only when a test asks for it
 pytestmark = [

@@ -7,8 +7,8 @@ from typing import Any
 
 import psutil
 
+from contracts.protocol import TASK_EVENT, TASK_LOGS
 from tests.support.processes import wait_until
-from worker_agent.protocol import TASK_EVENT, TASK_LOGS
 
 
 class Recorder:

@@ -16,12 +16,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.processes import wait_until
-from tests.worker_agent.recording import Recorder, gone
-from worker_agent import supervisor as supervisor_module
-from worker_agent.protocol import (
+from contracts.limits import MAX_ARTIFACT_BYTES
+from contracts.protocol import (
     JOB_DIR_ENV,
-    MAX_ARTIFACT_BYTES,
     METRICS_FD_ENV,
     TASK_ARTIFACT,
     TASK_EVENT,
@@ -30,6 +27,9 @@ from worker_agent.protocol import (
     ProgramSpec,
     TaskEventKind,
 )
+from tests.support.processes import wait_until
+from tests.worker_agent.recording import Recorder, gone
+from worker_agent import supervisor as supervisor_module
 from worker_agent.supervisor import READER_JOIN_S
 
 _task_ids = itertools.count(5000)

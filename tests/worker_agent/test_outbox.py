@@ -16,9 +16,7 @@ import pytest
 import redis
 from celery import Celery
 
-from tests.support.processes import ManagedProcess, wait_until
-from worker_agent.outbox import Outbox
-from worker_agent.protocol import (
+from contracts.protocol import (
     HOST_SAMPLES,
     METRICS_QUEUE,
     ORCHESTRATOR_QUEUE,
@@ -27,6 +25,8 @@ from worker_agent.protocol import (
     TASK_LOGS,
     TASK_METRICS,
 )
+from tests.support.processes import ManagedProcess, wait_until
+from worker_agent.outbox import Outbox
 
 UNUSED_APP = Celery(
     "outbox-test", broker="redis://127.0.0.1:1/0", set_as_current=False

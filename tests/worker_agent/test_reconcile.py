@@ -10,11 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.support.processes import wait_until
-from tests.worker_agent.recording import Recorder, gone
-from tests.worker_agent.test_supervisor import PROGRAMS, spec_for
-from worker_agent.heartbeat import Heartbeat
-from worker_agent.protocol import (
+from contracts.protocol import (
     AGENT_HEARTBEAT,
     AGENT_HELLO,
     HostFacts,
@@ -25,6 +21,10 @@ from worker_agent.protocol import (
     TaskReport,
     parse_task_report,
 )
+from tests.support.processes import wait_until
+from tests.worker_agent.recording import Recorder, gone
+from tests.worker_agent.test_supervisor import PROGRAMS, spec_for
+from worker_agent.heartbeat import Heartbeat
 from worker_agent.records import TaskRecord, TaskRecords, reclaim
 from worker_agent.supervisor import Supervisor
 

@@ -17,12 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.support.processes import wait_until
-from worker_agent.app import Agent
-from worker_agent.cli import parse_args
-from worker_agent.metrics_pipe import MetricsPipe
-from worker_agent.outbox import Outbox
-from worker_agent.protocol import (
+from contracts.protocol import (
     HOST_SAMPLES,
     METRICS_FLUSH_S,
     METRICS_QUEUE,
@@ -31,6 +26,11 @@ from worker_agent.protocol import (
     TASK_EVENT,
     TASK_METRICS,
 )
+from tests.support.processes import wait_until
+from worker_agent.app import Agent
+from worker_agent.cli import parse_args
+from worker_agent.metrics_pipe import MetricsPipe
+from worker_agent.outbox import Outbox
 from worker_agent.sampler import MIB, GpuReader, Sampler
 
 SLACK_S = 0.05  # scheduling jitter of a loaded test machine on top of the 200 ms promise

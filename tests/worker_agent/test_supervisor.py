@@ -20,10 +20,7 @@ import psutil
 import pytest
 from celery import Celery
 
-from tests.support.processes import wait_until
-from tests.worker_agent.recording import Recorder, gone
-from worker_agent.app import make_app
-from worker_agent.protocol import (
+from contracts.protocol import (
     AGENT_KILL,
     AGENT_LAUNCH,
     TASK_EVENT,
@@ -36,6 +33,9 @@ from worker_agent.protocol import (
     sign,
     token_digest,
 )
+from tests.support.processes import wait_until
+from tests.worker_agent.recording import Recorder, gone
+from worker_agent.app import make_app
 from worker_agent.supervisor import HOOKS_DIR, PACKAGE_ROOT
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"

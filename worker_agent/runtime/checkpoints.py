@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from worker_agent.protocol import JOB_DIR_ENV
+from contracts.protocol import JOB_DIR_ENV
 
 MODEL_NAME = "model.keras"
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from worker_agent.runtime.config import ConfigError, RunConfig
+from contracts.run_config import ConfigError, RunConfig
 
 VAL_FRACTION = 0.2
 SHUFFLE_BUFFER = 10_000

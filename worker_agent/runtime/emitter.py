@@ -1,6 +1,6 @@
 """The process side of the metrics pipe: JSON lines to the file descriptor named by env TFDASH_METRICS_FD.
 
-The line kinds are the contract in worker_agent/protocol.py ("metric", "facts", "artifact"). No TensorFlow here: the
+The line kinds are the contract in contracts/protocol.py ("metric", "facts", "artifact"). No TensorFlow here: the
 injected hook and `report()` use this module in processes that may never import it.
 
 Writing must never hurt training: values that are not finite numbers are dropped (JSON has no NaN), a line that
@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import IO, Any
 
-from worker_agent.protocol import METRICS_FD_ENV
+from contracts.protocol import METRICS_FD_ENV
 
 PHASES = ("train", "epoch_end")
 

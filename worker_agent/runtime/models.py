@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker_agent.runtime.batching import LearningRatePlan
-from worker_agent.runtime.config import RunConfig
+from contracts.batching import LearningRatePlan
+from contracts.run_config import RunConfig
 
 
 def build_model(keras: Any, config: RunConfig, input_shape: tuple[int, ...], classes: int) -> Any:

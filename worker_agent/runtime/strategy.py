@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker_agent.runtime.batching import MIRRORED, MULTI_WORKER_MIRRORED, PARAMETER_SERVER
-from worker_agent.runtime.config import ConfigError
+from contracts.run_config import ConfigError
+from contracts.strategies import ROLE_ORDER, STRATEGY_LABELS, Strategy, is_chief
 
 # No collective timeout (`CommunicationOptions(timeout_seconds=...)`): TensorFlow arms it with one detached thread per
 # collective op, which sleeps for the whole timeout (base_collective_executor.cc -> Env::SchedClosureAfter). With 300 s,
@@ -27,7 +27,7 @@ from worker_agent.runtime.config import ConfigError
 
 @dataclass(frozen=True)
 class Role:
-    kind: str  # batching.MIRRORED | MULTI_WORKER_MIRRORED | PARAMETER_SERVER
+    kind: Strategy
     task_type: str  # "chief" | "worker" | "ps"; "chief" for a mirrored run (its only process)
     task_index: int
     workers: int  # machines that compute: 1 (mirrored), chief + workers (MWMS), workers (PS)
@@ -37,7 +37,7 @@ class Role:
     @property
     def serves_only(self) -> bool:
         """A ParameterServer worker or ps task: it hosts a server and the chief drives it."""
-        return self.kind == PARAMETER_SERVER and self.task_type in ("worker", "ps")
+        return self.kind == Strategy.PARAMETER_SERVER and self.task_type in ("worker", "ps")
 
     @property
     def name(self) -> str:
@@ -52,7 +52,7 @@ def legacy_keras_enabled(environ: Mapping[str, str] = os.environ) -> bool:
 def read_role(environ: Mapping[str, str] = os.environ) -> Role:
     raw = environ.get("TF_CONFIG", "").strip()
     if not raw:
-        return Role(kind=MIRRORED, task_type="chief", task_index=0, workers=1, is_chief=True)
+        return Role(kind=Strategy.MIRRORED, task_type="chief", task_index=0, workers=1, is_chief=True)
     try:
         tf_config = json.loads(raw)
         cluster = {str(k): [str(a) for a in v] for k, v in tf_config.get("cluster", {}).items()}
@@ -63,37 +63,37 @@ def read_role(environ: Mapping[str, str] = os.environ) -> Role:
         raise ConfigError(f"TF_CONFIG is malformed: {exc!r}") from None
     if task_type not in cluster or not 0 <= task_index < len(cluster[task_type]):
         raise ConfigError(f"TF_CONFIG task {task_type}:{task_index} is not in its cluster {sorted(cluster)}")
-    if task_type not in ("chief", "worker", "ps"):
+    if task_type not in ROLE_ORDER:
         raise ConfigError(f"builtin programs do not run {task_type!r} tasks (only chief, worker and ps)")
     if cluster.get("ps"):
         if len(cluster.get("chief", [])) != 1 or not cluster.get("worker"):
             raise ConfigError("a ParameterServer cluster needs exactly one chief and at least one worker")
         return Role(
-            kind=PARAMETER_SERVER,
+            kind=Strategy.PARAMETER_SERVER,
             task_type=task_type,
             task_index=task_index,
             workers=len(cluster["worker"]),
-            is_chief=task_type == "chief",
+            is_chief=is_chief(task_type, task_index, cluster_has_chief=True),
             cluster=cluster,
         )
     has_chief = bool(cluster.get("chief"))
     return Role(
-        kind=MULTI_WORKER_MIRRORED,
+        kind=Strategy.MULTI_WORKER_MIRRORED,
         task_type=task_type,
         task_index=task_index,
         workers=len(cluster.get("chief", [])) + len(cluster.get("worker", [])),
-        is_chief=task_type == "chief" or (not has_chief and task_type == "worker" and task_index == 0),
+        is_chief=is_chief(task_type, task_index, cluster_has_chief=has_chief),
         cluster=cluster,
     )
 
 
 def build_strategy(role: Role, tf: Any) -> Any:
     """The strategy for a computing task (not for a serving one: see `serve`)."""
-    if role.kind == MIRRORED:
+    if role.kind == Strategy.MIRRORED:
         devices = [d.name for d in tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")]
         return tf.distribute.MirroredStrategy(devices)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    if role.kind == MULTI_WORKER_MIRRORED:
+    if role.kind == Strategy.MULTI_WORKER_MIRRORED:
         return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
     # Small models stay whole; a large one is split over the ps tasks in shards of at least 256 KiB.
     partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
@@ -115,12 +115,5 @@ def serve(tf: Any) -> None:
     server.join()
 
 
-STRATEGY_NAMES = {
-    MIRRORED: "MirroredStrategy",
-    MULTI_WORKER_MIRRORED: "MultiWorkerMirroredStrategy",  # its class is named CollectiveAllReduceStrategy
-    PARAMETER_SERVER: "ParameterServerStrategy",
-}
-
-
 def strategy_name(role: Role) -> str:
-    return STRATEGY_NAMES[role.kind]
+    return STRATEGY_LABELS[role.kind]

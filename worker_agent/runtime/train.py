@@ -15,17 +15,16 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from worker_agent.runtime import checkpoints, data, models
-from worker_agent.runtime.batching import (
-    MIRRORED,
-    PARAMETER_SERVER,
+from contracts.batching import (
     BatchPlan,
     LearningRatePlan,
     default_steps_per_epoch,
     plan_batches,
     plan_learning_rate,
 )
-from worker_agent.runtime.config import ConfigError, RunConfig, parse_config
+from contracts.run_config import ConfigError, RunConfig, parse_config
+from contracts.strategies import Strategy
+from worker_agent.runtime import checkpoints, data, models
 from worker_agent.runtime.emitter import Emitter, get_emitter
 from worker_agent.runtime.metrics import metrics_callback_class
 from worker_agent.runtime.strategy import Role, build_strategy, legacy_keras_enabled, read_role, serve, strategy_name
@@ -49,7 +48,7 @@ def _refuse(message: str) -> NoReturn:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = _Parser(prog="python -m worker_agent.runtime", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--program", required=True, help="a builtin program (worker_agent.programs.BUILTIN_PROGRAMS)")
+    parser.add_argument("--program", required=True, help="a builtin program (contracts.programs.BUILTIN_PROGRAMS)")
     parser.add_argument("--config-json", default="{}", help="the program's config as a JSON object")
     return parser.parse_args(argv)
 
@@ -62,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         _refuse(str(exc))
     legacy = legacy_keras_enabled()
-    if not legacy and role.kind != MIRRORED:
+    if not legacy and role.kind != Strategy.MIRRORED:
         _refuse(KERAS3_REFUSAL.format(strategy=role.kind))
     emitter = get_emitter()
     job = checkpoints.job_dir()
@@ -106,7 +105,7 @@ def _train(tf: Any, role: Role, config: RunConfig, flavour: str, emitter: Emitte
     )
     keras.utils.set_random_seed(config.seed)
 
-    ps = role.kind == PARAMETER_SERVER
+    ps = role.kind == Strategy.PARAMETER_SERVER
     if ps:
         train = data.ps_train_creator(keras, tf, arrays, batches.global_batch, config.seed)
         val = data.ps_val_creator(keras, tf, arrays, batches.global_batch)

@@ -1,5 +1,5 @@
 // The New job page: strategy guidance for the chosen cluster, and the batch-size / learning-rate calculator.
-// The formulas are worker_agent/runtime/batching.py's, line for line (plan_batches, effective_learning_rate,
+// The formulas are contracts/batching.py's, line for line (plan_batches, effective_learning_rate,
 // default_steps_per_epoch, warmup_steps); tests/dashboard/test_job_form.py checks the page against them.
 (function () {
   "use strict";

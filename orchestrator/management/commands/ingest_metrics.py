@@ -11,7 +11,7 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from orchestrator.metrics_stream import BLOCK_MS, MetricsConsumer
+from orchestrator.metrics.stream import BLOCK_MS, MetricsConsumer
 
 log = logging.getLogger(__name__)
 

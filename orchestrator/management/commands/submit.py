@@ -9,7 +9,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from orchestrator import jobs
+from orchestrator.control import submission
 from orchestrator.models import Cluster, Job, ProgramKind, Strategy
 
 
@@ -35,12 +35,12 @@ class Command(BaseCommand):
         owner = get_user_model().objects.filter(username=o["owner"]).first()
         if owner is None:
             raise CommandError(f"No user named {o['owner']!r}.")
-        cluster = Cluster.objects.filter(name=o["cluster"]).first() if o["cluster"] else jobs.default_cluster()
+        cluster = Cluster.objects.filter(name=o["cluster"]).first() if o["cluster"] else submission.default_cluster()
         if cluster is None:
             raise CommandError("No such cluster." if o["cluster"] else "No cluster is registered yet.")
         path: Path = o["script"]
         try:
-            upload = jobs.Upload(filename=path.name, content=path.read_bytes())
+            upload = submission.Upload(filename=path.name, content=path.read_bytes())
         except OSError as exc:
             raise CommandError(f"Cannot read {path}: {exc.strerror}.") from None
         try:
@@ -50,17 +50,17 @@ class Command(BaseCommand):
                 name=o["name"] or path.stem,
                 strategy=o["strategy"],
                 program_kind=ProgramKind.SCRIPT,
-                args=jobs.parse_args(o["script_args"]),
+                args=submission.parse_args(o["script_args"]),
                 workers=o["workers"],
                 ps=o["ps"],
                 devices_per_worker=o["devices_per_worker"],
                 labels=o["labels"],
             )
             if o["plan"]:
-                jobs.validate(job, upload)
-                self.stdout.write(json.dumps(jobs.describe_plan(job), indent=2))
+                submission.validate(job, upload)
+                self.stdout.write(json.dumps(submission.describe_plan(job), indent=2))
                 return
-            jobs.submit(job, upload)
-        except jobs.JobInvalid as exc:
+            submission.submit(job, upload)
+        except submission.JobInvalid as exc:
             raise CommandError("; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in exc.errors.items())) from None
         self.stdout.write(f"job {job.pk} queued on cluster {cluster.name}")

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from worker_agent.runtime.config import ConfigError, parse_config
+from contracts.run_config import ConfigError, parse_config
 from worker_agent.runtime.data import load_arrays
 
 

@@ -1,0 +1,7 @@
+"""The contracts both sides of the product import: plain Python, no Django, no TensorFlow.
+
+The wire protocol between agents and the orchestrator (`protocol`), strategy names, task types and the TF_CONFIG
+rules (`strategies`), the built-in program catalogue and run-config validation (`programs`, `run_config`), the
+batch-size and learning-rate rules (`batching`), name rules (`names`) and limits both sides enforce (`limits`).
+One definition of each rule: the orchestrator, the dashboard and the agent read it from here.
+"""

@@ -1,0 +1,325 @@
+"""The wire contract between agents and the orchestrator: queue names, task names and payload shapes.
+
+Both sides import this module and nothing else of each other. Payloads are plain JSON-able dicts built from these
+dataclasses; every agent message carries the host's name and token so the orchestrator can authenticate it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PROTOCOL_VERSION = 1
+
+ORCHESTRATOR_QUEUE = "orchestrator"
+
+# agent -> orchestrator (consumed on ORCHESTRATOR_QUEUE)
+AGENT_HELLO = "orchestrator.agent_hello"
+AGENT_HEARTBEAT = "orchestrator.agent_heartbeat"
+
+# orchestrator -> agent (consumed on agent_queue(host))
+AGENT_PING = "agent.ping"
+
+
+def agent_queue(host: str) -> str:
+    return f"agent.{host}"
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    name: str
+    memory_total_mb: int
+    uuid: str = ""
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What an agent knows about its machine; sent with hello and every heartbeat."""
+
+    cpu_count: int
+    memory_total_mb: int
+    gpus: list[GpuInfo] = field(default_factory=list)
+    tf_version: str = ""
+    agent_version: str = ""
+    hostname: str = ""
+    pid: int = 0
+    port_range: tuple[int, int] | None = None
+    gpu_error: str = ""
+
+
+@dataclass(frozen=True)
+class RunningTask:
+    job_id: int
+    task_id: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class ReclaimedTask:
+    """A task process the agent's previous life started and this one found on start: killed if it still ran
+    (nobody reads its output any more), either way over."""
+
+    job_id: int
+    task_id: int
+    attempt: int
+    pid: int
+    detail: str
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    """Sent with hello, so the orchestrator can reconcile: what runs on the host now (task ids), and what the agent
+    found left over from its previous life. An agent reclaims before it takes any order, so `running` is empty
+    unless the hello had to be sent again after the first orders arrived."""
+
+    running: list[RunningTask] = field(default_factory=list)
+    reclaimed: list[ReclaimedTask] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AgentMessage:
+    """Envelope of every agent -> orchestrator message."""
+
+    host: str
+    token: str
+    facts: HostFacts
+    sent_at: float = field(default_factory=time.time)
+    protocol: int = PROTOCOL_VERSION
+    # Hello only (None in heartbeats and from agents that predate reconciling; additive, so the protocol stays 1).
+    tasks: TaskReport | None = None
+
+    def to_payload(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_facts(raw: dict[str, Any]) -> HostFacts:
+    """Rebuild facts from a payload, rejecting anything malformed with ValueError (never trust the wire)."""
+    try:
+        gpus = [
+            GpuInfo(
+                index=int(g["index"]),
+                name=str(g["name"])[:200],
+                memory_total_mb=int(g["memory_total_mb"]),
+                uuid=str(g.get("uuid", ""))[:100],
+            )
+            for g in raw.get("gpus", [])
+        ]
+        port_range = raw.get("port_range")
+        return HostFacts(
+            cpu_count=int(raw["cpu_count"]),
+            memory_total_mb=int(raw["memory_total_mb"]),
+            gpus=gpus,
+            tf_version=str(raw.get("tf_version", ""))[:50],
+            agent_version=str(raw.get("agent_version", ""))[:50],
+            hostname=str(raw.get("hostname", ""))[:255],
+            pid=int(raw.get("pid", 0)),
+            port_range=(int(port_range[0]), int(port_range[1])) if port_range else None,
+            gpu_error=str(raw.get("gpu_error", ""))[:500],
+        )
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise ValueError(f"malformed host facts: {exc!r}") from exc
+
+
+def parse_task_report(raw: Any) -> TaskReport | None:
+    """A hello's task report, None when the agent sent none; ValueError when it is malformed."""
+    if raw is None:
+        return None
+    try:
+        running = [
+            RunningTask(job_id=_count(r["job_id"]), task_id=_count(r["task_id"]), attempt=_count(r["attempt"]))
+            for r in raw.get("running", [])
+        ]
+        reclaimed = [
+            ReclaimedTask(
+                job_id=_count(r["job_id"]),
+                task_id=_count(r["task_id"]),
+                attempt=_count(r["attempt"]),
+                pid=_count(r["pid"]),
+                detail=str(r.get("detail", ""))[:500],
+            )
+            for r in raw.get("reclaimed", [])
+        ]
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"malformed task report: {exc!r}") from exc
+    return TaskReport(running=running, reclaimed=reclaimed)
+
+
+def _count(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{value!r} is not a non-negative integer")
+    return value
+
+
+# --- running TF tasks -------------------------------------------------------------------------------------------
+# orchestrator -> agent (on agent_queue(host)); the payload is a SignedMessage whose body is a LaunchSpec / KillOrder.
+AGENT_LAUNCH = "agent.launch"
+AGENT_KILL = "agent.kill"
+
+# agent -> orchestrator: an AgentMessage-like envelope (host, token) around a TaskEvent or a TaskLogBatch.
+TASK_EVENT = "orchestrator.task_event"
+TASK_LOGS = "orchestrator.task_logs"
+
+
+class TaskEventKind:
+    STARTED = "started"  # the process exists (pid)
+    LISTENING = "listening"  # its TF gRPC server accepts connections on its port
+    EXITED = "exited"  # the process ended (exit_code; negative = killed by that signal)
+    PORT_CONFLICT = "port_conflict"  # the port could not be bound before launch; nothing was started
+    LAUNCH_FAILED = "launch_failed"  # refused or could not start (bad spec, bad script hash, exec error)
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    """What a task runs: an uploaded script (content travels with the message, addressed by SHA-256) or a
+    built-in program of the runtime."""
+
+    kind: str  # "script" | "builtin"
+    args: list[str] = field(default_factory=list)
+    script_sha256: str = ""
+    script_b64: str = ""
+    builtin: str = ""
+    builtin_config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    job_id: int
+    task_id: int
+    attempt: int
+    task_type: str
+    task_index: int
+    port: int | None  # None for a single-process (mirrored) task: nothing listens
+    devices: list[int]
+    gpu: bool  # True: devices are GPU indices (CUDA_VISIBLE_DEVICES); False: logical CPU device count
+    env: dict[str, str]  # TF_CONFIG, GRPC_FAIL_FAST, TF_USE_LEGACY_KERAS, ...
+    program: ProgramSpec
+    kill_grace_s: float = 3.0
+    # Where the job keeps checkpoints and artifacts on this host (the cluster's shared folder when it has one);
+    # empty: the agent picks a folder under its own work directory.
+    job_dir: str = ""
+
+
+@dataclass(frozen=True)
+class KillOrder:
+    job_id: int
+    task_id: int
+    attempt: int
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class TaskEvent:
+    task_id: int
+    attempt: int
+    kind: str
+    pid: int | None = None
+    exit_code: int | None = None
+    detail: str = ""
+    at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class TaskLogBatch:
+    task_id: int
+    attempt: int
+    # (seq, stream, text): seq counts lines per task attempt from 0, so a redelivered batch is stored once.
+    lines: list[tuple[int, str, str]]
+
+
+# --- metrics: TF process -> agent -> orchestrator ------------------------------------------------------------------
+# The agent gives every TF process a pipe, named by env METRICS_FD_ENV (a file descriptor number); the process writes
+# one JSON object per line to it (never to stdout, which is the user's). Each object has a "kind":
+#   {"kind": "metric", "ts": wall seconds, "mono": monotonic seconds, "step": int, "epoch": int | null,
+#    "phase": "train" | "epoch_end", "metrics": {"loss": float, "accuracy": float, "examples_per_s": float,
+#    "step_time_s": float, "learning_rate": float, "val_loss": float, "val_accuracy": float, ...}}
+#   {"kind": "facts", "ts": ..., "facts": {"replicas_in_sync": int, "global_batch": int, "per_replica_batch": int,
+#    "machine_batch": int, "per_device_batch": int, "base_learning_rate": float, "effective_learning_rate": float,
+#    "warmup_epochs": float, "keras": "tf_keras" | "keras3", "checkpoint_dir": str, "resumed_from_epoch": int, ...}}
+#   {"kind": "artifact", "ts": ..., "name": "model.keras", "path": absolute path of a file the agent uploads}
+# The agent adds the task's identity and forwards what one read of the pipe returned as one batch (TASK_METRICS) at
+# once; nothing waits longer than METRICS_FLUSH_S in the agent (the host sampler batches only below that interval).
+METRICS_FD_ENV = "TFDASH_METRICS_FD"
+JOB_DIR_ENV = "TFDASH_JOB_DIR"
+METRICS_FLUSH_S = 0.2
+TASK_METRICS = "orchestrator.task_metrics"
+TASK_ARTIFACT = "orchestrator.task_artifact"
+
+
+# Metric traffic (TASK_METRICS, HOST_SAMPLES, TASK_ARTIFACT) does not travel as Celery messages: each report is one
+# entry of the Redis Stream METRICS_QUEUE, fields {"name": <one of those names>, "envelope": <JSON, as for Celery>}.
+# One ingest consumer (group METRICS_GROUP) reads hundreds of entries per round trip, stores them in one transaction,
+# then acknowledges and deletes them; an entry read but not acknowledged (a crash) is read again, and storing is
+# idempotent. So point ids grow in commit order (a reconnecting browser asks "everything after id N") and a flood of
+# points never delays job lifecycle events on the orchestrator queue. The stream holds only unprocessed entries; it
+# is capped at about METRICS_STREAM_MAXLEN (oldest dropped first) so a long-stopped ingest cannot fill Redis.
+METRICS_QUEUE = "tfdash:metrics"
+METRICS_GROUP = "ingest"
+METRICS_STREAM_MAXLEN = 1_000_000
+HOST_SAMPLES = "orchestrator.host_samples"
+
+
+@dataclass(frozen=True)
+class HostSampleBatch:
+    """Host samples (kind of CPU/memory/GPU readings, one dict per sample):
+    {"ts": wall seconds, "cpu_percent": float, "memory_used_mb": int, "memory_total_mb": int, "gpu_error": str,
+     "gpus": [{"index": int, "name": str, "utilization_percent": float, "memory_used_mb": int,
+               "memory_total_mb": int, "temperature_c": float | None, "power_w": float | None,
+               "processes": [{"pid": int, "used_memory_mb": int | None}]}]}"""
+
+    samples: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class TaskMetricsBatch:
+    task_id: int
+    attempt: int
+    events: list[dict[str, Any]]  # the process's JSON objects, as written (kinds "metric" and "facts")
+
+
+@dataclass(frozen=True)
+class TaskArtifact:
+    task_id: int
+    attempt: int
+    name: str
+    sha256: str
+    content_b64: str
+
+
+def sign(body: dict[str, Any], key: str) -> dict[str, Any]:
+    """Wrap an orchestrator -> agent body with an HMAC so an agent runs nothing a broker client merely queued.
+
+    The key is the host's token digest, which the orchestrator stores and the agent derives from its token.
+    """
+    raw = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    mac = hmac.new(key.encode(), raw.encode(), hashlib.sha256).hexdigest()
+    return {"body": raw, "mac": mac, "sent_at": time.time()}
+
+
+def verify(message: Any, key: str) -> dict[str, Any]:
+    """The body of a signed message, or ValueError when it is malformed or its MAC does not match."""
+    if not isinstance(message, dict) or not isinstance(message.get("body"), str) or not message.get("mac"):
+        raise ValueError("not a signed message")
+    expected = hmac.new(key.encode(), message["body"].encode(), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected, str(message["mac"])):
+        raise ValueError("bad signature")
+    body = json.loads(message["body"])
+    if not isinstance(body, dict):
+        raise ValueError("signed body is not an object")
+    return body
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def launch_spec_from(body: dict[str, Any]) -> LaunchSpec:
+    try:
+        program = ProgramSpec(**body["program"])
+        return LaunchSpec(**{**body, "program": program})
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed launch spec: {exc!r}") from exc

@@ -1,0 +1,171 @@
+"""The builtin programs' configuration (`--config-json`): defaults, and validation with one-line reasons.
+
+No TensorFlow here: a bad config is refused (exit code 2) before the 5 s TensorFlow import.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from contracts.batching import SCALE_RULES
+from contracts.programs import BUILTIN_PROGRAMS
+
+OPTIMIZERS = ("adam", "sgd")
+
+MAX_EPOCHS = 100_000
+MAX_BATCH = 1 << 20
+
+# Program-specific keys: which programs accept them. Everything else is common to all programs.
+PROGRAM_KEYS: dict[str, tuple[str, ...]] = {
+    "examples": ("synthetic",),
+    "features": ("synthetic",),
+    "classes": ("synthetic",),
+    "hidden": ("digits_mlp", "synthetic", "npz"),
+    "data_path": ("npz",),
+}
+DEFAULT_HIDDEN = (256, 256)
+
+
+class ConfigError(ValueError):
+    """A config the runtime refuses; the message is one line meant for the user."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    program: str
+    per_replica_batch: int = 32
+    epochs: int = 5
+    learning_rate: float = 0.001  # Adam's usual rate; the base before linear scaling
+    scale_lr: str = "linear"
+    warmup_epochs: float = 0.0
+    optimizer: str = "adam"
+    momentum: float = 0.9  # SGD only
+    seed: int = 1234
+    steps_per_epoch: int | None = None  # default: one pass over the training data in global batches
+    checkpoint: bool = True
+    # program-specific
+    hidden: tuple[int, ...] = DEFAULT_HIDDEN
+    examples: int = 8192
+    features: int = 64
+    classes: int = 10
+    data_path: str = ""
+
+    def as_facts(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["hidden"] = list(self.hidden)
+        for key, programs in PROGRAM_KEYS.items():
+            if self.program not in programs:
+                data.pop(key)
+        return data
+
+
+_COMMON_KEYS = tuple(f.name for f in fields(RunConfig) if f.name not in PROGRAM_KEYS and f.name != "program")
+
+
+def allowed_keys(program: str) -> list[str]:
+    return sorted([*_COMMON_KEYS, *(key for key, programs in PROGRAM_KEYS.items() if program in programs)])
+
+
+def parse_config(program: str, raw: str | dict[str, Any] | None) -> RunConfig:
+    """Validate `raw` (JSON text or a dict) for `program`; raise ConfigError with a one-line reason."""
+    if program not in BUILTIN_PROGRAMS:
+        raise ConfigError(f"unknown program {program!r}; builtin programs: {', '.join(sorted(BUILTIN_PROGRAMS))}")
+    values = _load(raw)
+    known = allowed_keys(program)
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"unknown config key(s) {', '.join(map(repr, unknown))} for {program}; known: {', '.join(known)}"
+        )
+    checked: dict[str, Any] = {}
+    for key, value in values.items():
+        checked[key] = _CHECKS[key](key, value)
+    config = RunConfig(program=program, **checked)
+    if program == "npz":
+        if not config.data_path:
+            raise ConfigError("npz needs data_path: a .npz file with x_train, y_train (optional x_val, y_val)")
+        if not os.path.isfile(config.data_path):
+            raise ConfigError(f"data_path {config.data_path!r} is not a readable file")
+    return config
+
+
+def _load(raw: str | dict[str, Any] | None) -> dict[str, Any]:
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"config is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config must be a JSON object, not {type(raw).__name__}")
+    return raw
+
+
+# --- value checks -----------------------------------------------------------------------------------------------
+def _int(key: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key} must be an integer, not {value!r}")
+    if not low <= value <= high:
+        raise ConfigError(f"{key} must be between {low} and {high}, not {value}")
+    return value
+
+
+def _float(key: str, value: Any, low: float, high: float, *, low_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{key} must be a finite number, not {value!r}")
+    if value < low or value > high or (low_open and value == low):
+        bound = f"greater than {low}" if low_open else f"at least {low}"
+        raise ConfigError(f"{key} must be {bound} and at most {high}, not {value}")
+    return float(value)
+
+
+def _choice(key: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ConfigError(f"{key} must be one of {', '.join(choices)}, not {value!r}")
+    return str(value)
+
+
+def _bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key} must be true or false, not {value!r}")
+    return value
+
+
+def _hidden(key: str, value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list) or not 1 <= len(value) <= 16:
+        raise ConfigError(f"{key} must be a list of 1 to 16 layer widths, not {value!r}")
+    return tuple(_int(f"{key}[{i}]", width, 1, 65_536) for i, width in enumerate(value))
+
+
+def _path(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{key} must be a non-empty path, not {value!r}")
+    return os.path.abspath(os.path.expanduser(value))
+
+
+def _steps(key: str, value: Any) -> int | None:
+    return None if value is None else _int(key, value, 1, 10_000_000)
+
+
+_CHECKS = {
+    "per_replica_batch": lambda k, v: _int(k, v, 1, MAX_BATCH),
+    "epochs": lambda k, v: _int(k, v, 1, MAX_EPOCHS),
+    "learning_rate": lambda k, v: _float(k, v, 0.0, 10.0, low_open=True),
+    "scale_lr": lambda k, v: _choice(k, v, SCALE_RULES),
+    "warmup_epochs": lambda k, v: _float(k, v, 0.0, float(MAX_EPOCHS)),
+    "optimizer": lambda k, v: _choice(k, v, OPTIMIZERS),
+    "momentum": lambda k, v: _float(k, v, 0.0, 0.999),
+    "seed": lambda k, v: _int(k, v, 0, 2**31 - 1),
+    "steps_per_epoch": _steps,
+    "checkpoint": _bool,
+    "hidden": _hidden,
+    "examples": lambda k, v: _int(k, v, 16, 10_000_000),
+    "features": lambda k, v: _int(k, v, 1, 100_000),
+    "classes": lambda k, v: _int(k, v, 2, 100_000),
+    "data_path": _path,
+}

@@ -1,0 +1,67 @@
+"""Task events and log lines from agents: authenticated, then applied to the job's state machine or stored.
+
+A task event is applied with its job row locked (then the task's), the order every lifecycle handler locks in.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import transaction
+
+from contracts.limits import MAX_LOG_LINE_CHARS
+from contracts.protocol import TaskEvent, TaskLogBatch
+from orchestrator import counters
+from orchestrator.agents.auth import authenticated_body
+from orchestrator.control.lifecycle import apply_event
+from orchestrator.models import Host, Job, Task, TaskLogLine
+
+log = logging.getLogger(__name__)
+
+DROPPED = "task_messages_dropped"
+MAX_LINES_PER_BATCH = 2000
+
+
+def handle_task_event(payload: Any) -> bool:
+    found = authenticated_body(payload, TaskEvent)
+    if found is None:
+        return False
+    host, event = found
+    with transaction.atomic():
+        task = _lock_task(event.task_id, host)
+        if task is None or task.attempt != event.attempt:
+            log.warning("task event for unknown task %s/%s from %s dropped", event.task_id, event.attempt, host.name)
+            counters.incr(DROPPED)
+            return False
+        apply_event(task, event)
+    return True
+
+
+def handle_task_logs(payload: Any) -> int:
+    found = authenticated_body(payload, TaskLogBatch)
+    if found is None:
+        return 0
+    host, batch = found
+    try:
+        lines = [(int(seq), str(stream)[:6], str(text)[:MAX_LOG_LINE_CHARS]) for seq, stream, text in batch.lines]
+    except (KeyError, TypeError, ValueError) as exc:
+        log.warning("malformed log batch from %s: %r", host.name, exc)
+        counters.incr(DROPPED)
+        return 0
+    task = Task.objects.filter(pk=batch.task_id, attempt=batch.attempt, host=host).first()
+    if task is None:
+        counters.incr(DROPPED)
+        return 0
+    rows = [TaskLogLine(task=task, seq=seq, stream=stream, text=text) for seq, stream, text in lines]
+    # Redelivered batches carry the same (task, seq): stored once.
+    TaskLogLine.objects.bulk_create(rows[:MAX_LINES_PER_BATCH], ignore_conflicts=True)
+    return len(rows)
+
+
+def _lock_task(task_id: int, host: Host) -> Task | None:
+    job_id = Task.objects.filter(pk=task_id, host=host).values_list("job_id", flat=True).first()
+    if job_id is None:
+        return None
+    Job.objects.select_for_update().filter(pk=job_id).first()
+    return Task.objects.select_for_update(of=("self",)).select_related("job", "host").get(pk=task_id)

@@ -1,0 +1,82 @@
+"""Hello and heartbeat: drop what is stale, record the host's facts and liveness, reconcile on hello."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from contracts.protocol import PROTOCOL_VERSION, parse_facts, parse_task_report
+from orchestrator import counters
+from orchestrator.agents import reconcile
+from orchestrator.agents.auth import MALFORMED, REFUSED, STALE, authenticate
+from orchestrator.control import passes
+from orchestrator.models import Host, HostStatus
+
+log = logging.getLogger(__name__)
+
+# Per host: how long its newest report waited between the agent's send and this side reading it.
+REPORT_LAG = "orchestrator_report_lag_s"
+
+
+def handle_report(payload: Any, *, hello: bool) -> bool:
+    """Process a hello or heartbeat; returns True when it was accepted."""
+    host = authenticate(payload)
+    if host is None:
+        return False
+    if payload.get("protocol") != PROTOCOL_VERSION:
+        log.warning("agent %s speaks protocol %r, expected %s", host.name, payload.get("protocol"), PROTOCOL_VERSION)
+        counters.incr(REFUSED)
+        return False
+    timeout_s = settings.TFDASH_HEARTBEAT_TIMEOUT_S
+    age = time.time() - float(payload.get("sent_at", 0))
+    # Measured before the stale check: a backlog that makes reports stale is exactly what the watchdog must know.
+    counters.record_reading(REPORT_LAG, host.name, max(age, 0.0))
+    if age > timeout_s:
+        # Queued while the orchestrator was down: it says nothing about the host now.
+        log.info("dropped a %.0f s old report from %s", age, host.name)
+        counters.incr(STALE)
+        return False
+    try:
+        facts = parse_facts(payload.get("facts") or {})
+    except ValueError as exc:
+        log.warning("agent %s sent malformed facts: %s", host.name, exc)
+        counters.incr(REFUSED)
+        return False
+    if facts.port_range and facts.port_range != (host.port_min, host.port_max):
+        log.warning(
+            "agent %s runs with port range %s-%s but is registered with %s-%s; the registered range is used",
+            host.name,
+            *facts.port_range,
+            host.port_min,
+            host.port_max,
+        )
+    if host.last_heartbeat is not None and host.status == HostStatus.ONLINE:
+        gap = (timezone.now() - host.last_heartbeat).total_seconds()
+        if gap > timeout_s / 2:  # worth a line: the host came close to being declared lost
+            log.warning("host %s: %.1f s since its previous heartbeat (%.2f s in transit)", host.name, gap, age)
+    if hello:
+        log.info("agent on %s started (pid %s, version %s)", host.name, facts.pid, facts.agent_version)
+        _reconcile(host, payload)
+    if host.record_heartbeat(facts, hello=hello):
+        log.info("host %s is online", host.name)
+        passes.schedule_soon(host.cluster_id)  # a queued job may fit now
+    return True
+
+
+def _reconcile(host: Host, payload: dict[str, Any]) -> None:
+    """What the hello says runs on the host against what this side believes runs there (orchestrator/reconcile.py)."""
+    try:
+        report = parse_task_report(payload.get("tasks"))
+    except ValueError as exc:
+        log.warning("agent %s sent a malformed task report: %s", host.name, exc)
+        counters.incr(MALFORMED)
+        return
+    if report is None:  # an agent from before reconciling: it cannot say
+        return
+    done = reconcile.reconcile_host(host, report, float(payload["sent_at"]))
+    if done.lost or done.killed:
+        log.warning("reconciled agent on %s: tasks %s are over, tasks %s killed", host.name, done.lost, done.killed)

@@ -1,0 +1,210 @@
+"""FIFO gang scheduling of queued jobs onto a cluster: rows in, `placement.place`, task rows and launch orders out.
+
+One scheduler pass per cluster at a time (the cluster row is locked), so two passes never hand out the same
+port or device. Strict FIFO: a job that does not fit holds back the jobs behind it, so a big job is not starved by
+a stream of small ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+
+from django.db import transaction
+from django.utils import timezone
+
+from orchestrator.control import dispatch
+from orchestrator.core import placement, tf_config
+from orchestrator.models import (
+    ACTIVE_TASK_STATES,
+    Cluster,
+    Host,
+    HostPortBlock,
+    HostStatus,
+    Job,
+    JobState,
+    Task,
+)
+from orchestrator.models.validators import parse_labels
+
+log = logging.getLogger(__name__)
+
+
+def job_shape(job: Job) -> placement.JobShape:
+    return placement.JobShape(
+        strategy=placement.Strategy(job.strategy),
+        workers=job.workers,
+        ps=job.ps,
+        devices_per_worker=job.devices_per_worker,
+        labels=frozenset(parse_labels(job.labels)) if job.labels else frozenset(),
+    )
+
+
+def host_device_ids(host: Host) -> tuple[tuple[int, ...], bool]:
+    if host.gpus:
+        return tuple(int(g["index"]) for g in host.gpus), True
+    return tuple(range(host.device_slots)), False
+
+
+def host_states(hosts: Iterable[Host], *, empty: bool = False) -> list[placement.HostState]:
+    """What placement needs to know of each host now (or, with `empty`, as if every host were up and idle)."""
+    hosts = list(hosts)
+    used_ports: dict[int, set[int]] = defaultdict(set)
+    used_devices: dict[int, set[int]] = defaultdict(set)
+    blocked: dict[int, set[int]] = defaultdict(set)
+    if not empty:
+        for host_id, port, devices in Task.objects.filter(host__in=hosts, state__in=ACTIVE_TASK_STATES).values_list(
+            "host_id", "port", "devices"
+        ):
+            if port is not None:
+                used_ports[host_id].add(port)
+            used_devices[host_id].update(devices or [])
+        for host_id, port in HostPortBlock.objects.filter(host__in=hosts, until__gt=timezone.now()).values_list(
+            "host_id", "port"
+        ):
+            blocked[host_id].add(port)
+    states = []
+    for host in hosts:
+        device_ids, gpu = host_device_ids(host)
+        states.append(
+            placement.HostState(
+                name=host.name,
+                address=host.address,
+                port_min=host.port_min,
+                port_max=host.port_max,
+                device_ids=device_ids,
+                gpu=gpu,
+                labels=host.label_set,
+                online=empty or host.status == HostStatus.ONLINE,
+                used_devices=frozenset(used_devices[host.pk]),
+                used_ports=frozenset(used_ports[host.pk]),
+                excluded_ports=frozenset(blocked[host.pk]),
+            )
+        )
+    return states
+
+
+def plan(job: Job) -> placement.Placement | placement.Unplaceable:
+    """Where the job would run now, without writing anything."""
+    return placement.place(job_shape(job), host_states(job.cluster.hosts.all()))
+
+
+def plan_on_empty_cluster(job: Job) -> placement.Placement | placement.Unplaceable:
+    return placement.place(job_shape(job), host_states(job.cluster.hosts.all(), empty=True))
+
+
+def tf_configs(job: Job, where: placement.Placement) -> dict[tuple[str, int], dict | None]:
+    strategy = placement.Strategy(job.strategy)
+    return {(t.type, t.index): tf_config.tf_config_for(where, t, strategy) for t in where.tasks}
+
+
+WAITING_STATES = (JobState.QUEUED, JobState.RESTARTING)
+
+
+def schedule_cluster(cluster_id: int) -> list[int]:
+    """Start every queued job of the cluster that fits, in FIFO order; returns the ids of jobs started."""
+    started: list[int] = []
+    with transaction.atomic():
+        cluster = Cluster.objects.select_for_update().filter(pk=cluster_id).first()
+        if cluster is None:
+            return started
+        # A restarting job keeps its place in the queue (created_at), ahead of what was submitted after it.
+        queued = list(Job.objects.filter(cluster=cluster, state__in=WAITING_STATES).order_by("created_at", "id"))
+        if not queued:
+            return started
+        hosts = {h.name: h for h in cluster.hosts.all()}
+        states = host_states(hosts.values())
+        blocked_by: Job | None = None
+        for job in queued:
+            if blocked_by is not None:
+                _set_reason(job, f"waiting behind job #{blocked_by.pk} ({blocked_by.name}), first in the queue")
+                continue
+            if job.state == JobState.RESTARTING and job.tasks.filter(state__in=ACTIVE_TASK_STATES).exists():
+                # Its previous gang is still being stopped: a new one must not meet the old processes.
+                blocked_by = job
+                continue
+            result = placement.place(job_shape(job), states)
+            if isinstance(result, placement.Unplaceable):
+                if result.permanent:
+                    # The cluster shrank since the job was accepted: it can never run here now.
+                    job.state, job.finished_at = JobState.FAILED, timezone.now()
+                    job.reason = f"can never run on cluster {cluster.name}: {result.reason}"
+                    job.save(update_fields=["state", "finished_at", "reason"])
+                    continue
+                if job.state == JobState.RESTARTING:
+                    # Its gang is gone and it does not fit now (a host was lost): queued, saying why.
+                    job.state = JobState.QUEUED
+                    job.save(update_fields=["state"])
+                reason = result.reason
+                if job.restarts:
+                    reason += f" (restart {job.restarts} of {job.max_restarts}, after: {job.restart_reason})"
+                _set_reason(job, reason)
+                blocked_by = job
+                continue
+            _start(job, result, hosts)
+            states = _take(states, result)
+            started.append(job.pk)
+    return started
+
+
+def _set_reason(job: Job, reason: str) -> None:
+    if job.reason != reason:
+        job.reason = reason
+        job.save(update_fields=["reason"])
+
+
+def _take(states: list[placement.HostState], where: placement.Placement) -> list[placement.HostState]:
+    """Host states with a freshly placed job's ports and devices marked used, for the next job in this pass."""
+    by_host: dict[str, list[placement.TaskPlacement]] = defaultdict(list)
+    for task in where.tasks:
+        by_host[task.host].append(task)
+    return [
+        dataclasses.replace(
+            state,
+            used_ports=state.used_ports | {t.port for t in by_host[state.name]},
+            used_devices=state.used_devices | {d for t in by_host[state.name] for d in t.devices},
+        )
+        for state in states
+    ]
+
+
+def _start(job: Job, where: placement.Placement, hosts: dict[str, Host]) -> None:
+    job.attempt += 1
+    # After a restart the page keeps saying what it was after.
+    job.reason = f"restart {job.restarts} of {job.max_restarts}, after: {job.restart_reason}" if job.restarts else ""
+    job.state = JobState.STARTING
+    job.placed_at = timezone.now()
+    job.save(update_fields=["attempt", "state", "placed_at", "reason"])
+    configs = tf_configs(job, where)
+    tasks = Task.objects.bulk_create(
+        [
+            Task(
+                job=job,
+                attempt=job.attempt,
+                type=t.type,
+                index=t.index,
+                host=hosts[t.host],
+                port=tf_config.task_port(t, job.strategy),
+                devices=list(t.devices),
+                tf_config=configs[(t.type, t.index)],
+            )
+            for t in where.tasks
+        ]
+    )
+    log.info(
+        "job %s attempt %s placed: %s",
+        job.pk,
+        job.attempt,
+        ", ".join(f"{t.type}:{t.index}@{t.host}:{t.port}" for t in where.tasks),
+    )
+    by_key = {(t.type, t.index): t for t in where.tasks}
+    env_by_task = {
+        task.pk: tf_config.task_environment(
+            where, by_key[(task.type, task.index)], placement.Strategy(job.strategy), legacy_keras=job.legacy_keras
+        )
+        for task in tasks
+    }
+    # Orders go out only once the rows they name are committed.
+    transaction.on_commit(lambda: dispatch.launch_tasks(env_by_task))

@@ -1,0 +1,210 @@
+"""Submitting jobs: validation a user can act on, content-addressed scripts, plans, and the hand-off to scheduling.
+
+Views, the REST API and the management command all come through here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from contracts.programs import BUILTIN_PROGRAMS
+from contracts.run_config import ConfigError, parse_config
+from orchestrator.control import passes, scheduling
+from orchestrator.core import placement, tf_config
+from orchestrator.models import Cluster, Job, ProgramKind, Script, Strategy
+from orchestrator.models.validators import parse_labels
+
+MAX_SCRIPT_BYTES = 1024 * 1024
+MAX_ARGS_CHARS = 4000
+
+
+class JobInvalid(Exception):
+    """Field -> messages, in the shape forms and serializers report."""
+
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        super().__init__(errors)
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class Upload:
+    filename: str
+    content: bytes
+
+
+def parse_args(value: str | list[str] | None) -> list[str]:
+    """Arguments as a list: a JSON-style list is taken as is, a string is split like a shell would (never run)."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    if len(value) > MAX_ARGS_CHARS:
+        raise JobInvalid({"args": [f"Arguments are limited to {MAX_ARGS_CHARS} characters."]})
+    try:
+        return shlex.split(value)
+    except ValueError as exc:
+        raise JobInvalid({"args": [f"Cannot split the arguments: {exc}."]}) from None
+
+
+# Job fields a form or an API request sets as they are.
+SHAPE_FIELDS = (
+    "name",
+    "strategy",
+    "workers",
+    "ps",
+    "devices_per_worker",
+    "labels",
+    "max_restarts",
+    "restart_policy",
+    "progress_timeout_s",
+    "legacy_keras",
+    "startup_deadline_s",
+)
+
+
+def new_job(owner: Any, cluster: Cluster, data: Mapping[str, Any], file: Any = None) -> tuple[Job, Upload | None]:
+    """An unsaved job (and its upload) from cleaned form or serializer data; raises JobInvalid for bad `args`."""
+    upload = Upload(filename=file.name, content=file.read(MAX_SCRIPT_BYTES + 1)) if file is not None else None
+    builtin = data.get("builtin") or ""
+    job = Job(
+        owner=owner,
+        cluster=cluster,
+        program_kind=ProgramKind.BUILTIN if builtin and upload is None else ProgramKind.SCRIPT,
+        builtin=builtin,
+        builtin_config=data.get("builtin_config") or {},
+        args=parse_args(data.get("args")),
+        **{field: data[field] for field in SHAPE_FIELDS if data.get(field) is not None},
+    )
+    return job, upload
+
+
+def check_script(upload: Upload) -> list[str]:
+    if not upload.filename.endswith(".py"):
+        return [f"{upload.filename} is not a Python file (.py)."]
+    if len(upload.content) > MAX_SCRIPT_BYTES:
+        return [f"The script is {len(upload.content):,} bytes; the limit is {MAX_SCRIPT_BYTES:,}."]
+    try:
+        source = upload.content.decode("utf-8")
+    except UnicodeDecodeError:
+        return ["The script is not UTF-8 text."]
+    try:
+        compile(source, upload.filename, "exec")
+    except SyntaxError as exc:
+        where = f" line {exc.lineno}" if exc.lineno is not None else ""  # a NUL byte has no line
+        return [f"Syntax error in {upload.filename}{where}: {exc.msg}."]
+    return []
+
+
+def store_script(upload: Upload) -> Script:
+    sha = hashlib.sha256(upload.content).hexdigest()
+    script, _ = Script.objects.get_or_create(
+        sha256=sha,
+        defaults={"content": upload.content, "size": len(upload.content), "filename": upload.filename[:255]},
+    )
+    return script
+
+
+def validate(job: Job, upload: Upload | None, *, require_program: bool = True) -> None:
+    """Raise JobInvalid with every problem found; a job that passes can run on its cluster once capacity frees.
+
+    A plan may leave the program out (`require_program=False`): it is about shape and placement.
+    """
+    errors: dict[str, list[str]] = {}
+
+    def add(field: str, message: str) -> None:
+        errors.setdefault(field, []).append(message)
+
+    if job.strategy not in Strategy.values:
+        add("strategy", f"Choose one of: {', '.join(Strategy.values)}.")
+    if job.program_kind == ProgramKind.SCRIPT:
+        if upload is None and job.script_id is None and require_program:
+            add("script", "Upload the training script (.py) to run, or choose a built-in program.")
+        elif upload is not None:
+            for message in check_script(upload):
+                add("script", message)
+    elif job.program_kind == ProgramKind.BUILTIN:
+        if job.builtin not in BUILTIN_PROGRAMS:
+            available = ", ".join(sorted(BUILTIN_PROGRAMS)) or "none yet"
+            add("builtin", f"Unknown built-in program {job.builtin!r}; available: {available}.")
+        else:
+            # The runtime's own rules (plain Python): refused here rather than as a failed task later.
+            try:
+                parse_config(job.builtin, job.builtin_config)
+            except ConfigError as exc:
+                add("builtin_config", f"{exc}.")
+    else:
+        add("program_kind", "Choose an uploaded script or a built-in program.")
+    if job.labels:
+        try:
+            job.labels = ", ".join(parse_labels(job.labels))
+        except Exception as exc:  # django ValidationError: report its text on the field
+            add("labels", " ".join(getattr(exc, "messages", [str(exc)])))
+    if errors:
+        raise JobInvalid(errors)
+
+    shape = scheduling.job_shape(job)
+    shape_errors = placement.validate_shape(shape)
+    if shape_errors:
+        for message in shape_errors:
+            add(_field_of(message), message)
+        raise JobInvalid(errors)
+    ever = placement.place(shape, scheduling.host_states(job.cluster.hosts.all(), empty=True))
+    if isinstance(ever, placement.Unplaceable):
+        add("non_field_errors", f"This job can never run on cluster {job.cluster.name}: {ever.reason}.")
+        raise JobInvalid(errors)
+
+
+def _field_of(message: str) -> str:
+    lowered = message.lower()
+    for field, words in (("ps", ("ps", "parameter server")), ("devices_per_worker", ("device",))):
+        if any(word in lowered for word in words):
+            return field
+    return "workers"
+
+
+def default_cluster() -> Cluster | None:
+    return Cluster.objects.order_by("pk").first()
+
+
+def submit(job: Job, upload: Upload | None) -> Job:
+    """Validate, store the script, save the job as `queued` and ask the scheduler to look at its cluster."""
+    validate(job, upload)
+    with transaction.atomic():
+        if upload is not None:
+            job.script = store_script(upload)
+        job.save()
+        passes.schedule_after_commit(job.cluster_id)
+    return job
+
+
+def describe_plan(job: Job) -> dict[str, Any]:
+    """The placement and every task's TF_CONFIG the job would get, computed against the cluster as it is now, or
+    against the idle cluster when it does not fit now (then `fits_now` is false and `reason` says why)."""
+    now = scheduling.plan(job)
+    fits_now = isinstance(now, placement.Placement)
+    where = now if fits_now else scheduling.plan_on_empty_cluster(job)
+    if isinstance(where, placement.Unplaceable):
+        return {"fits_now": False, "reason": where.reason, "tasks": []}
+    configs = scheduling.tf_configs(job, where)
+    return {
+        "fits_now": fits_now,
+        "reason": "" if fits_now else now.reason,  # type: ignore[union-attr]
+        "tasks": [
+            {
+                "type": t.type,
+                "index": t.index,
+                "host": t.host,
+                "address": t.address,
+                "port": tf_config.task_port(t, job.strategy),
+                "devices": list(t.devices),
+                "tf_config": configs[(t.type, t.index)],
+            }
+            for t in where.tasks
+        ],
+    }

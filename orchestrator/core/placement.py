@@ -1,0 +1,241 @@
+"""Gang placement of one distributed TensorFlow job onto a cluster's hosts.
+
+Plain Python (no Django): the caller turns rows into `HostState`s and writes the returned `Placement` back
+as tasks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from contracts.limits import MAX_DEVICES_PER_WORKER, MAX_PS, MAX_WORKERS
+from contracts.strategies import ROLE_ORDER, Strategy, TaskType
+
+
+@dataclass(frozen=True)
+class JobShape:
+    strategy: Strategy
+    workers: int
+    ps: int
+    devices_per_worker: int
+    labels: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One process a job needs, before it has a host."""
+
+    type: str
+    index: int
+    devices: int
+
+
+@dataclass(frozen=True)
+class HostState:
+    name: str
+    address: str
+    port_min: int
+    port_max: int
+    device_ids: tuple[int, ...]
+    gpu: bool
+    labels: frozenset[str]
+    online: bool
+    used_devices: frozenset[int]
+    used_ports: frozenset[int]
+    excluded_ports: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class TaskPlacement:
+    type: str
+    index: int
+    host: str
+    address: str
+    port: int
+    devices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Placement:
+    tasks: tuple[TaskPlacement, ...]
+
+
+@dataclass(frozen=True)
+class Unplaceable:
+    reason: str
+    permanent: bool
+
+
+def validate_shape(shape: JobShape) -> list[str]:
+    errors: list[str] = []
+    try:
+        strategy = Strategy(shape.strategy)
+    except ValueError:
+        return [f"unknown strategy {shape.strategy!r}; choose one of {', '.join(s.value for s in Strategy)}"]
+    if strategy is Strategy.MIRRORED:
+        if shape.workers != 1:
+            errors.append(f"mirrored runs exactly 1 worker, not {shape.workers}")
+        if shape.ps != 0:
+            errors.append("mirrored takes no parameter servers")
+    elif strategy is Strategy.MULTI_WORKER_MIRRORED:
+        if shape.workers < 1:
+            errors.append("multi_worker_mirrored needs at least 1 worker")
+        if shape.ps != 0:
+            errors.append("multi_worker_mirrored takes no parameter servers")
+    else:
+        if shape.workers < 1:
+            errors.append("parameter_server needs at least 1 worker")
+        if shape.ps < 1:
+            errors.append("parameter_server needs at least 1 ps")
+    if shape.workers > MAX_WORKERS:
+        errors.append(f"at most {MAX_WORKERS} workers, not {shape.workers}")
+    if shape.ps > MAX_PS:
+        errors.append(f"at most {MAX_PS} ps, not {shape.ps}")
+    if shape.devices_per_worker < 1:
+        errors.append("devices_per_worker must be at least 1")
+    elif shape.devices_per_worker > MAX_DEVICES_PER_WORKER:
+        errors.append(f"at most {MAX_DEVICES_PER_WORKER} devices per worker, not {shape.devices_per_worker}")
+    return errors
+
+
+def required_tasks(shape: JobShape) -> tuple[TaskSpec, ...]:
+    """The processes a (valid) shape needs, in TF_CONFIG role order."""
+    d = shape.devices_per_worker
+    strategy = Strategy(shape.strategy)
+    if strategy is Strategy.MIRRORED:
+        return (TaskSpec(TaskType.WORKER, 0, d),)
+    workers = tuple(TaskSpec(TaskType.WORKER, i, d) for i in range(shape.workers))
+    if strategy is Strategy.MULTI_WORKER_MIRRORED:
+        return workers
+    chief = (TaskSpec(TaskType.CHIEF, 0, 0),)
+    return chief + workers + tuple(TaskSpec(TaskType.PS, i, 0) for i in range(shape.ps))
+
+
+def place(shape: JobShape, hosts: Iterable[HostState]) -> Placement | Unplaceable:
+    errors = validate_shape(shape)
+    if errors:
+        return Unplaceable("; ".join(errors), permanent=True)
+    # Sorting first makes the result independent of the order the caller listed hosts in.
+    all_hosts = sorted(hosts, key=lambda h: h.name)
+    matching = [h for h in all_hosts if shape.labels <= h.labels]
+    if not matching:
+        if shape.labels:
+            return Unplaceable(f"no host has labels {{{', '.join(sorted(shape.labels))}}}", permanent=True)
+        return Unplaceable("the cluster has no hosts", permanent=True)
+
+    workers = len([t for t in required_tasks(shape) if t.devices])
+    d = shape.devices_per_worker
+    where = f" labelled {', '.join(sorted(shape.labels))}" if shape.labels else ""
+    shortfall = _device_shortfall(d, workers, [len(h.device_ids) for h in matching], now=False, where=where)
+    if shortfall:
+        return Unplaceable(shortfall, permanent=True)
+    ideal = [
+        dataclasses.replace(
+            h, online=True, used_devices=frozenset(), used_ports=frozenset(), excluded_ports=frozenset()
+        )
+        for h in matching
+    ]
+    ideal_result = _assign(shape, ideal, ideal)
+    if isinstance(ideal_result, str):
+        return Unplaceable(f"does not fit even an empty cluster: {ideal_result}", permanent=True)
+
+    online = [h for h in matching if h.online]
+    offline = len(matching) - len(online)
+    offline_note = f"{offline} host{'s' if offline != 1 else ''} offline"
+    if not online:
+        return Unplaceable(offline_note, permanent=False)
+    free = [len(set(h.device_ids) - h.used_devices) for h in online]
+    reason = _device_shortfall(d, workers, free, now=True, where=where)
+    if reason is None:
+        result = _assign(shape, online, all_hosts)
+        if not isinstance(result, str):
+            return Placement(result)
+        reason = result
+    if offline:
+        reason = f"{reason}; {offline_note}"
+    return Unplaceable(reason, permanent=False)
+
+
+def capacity_summary(hosts: Iterable[HostState]) -> dict[str, int]:
+    hosts = list(hosts)
+    online = [h for h in hosts if h.online]
+    free = [len(set(h.device_ids) - h.used_devices) for h in online]
+    return {
+        "hosts": len(hosts),
+        "online": len(online),
+        "devices": sum(len(h.device_ids) for h in hosts),
+        "free_devices": sum(free),
+        "largest_free": max(free, default=0),
+    }
+
+
+def _device_shortfall(d: int, workers: int, capacities: Sequence[int], *, now: bool, where: str) -> str | None:
+    """Why `workers` tasks of `d` devices each cannot fit hosts with these device counts, or None."""
+    largest = max(capacities, default=0)
+    total = sum(capacities)
+    fits = sum(c // d for c in capacities)
+    if largest < d:
+        have = f"largest free is {largest}" if now else f"the largest host{where} has {largest}"
+        return f"needs {d} devices on one host; {have}"
+    if total < d * workers:
+        have = f"{total} are free" if now else f"the cluster has {total}{' on hosts' + where if where else ''}"
+        return f"needs {d * workers} devices in all across {workers} workers; {have}"
+    if fits < workers:
+        have = f"free devices fit {fits}" if now else f"the cluster fits {fits}{' on hosts' + where if where else ''}"
+        return f"needs {workers} workers with {d} devices each; {have}"
+    return None
+
+
+def _machine(address: str) -> str:
+    # TF's gRPC server binds 0.0.0.0, so every loopback address is the same machine for port purposes.
+    if address.startswith("127.") or address in ("localhost", "::1"):
+        return "loopback"
+    return address
+
+
+@dataclass
+class _Slot:
+    """Working state of one candidate host while a job is being placed."""
+
+    host: HostState
+    free: list[int]
+    job_tasks: int = 0
+
+
+def _assign(
+    shape: JobShape, candidates: Sequence[HostState], all_hosts: Sequence[HostState]
+) -> tuple[TaskPlacement, ...] | str:
+    """Greedy spread placement onto `candidates`; a reason string when some task does not fit."""
+    taken: dict[str, set[int]] = {}
+    for h in all_hosts:
+        taken.setdefault(_machine(h.address), set()).update(h.used_ports | h.excluded_ports)
+    slots = [_Slot(h, sorted(set(h.device_ids) - h.used_devices)) for h in candidates]
+
+    def port_for(slot: _Slot) -> int | None:
+        used = taken.get(_machine(slot.host.address), set())
+        return next((p for p in range(slot.host.port_min, slot.host.port_max + 1) if p not in used), None)
+
+    specs = required_tasks(shape)
+    # Device-holding tasks first, so the devices decide the spread; chief and ps then fill in around them.
+    ordered = [s for s in specs if s.devices] + [s for s in specs if not s.devices]
+    placed: list[TaskPlacement] = []
+    for spec in ordered:
+        fits = [s for s in slots if len(s.free) >= spec.devices]
+        usable = [(s, p) for s in fits if (p := port_for(s)) is not None]
+        if not usable:
+            if not fits:
+                largest = max(len(s.free) for s in slots)
+                return f"needs {spec.devices} devices on one host; largest free is {largest}"
+            return f"no free port on {', '.join(s.host.name for s in fits)}"
+        if spec.devices:
+            slot, port = min(usable, key=lambda sp: (-len(sp[0].free), sp[0].job_tasks, sp[0].host.name))
+        else:
+            slot, port = min(usable, key=lambda sp: (sp[0].job_tasks, sp[0].host.name))
+        devices = tuple(slot.free[: spec.devices])
+        del slot.free[: spec.devices]
+        slot.job_tasks += 1
+        taken.setdefault(_machine(slot.host.address), set()).add(port)
+        placed.append(TaskPlacement(spec.type, spec.index, slot.host.name, slot.host.address, port, devices))
+    return tuple(sorted(placed, key=lambda t: (ROLE_ORDER.index(t.type), t.index)))

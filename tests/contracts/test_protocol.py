@@ -1,0 +1,29 @@
+"""Facts from the wire are rebuilt strictly: malformed payloads raise instead of reaching the database."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import pytest
+
+from contracts.protocol import parse_facts
+from worker_agent import facts
+
+
+def test_it_round_trips_the_facts_an_agent_collects():
+    collected = facts.collect((23000, 23099))
+
+    assert parse_facts(asdict(collected)) == collected
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {},
+        {"cpu_count": "many", "memory_total_mb": 1},
+        {"cpu_count": 1, "memory_total_mb": 1, "gpus": [{"index": 0}]},
+    ],
+)
+def test_it_rejects_malformed_facts(raw):
+    with pytest.raises(ValueError, match="malformed host facts"):
+        parse_facts(raw)

@@ -1,0 +1,69 @@
+"""The watchdog only declares a host lost when silence is the host's doing, not the orchestrator's own delay."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from orchestrator import counters
+from orchestrator.agents import liveness, reports
+from orchestrator.models import Cluster, Host, HostStatus
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def silent_host() -> Host:
+    cluster = Cluster.objects.create(name=f"guards-{time.monotonic_ns()}")
+    host = Host(
+        cluster=cluster, name=f"quiet-{time.monotonic_ns()}", address="10.0.0.9", port_min=20000, port_max=20100
+    )
+    host.issue_token()
+    host.status = HostStatus.ONLINE
+    host.last_heartbeat = timezone.now() - timedelta(seconds=settings.TFDASH_HEARTBEAT_TIMEOUT_S + 5)
+    host.save()
+    counters._client().delete("tfdash:readings:" + reports.REPORT_LAG)
+    liveness._last_check = None
+    liveness._first_check = time.monotonic() - settings.TFDASH_HEARTBEAT_TIMEOUT_S  # listening long enough
+    return host
+
+
+def test_a_silent_host_is_declared_offline_when_reports_arrive_promptly(silent_host: Host) -> None:
+    counters.record_reading(reports.REPORT_LAG, "other-host", 0.05)
+
+    assert silent_host.name in liveness.mark_silent_hosts_offline()
+    silent_host.refresh_from_db()
+    assert silent_host.status == HostStatus.OFFLINE
+
+
+def test_no_host_is_judged_while_every_report_reaches_the_orchestrator_late(silent_host: Host) -> None:
+    late = settings.TFDASH_HEARTBEAT_TIMEOUT_S * 0.75
+    counters.record_reading(reports.REPORT_LAG, "other-host", late)
+    counters.record_reading(reports.REPORT_LAG, "third-host", late + 1)
+
+    assert liveness.mark_silent_hosts_offline() == []
+    silent_host.refresh_from_db()
+    assert silent_host.status == HostStatus.ONLINE
+
+    # One prompt host shows the delay is not on this side: the silent one is judged again.
+    counters.record_reading(reports.REPORT_LAG, "prompt-host", 0.05)
+    assert silent_host.name in liveness.mark_silent_hosts_offline()
+
+
+def test_a_watchdog_that_was_itself_stalled_skips_one_tick(silent_host: Host) -> None:
+    liveness._last_check = time.monotonic() - settings.TFDASH_HEARTBEAT_TIMEOUT_S
+
+    assert liveness.mark_silent_hosts_offline() == []
+    assert silent_host.name in liveness.mark_silent_hosts_offline()
+
+
+def test_a_watchdog_that_just_started_listens_for_a_whole_timeout_before_judging(silent_host: Host) -> None:
+    liveness._first_check = None
+
+    assert liveness.mark_silent_hosts_offline() == []  # e.g. the orchestrator was restarted: every heartbeat is old
+    liveness._first_check = time.monotonic() - settings.TFDASH_HEARTBEAT_TIMEOUT_S
+    assert silent_host.name in liveness.mark_silent_hosts_offline()

@@ -1,0 +1,194 @@
+"""The restart policy and hang detection, driven through the lifecycle with real PostgreSQL (no TF: the events an
+agent would send are applied directly; the real-process versions are in test_faults_e2e.py)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from contracts.protocol import TaskEvent, TaskEventKind
+from orchestrator.control import lifecycle, scheduling
+from orchestrator.core import restarts
+from orchestrator.models import Job, JobState, Task, TaskLogLine, TaskState
+from tests import factories
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.mark.parametrize(
+    ("policy", "code", "lost", "expected"),
+    [
+        ("exit_code", 1, False, False),
+        ("exit_code", 127, False, False),
+        ("exit_code", 137, False, True),
+        ("exit_code", -9, False, True),
+        ("exit_code", None, True, True),
+        ("on_failure", 1, False, True),
+        ("never", -9, False, False),
+        ("never", None, True, False),
+    ],
+)
+def test_which_failures_are_retryable(policy, code, lost, expected):
+    assert restarts.retryable(policy, code, lost=lost) is expected
+
+
+def running_job(owner, *, strategy="multi_worker_mirrored", workers=2, ps=0, max_restarts=1, **fields) -> Job:
+    """A job placed and running on two hosts, as the scheduler leaves it."""
+    host_a, _ = factories.host(port_min=25000)
+    host_b, _ = factories.host(port_min=25100)
+    for host in (host_a, host_b):
+        host.cpu_slots, host.status = 4, "online"
+        host.save()
+    job = Job.objects.create(
+        owner=owner, cluster=host_a.cluster, name="j", strategy=strategy, program_kind="builtin",
+        builtin="digits_mlp", workers=workers, ps=ps, max_restarts=max_restarts, **fields,
+    )  # fmt: skip
+    scheduling.schedule_cluster(job.cluster_id)
+    job.refresh_from_db()
+    assert job.state == JobState.STARTING, job.reason
+    for task in job.current_tasks():
+        apply(task, TaskEventKind.STARTED, pid=1000 + task.pk)
+        apply(task, TaskEventKind.LISTENING)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    return job
+
+
+def apply(task: Task, kind: str, **fields) -> None:  # type: ignore[no-untyped-def]
+    with transaction.atomic():
+        Job.objects.select_for_update().get(pk=task.job_id)  # the lifecycle's lock order: job, then task
+        locked = Task.objects.select_for_update(of=("self",)).select_related("job", "host").get(pk=task.pk)
+        lifecycle.apply_event(locked, TaskEvent(task_id=task.pk, attempt=task.attempt, kind=kind, **fields))
+
+
+def task_of(job: Job, type_: str, index: int, restart: int = 0) -> Task:
+    return Task.objects.get(job=job, attempt=job.attempt, type=type_, index=index, restart=restart)
+
+
+def test_a_worker_killed_by_a_signal_restarts_the_gang_as_the_next_attempt(alice):
+    job = running_job(alice, max_restarts=2)
+
+    apply(task_of(job, "worker", 1), TaskEventKind.EXITED, exit_code=-9)
+
+    job.refresh_from_db()
+    assert (job.state, job.restarts) == (JobState.RESTARTING, 1)
+    assert job.reason == "worker 1 on {} was killed by signal 9; restarting from the last checkpoint (restart 1 of 2)" \
+        .format(task_of(job, "worker", 1).host.name)  # fmt: skip
+    survivor = task_of(job, "worker", 0)
+    assert survivor.state == TaskState.STOPPING
+    # The survivor's own failure, once its peer is gone, is part of the same restart, not a second one.
+    apply(survivor, TaskEventKind.EXITED, exit_code=1)
+    scheduling.schedule_cluster(job.cluster_id)
+
+    job.refresh_from_db()
+    assert (job.state, job.attempt, job.restarts) == (JobState.STARTING, 2, 1)
+    assert job.reason.startswith("restart 1 of 2, after: worker 1 on")
+    assert job.current_tasks().count() == 2
+
+
+def test_the_gang_is_not_placed_again_while_its_old_processes_still_run(alice):
+    job = running_job(alice)
+
+    apply(task_of(job, "worker", 0), TaskEventKind.EXITED, exit_code=-9)
+    scheduling.schedule_cluster(job.cluster_id)
+
+    job.refresh_from_db()
+    assert (job.state, job.attempt) == (JobState.RESTARTING, 1)  # worker 1 is still being stopped
+
+
+def test_a_program_error_fails_the_job_without_a_restart(alice):
+    job = running_job(alice, max_restarts=3)
+
+    apply(task_of(job, "worker", 0), TaskEventKind.EXITED, exit_code=1)
+
+    job.refresh_from_db()
+    assert (job.state, job.restarts) == (JobState.FAILED, 0)
+    assert job.reason.endswith("exited with code 1")
+
+
+def test_when_restarts_are_used_up_the_job_fails_saying_so(alice):
+    job = running_job(alice, max_restarts=0)
+
+    apply(task_of(job, "worker", 1), TaskEventKind.EXITED, exit_code=-9)
+
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert job.reason.endswith("was killed by signal 9")  # no restarts allowed: nothing more to say
+
+
+def test_a_parameter_server_worker_is_relaunched_in_place_and_the_job_goes_on(alice):
+    job = running_job(alice, strategy="parameter_server", workers=2, ps=1, max_restarts=1)
+    victim = task_of(job, "worker", 1)
+
+    apply(victim, TaskEventKind.EXITED, exit_code=-9)
+
+    job.refresh_from_db()
+    assert (job.state, job.restarts) == (JobState.RUNNING, 1)
+    again = task_of(job, "worker", 1, restart=1)
+    assert (again.host_id, again.port, again.tf_config) == (victim.host_id, victim.port, victim.tf_config)
+    assert again.state == TaskState.PENDING
+    # A second loss with no restarts left: still going, without that worker.
+    apply(again, TaskEventKind.STARTED, pid=4242)
+    apply(again, TaskEventKind.EXITED, exit_code=-9)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    assert "training goes on without it (all 1 restarts used)" in job.reason
+
+
+def test_a_lost_ps_restarts_the_whole_job(alice):
+    job = running_job(alice, strategy="parameter_server", workers=1, ps=1, max_restarts=1)
+
+    apply(task_of(job, "ps", 0), TaskEventKind.EXITED, exit_code=-9)
+
+    job.refresh_from_db()
+    assert job.state == JobState.RESTARTING
+
+
+def test_a_lost_host_restarts_the_job_on_what_is_left_or_queues_it_with_the_reason(alice):
+    job = running_job(alice, max_restarts=1)
+    lost = task_of(job, "worker", 1)
+    lost.host.status = "offline"
+    lost.host.save()
+
+    lifecycle.host_lost(lost.host_id, lost.host.name)
+    apply(task_of(job, "worker", 0), TaskEventKind.EXITED, exit_code=-9)  # the stopped survivor
+    scheduling.schedule_cluster(job.cluster_id)
+
+    job.refresh_from_db()
+    # The one host left has 4 slots: both workers fit there, as attempt 2.
+    assert (job.state, job.attempt) == (JobState.STARTING, 2), job.reason
+    assert {t.host_id for t in job.current_tasks()} == {task_of(job, "worker", 0).host_id}
+
+
+def test_a_job_with_no_progress_for_its_timeout_is_failed_with_the_reason(alice):
+    job = running_job(alice, max_restarts=0, progress_timeout_s=30)
+    TaskLogLine.objects.create(task=task_of(job, "worker", 0), seq=0, stream="stdout", text="started")
+
+    assert lifecycle.check_progress() == []  # first look: the mark is taken now
+    Job.objects.filter(pk=job.pk).update(progress_at=timezone.now() - timedelta(seconds=29))
+    assert lifecycle.check_progress() == []
+    TaskLogLine.objects.create(task=task_of(job, "worker", 0), seq=1, stream="stdout", text="still alive")
+    Job.objects.filter(pk=job.pk).update(progress_at=timezone.now() - timedelta(seconds=31))
+    assert lifecycle.check_progress() == []  # a new line is progress: the clock starts again
+    Job.objects.filter(pk=job.pk).update(progress_at=timezone.now() - timedelta(seconds=31))
+
+    assert lifecycle.check_progress() == [job.pk]
+
+    job.refresh_from_db()
+    assert (job.state, job.reason) == (JobState.FAILED, "no progress for 30 s (no metric point or log line)")
+    assert set(job.current_tasks().values_list("state", flat=True)) == {TaskState.STOPPING}
+
+
+def test_a_hung_job_with_restarts_left_is_restarted(alice):
+    job = running_job(alice, max_restarts=1, progress_timeout_s=30)
+    lifecycle.check_progress()
+    Job.objects.filter(pk=job.pk).update(progress_at=timezone.now() - timedelta(seconds=31))
+
+    lifecycle.check_progress()
+
+    job.refresh_from_db()
+    assert job.state == JobState.RESTARTING
+    assert job.reason.startswith("no progress for 30 s")

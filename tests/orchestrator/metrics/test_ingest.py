@@ -1,0 +1,150 @@
+"""Metric batches and artifacts from agents: stored once, forged ones dropped, served by the API."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+
+import pytest
+from rest_framework.test import APIClient
+
+from orchestrator.metrics import ingest
+from orchestrator.models import Job, JobArtifact, MetricPoint, Task
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def running(django_user_model):
+    owner = django_user_model.objects.create_user("alice", password="pw-alice-123")
+    host, token = factories.host("node-0")
+    job = Job.objects.create(
+        owner=owner, cluster=host.cluster, name="j", strategy="multi_worker_mirrored", program_kind="script", attempt=1
+    )
+    task = Task.objects.create(job=job, attempt=1, type="worker", index=0, host=host, state="running")
+    return owner, host, token, job, task
+
+
+def envelope(host, token, body):
+    return {"host": host.name, "token": token, "body": body, "sent_at": time.time(), "protocol": 1}
+
+
+def metric(step, **values):
+    return {
+        "kind": "metric",
+        "ts": time.time(),
+        "mono": 1.0,
+        "step": step,
+        "epoch": 0,
+        "phase": "train",
+        "metrics": values,
+    }
+
+
+def test_a_redelivered_batch_is_stored_once(running):
+    _owner, host, token, job, task = running
+    batch = {"task_id": task.pk, "attempt": 1, "events": [metric(10, loss=0.5, accuracy=0.8), metric(20, loss=0.4)]}
+
+    ingest.handle_task_metrics(envelope(host, token, batch))
+    ingest.handle_task_metrics(envelope(host, token, batch))
+
+    assert MetricPoint.objects.filter(job=job).count() == 3
+
+
+def test_facts_from_worker_0_become_the_jobs_facts(running):
+    _owner, host, token, job, task = running
+    facts = {"kind": "facts", "ts": time.time(), "facts": {"global_batch": 64, "effective_learning_rate": 0.002}}
+
+    ingest.handle_task_metrics(envelope(host, token, {"task_id": task.pk, "attempt": 1, "events": [facts]}))
+
+    assert Job.objects.get(pk=job.pk).facts == {"global_batch": 64, "effective_learning_rate": 0.002}
+
+
+@pytest.mark.parametrize(
+    "forge",
+    [
+        lambda host, token, task: envelope(
+            host, "tfa_wrong", {"task_id": task.pk, "attempt": 1, "events": [metric(1, loss=1)]}
+        ),
+        lambda host, token, task: envelope(
+            host, token, {"task_id": task.pk, "attempt": 2, "events": [metric(1, loss=1)]}
+        ),
+        lambda host, token, task: envelope(
+            host, token, {"task_id": task.pk + 999, "attempt": 1, "events": [metric(1, loss=1)]}
+        ),
+        lambda host, token, task: envelope(host, token, {"nonsense": True}),
+    ],
+    ids=["bad token", "stale attempt", "unknown task", "malformed"],
+)
+def test_a_forged_or_stale_batch_is_dropped(running, forge):
+    _owner, host, token, _job, task = running
+
+    assert ingest.handle_task_metrics(forge(host, token, task)) == 0
+    assert not MetricPoint.objects.exists()
+
+
+def test_non_numbers_and_non_finite_values_are_skipped(running):
+    _owner, host, token, _job, task = running
+    events = [metric(1, loss=float("nan"), note="text", ok=True, accuracy=0.5), {"kind": "metric"}, "junk"]
+
+    ingest.handle_task_metrics(envelope(host, token, {"task_id": task.pk, "attempt": 1, "events": events}))
+
+    assert list(MetricPoint.objects.values_list("name", "value")) == [("accuracy", 0.5)]
+
+
+def test_the_metrics_api_pages_with_a_cursor(running):
+    owner, host, token, job, task = running
+    events = [metric(step, loss=1.0 / step) for step in range(1, 6)]
+    ingest.handle_task_metrics(envelope(host, token, {"task_id": task.pk, "attempt": 1, "events": events}))
+    client = APIClient()
+    client.force_authenticate(owner)
+
+    first = client.get(f"/api/jobs/{job.pk}/metrics/?name=loss").json()
+    ingest.handle_task_metrics(
+        envelope(host, token, {"task_id": task.pk, "attempt": 1, "events": [metric(6, loss=0.1)]})
+    )
+    later = client.get(f"/api/jobs/{job.pk}/metrics/?since={first['next']}").json()
+
+    assert [p[4] for p in first["points"]] == [1, 2, 3, 4, 5]
+    assert [(p[3], p[4], p[6]) for p in later["points"]] == [("loss", 6, 0.1)]
+
+
+def test_an_artifact_is_stored_and_downloadable_by_its_owner_only(running, django_user_model):
+    owner, host, token, job, task = running
+    content = b"model bytes" * 100
+    body = {
+        "task_id": task.pk,
+        "attempt": 1,
+        "name": "model.keras",
+        "sha256": hashlib.sha256(content).hexdigest(),
+        "content_b64": base64.b64encode(content).decode(),
+    }
+
+    ingest.handle_task_artifact(envelope(host, token, body))
+    ingest.handle_task_artifact(envelope(host, token, {**body, "sha256": "0" * 64}))  # corrupt: dropped
+
+    assert JobArtifact.objects.get(job=job).size == len(content)
+    client = APIClient()
+    client.force_authenticate(owner)
+    response = client.get(f"/api/jobs/{job.pk}/artifacts/model.keras/")
+    assert response.content == content
+    assert "attachment" in response["Content-Disposition"]
+    client.force_authenticate(django_user_model.objects.create_user("bob", password="pw-bob-123"))
+    assert client.get(f"/api/jobs/{job.pk}/artifacts/model.keras/").status_code == 404
+
+
+def test_the_csv_export_has_every_point(running):
+    owner, host, token, job, task = running
+    events = [metric(step, loss=1.0 / step) for step in range(1, 4)]
+    ingest.handle_task_metrics(envelope(host, token, {"task_id": task.pk, "attempt": 1, "events": events}))
+    client = APIClient()
+    client.force_authenticate(owner)
+
+    response = client.get(f"/api/jobs/{job.pk}/metrics-csv/")
+
+    lines = b"".join(response.streaming_content).decode().splitlines()
+    assert lines[0] == "id,task_type,task_index,attempt,phase,name,step,epoch,value,ts"
+    assert [line.split(",")[5:7] for line in lines[1:]] == [["loss", "1"], ["loss", "2"], ["loss", "3"]]
+    assert "attachment" in response["Content-Disposition"]

@@ -53,7 +53,7 @@ def task_environment(
     return environment(tf_config_for(placement, task, strategy), strategy, legacy_keras=legacy_keras)
 
 
-def environment(config: dict | None, strategy: Strategy, *, legacy_keras: bool = True) -> dict[str, str]:
+def environment(config: dict[str, Any] | None, strategy: Strategy, *, legacy_keras: bool = True) -> dict[str, str]:
     """The variables for a task whose TF_CONFIG is `config` (also used to relaunch a task in place)."""
     env: dict[str, str] = {}
     if config is not None:

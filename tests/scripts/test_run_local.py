@@ -1,7 +1,8 @@
-"""The quick start for real: `scripts/run_local.py` (what `make run` calls) on a fresh database and no Redis.
+"""The quick start for real: `scripts/run_local.py` (what `make run` calls) with no database and no Redis configured.
 
-It must start an embedded Redis, migrate, create the admin, register two local hosts, and within 60 s of the web
-answering show both hosts online with CPU count and memory; SIGTERM must stop every process it started.
+It must start an embedded PostgreSQL and an embedded Redis, migrate, create the admin, register two local hosts, and
+within 60 s of the web answering show both hosts online with CPU count and memory; SIGTERM must stop every process it
+started.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ def free_port() -> int:
 
 
 def test_make_run_brings_up_two_online_hosts_and_stops_everything(tmp_path):
-    port, redis_port = free_port(), free_port()
+    port, redis_port, pg_port = free_port(), free_port(), free_port()
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "DATABASE_URL"},  # none: the embedded PostgreSQL must start
         "PORT": str(port),
         "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",  # nothing listens there: the embedded one must start
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "TFDASH_PG_PORT": str(pg_port),
         "TFDASH_VAR_DIR": str(tmp_path / "var"),
         "DJANGO_SUPERUSER_USERNAME": "quickstart",
         "DJANGO_SUPERUSER_PASSWORD": "quick-start-pw-1",
@@ -39,11 +40,12 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(tmp_path):
     run = ManagedProcess("run_local", [sys.executable, "scripts/run_local.py"], env, cwd=ROOT)
     children: list[psutil.Process] = []
     try:
+        run.wait_for_line(rf"Started an embedded PostgreSQL at 127.0.0.1:{pg_port}", timeout=60)
         run.wait_for_line(r"started an embedded one", timeout=30)
         run.wait_for_line(rf"tfdash is up: http://127.0.0.1:{port}/", timeout=120)
         up_at = time.monotonic()
         children = psutil.Process(run.pid).children(recursive=True)
-        assert len(children) >= 6  # redis, web, orchestrator, ingest, two agents
+        assert len(children) >= 7  # postgres, redis, web, orchestrator, ingest, two agents
 
         api = requests.Session()
         token = api.post(

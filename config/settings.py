@@ -76,6 +76,11 @@ DATABASES = {
         conn_max_age=env_int("DB_CONN_MAX_AGE", 0),
     )
 }
+# A statement waiting for a row lock longer than this fails (a Celery handler is then retried with backoff) instead of
+# holding a worker thread indefinitely.
+DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
+    f"-c lock_timeout={env_int('TFDASH_DB_LOCK_TIMEOUT_MS', 10_000)}"
+)
 # One SQL dialect: the ingest's bulk upsert and the history's thinning are PostgreSQL statements.
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise EnvError(f"DATABASE_URL must name a PostgreSQL database, not {DATABASES['default']['ENGINE']}")
@@ -122,6 +127,13 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# At least once: a message is acknowledged only after its handler returned (its effect committed), and one whose
+# worker died mid-way goes back to the queue. Handlers are idempotent, so a redelivery changes nothing.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# A message taken by a worker that then vanished comes back after this long (Kombu's default is an hour); a restarted
+# orchestrator takes its own back at once (orchestrator/tasks.py). No handler runs anywhere near this long.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("TFDASH_REDELIVER_AFTER_S", 300)}
 
 CHANNEL_LAYERS = {
     "default": {

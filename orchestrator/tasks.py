@@ -1,39 +1,86 @@
 """Celery entry points on the `orchestrator` queue, the one place they are defined. Thin: each hands its payload to
-the module that owns the logic; domain code asks for a scheduler pass by name (orchestrator/control/passes.py)."""
+the module that owns the logic; domain code asks for a scheduler pass by name (orchestrator/control/passes.py).
+
+At least once, applied once: messages are acknowledged after the handler returns (settings: acks_late,
+reject_on_worker_lost); a handler that meets a database or broker outage is retried with backoff; every handler is
+idempotent. A restarted orchestrator first takes back what a dead one had taken and not acknowledged (`_redeliver`).
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
+import kombu.exceptions
+import kombu.utils.json
+import redis
+from celery.signals import worker_ready
+from django.db import InterfaceError, OperationalError, close_old_connections
+
 from config.celery import app
-from contracts.protocol import (
-    AGENT_HEARTBEAT,
-    AGENT_HELLO,
-    TASK_EVENT,
-    TASK_LOGS,
-)
+from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, ORCHESTRATOR_QUEUE, TASK_EVENT, TASK_LOGS
 from orchestrator.agents import events, liveness, reports
 from orchestrator.control import lifecycle, passes, scheduling
 from orchestrator.control.scheduling import WAITING_STATES
 from orchestrator.models import Job
 
+log = logging.getLogger(__name__)
 
-@app.task(name=AGENT_HELLO, ignore_result=True)
+# Outages worth waiting out: the database or the broker away or busy (a lock wait past its timeout is an
+# OperationalError too). Anything else is a bug or bad input, and retrying would fail the same way.
+TRANSIENT = (
+    OperationalError,
+    InterfaceError,
+    redis.ConnectionError,
+    redis.TimeoutError,
+    kombu.exceptions.OperationalError,
+)
+
+
+def entry(name: str) -> Callable[[Callable[..., None]], Any]:
+    """A Celery entry point on the orchestrator queue, retried with backoff (jittered, 1 s doubling up to 30 s apart,
+    about 10 minutes in all) while the database or the broker is unavailable."""
+
+    def register(handler: Callable[..., None]) -> Any:
+        def run(*args: Any) -> None:
+            try:
+                handler(*args)
+            except TRANSIENT as exc:
+                log.warning("%s met %r; it will be retried", name, exc)
+                close_old_connections()  # the next try opens a fresh connection
+                raise
+
+        run.__name__ = run.__qualname__ = handler.__name__
+        run.__doc__ = handler.__doc__
+        return app.task(
+            name=name,
+            ignore_result=True,
+            autoretry_for=TRANSIENT,
+            retry_backoff=1,
+            retry_backoff_max=30,
+            max_retries=25,
+        )(run)
+
+    return register
+
+
+@entry(AGENT_HELLO)
 def agent_hello(payload: Any) -> None:
     reports.handle_report(payload, hello=True)
 
 
-@app.task(name=AGENT_HEARTBEAT, ignore_result=True)
+@entry(AGENT_HEARTBEAT)
 def agent_heartbeat(payload: Any) -> None:
     reports.handle_report(payload, hello=False)
 
 
-@app.task(name=TASK_EVENT, ignore_result=True)
+@entry(TASK_EVENT)
 def task_event(payload: Any) -> None:
     events.handle_task_event(payload)
 
 
-@app.task(name=TASK_LOGS, ignore_result=True)
+@entry(TASK_LOGS)
 def task_logs(payload: Any) -> None:
     events.handle_task_logs(payload)
 
@@ -41,12 +88,12 @@ def task_logs(payload: Any) -> None:
 # Metric traffic (TASK_METRICS, HOST_SAMPLES, TASK_ARTIFACT) is not a Celery task: see orchestrator/metrics/stream.py.
 
 
-@app.task(name=passes.SCHEDULE, ignore_result=True)
+@entry(passes.SCHEDULE)
 def schedule(cluster_id: int) -> None:
     scheduling.schedule_cluster(cluster_id)
 
 
-@app.task(name="orchestrator.watchdog", ignore_result=True)
+@entry("orchestrator.watchdog")
 def watchdog() -> None:
     """Every tick: silent hosts go offline, jobs past their start-up deadline fail, queued jobs get another look
     (capacity may have come back without any event this process saw)."""
@@ -56,3 +103,27 @@ def watchdog() -> None:
     lifecycle.check_progress()
     for cluster_id in set(Job.objects.filter(state__in=WAITING_STATES).values_list("cluster_id", flat=True)):
         scheduling.schedule_cluster(cluster_id)
+
+
+@worker_ready.connect
+def _redeliver(sender: Any = None, **_: Any) -> None:
+    """Put back on their queue the orchestrator messages taken and never acknowledged by a worker that died (SIGKILL,
+    power loss): without this they would wait out the visibility timeout. A message some other live worker is
+    handling right now comes back too, and is applied once all the same (every handler is idempotent)."""
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        qos = getattr(channel, "qos", None)
+        if qos is None or not hasattr(qos, "restore_by_tag"):  # not the Redis transport
+            return
+        client = channel.client
+        restored = 0
+        for tag, raw in client.hgetall(qos.unacked_key).items():
+            try:
+                _message, _exchange, routing_key = kombu.utils.json.loads(raw)
+            except (ValueError, TypeError):
+                continue
+            if routing_key == ORCHESTRATOR_QUEUE:
+                qos.restore_by_tag(tag, client)
+                restored += 1
+        if restored:
+            log.warning("took back %d orchestrator message(s) a previous worker had not acknowledged", restored)

@@ -1,0 +1,138 @@
+"""Agent events reach the job however the orchestrator fares: a real orchestrator (Celery worker) on a private Redis
+and the isolated test database, events published as an agent publishes them.
+
+- SIGKILLed while it holds events it has taken but not finished: they are not lost, and a restarted orchestrator takes
+  them back at once (not after the broker's visibility timeout, which is set to an hour here to prove it);
+- a handler that meets a database error (a lock it cannot get in time) is retried with backoff and applied once.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+
+import pytest
+import redis
+from celery import Celery
+from django.db import connections, transaction
+
+from contracts.protocol import ORCHESTRATOR_QUEUE, PROTOCOL_VERSION, TASK_EVENT, TaskEvent, TaskEventKind
+from orchestrator.models import Cluster, Host, Job, JobState, Task, TaskState
+from tests.orchestrator.test_redis_restart import (  # noqa: F401 - the fixtures are used by name
+    DB,
+    Deployment,
+    deployment,
+    private_redis,
+)
+from tests.support.processes import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=[DB])
+
+
+@pytest.fixture
+def running_job() -> Iterator[tuple[Job, Task, str]]:
+    """A one-worker MultiWorkerMirrored job whose only task runs on a registered host: (job, task, host token)."""
+    cluster = Cluster.objects.using(DB).create(name="delivery-lab")
+    host = Host(cluster=cluster, name="delivery-0", address="127.0.0.1", port_min=30700, port_max=30709)
+    token = host.issue_token()
+    host.save(using=DB)
+    from django.contrib.auth import get_user_model
+
+    owner = get_user_model().objects.db_manager(DB).create_user("carol", password="pw-carol-123")
+    job = Job.objects.using(DB).create(
+        owner=owner, cluster=cluster, name="delivery", strategy="multi_worker_mirrored", program_kind="builtin",
+        builtin="digits_mlp", state=JobState.RUNNING, attempt=1,
+    )  # fmt: skip
+    task = Task.objects.using(DB).create(
+        job=job, attempt=1, type="worker", index=0, host=host, port=30700, state=TaskState.RUNNING, pid=4242
+    )
+    yield job, task, token
+
+
+def _publish_exit(redis_url: str, host: str, token: str, task: Task, code: int) -> None:
+    """What an agent's outbox sends when the task's process exits."""
+    app = Celery("delivery-test", broker=redis_url, set_as_current=False)
+    event = TaskEvent(task_id=task.pk, attempt=task.attempt, kind=TaskEventKind.EXITED, pid=4242, exit_code=code)
+    envelope = {
+        "host": host,
+        "token": token,
+        "body": asdict(event),
+        "sent_at": time.time(),
+        "protocol": PROTOCOL_VERSION,
+    }
+    app.send_task(TASK_EVENT, args=[envelope], queue=ORCHESTRATOR_QUEUE)
+    app.close()
+
+
+def _holding_the_job_row(job: Job) -> transaction.Atomic:
+    """A transaction of the test's own that holds the job's row lock: every lifecycle handler of the job waits."""
+    atomic = transaction.atomic(using=DB)
+    atomic.__enter__()
+    Job.objects.using(DB).select_for_update().get(pk=job.pk)
+    return atomic
+
+
+def _release(atomic: transaction.Atomic) -> None:
+    atomic.__exit__(None, None, None)
+    connections[DB].close()
+
+
+def _start_orchestrator(stack: Deployment, **env: str) -> None:
+    stack.env.update(env)
+    stack._start_orchestrator()
+    stack.procs["orchestrator"].wait_for_line(r"orchestrator-restart@\S+ ready", timeout=60)
+
+
+def test_events_taken_by_a_killed_orchestrator_are_applied_at_once_by_the_next(
+    deployment: Deployment,  # noqa: F811
+    running_job: tuple[Job, Task, str],
+) -> None:
+    job, task, token = running_job
+    # An hour: were the events left to the broker's visibility timeout, this test would time out.
+    _start_orchestrator(deployment, TFDASH_REDELIVER_AFTER_S="3600", TFDASH_DB_LOCK_TIMEOUT_MS="120000")
+    broker = redis.Redis.from_url(deployment.redis_url)
+    lock = _holding_the_job_row(job)
+    try:
+        _publish_exit(deployment.redis_url, "delivery-0", token, task, code=0)
+        # Taken (unacknowledged) and stuck on the lock: that is the moment a crash costs an event without acks_late.
+        wait_until(lambda: TASK_EVENT.encode() in b"".join(broker.hvals("unacked")), 30,
+                   what="the event taken by the orchestrator")  # fmt: skip
+        deployment.kill("orchestrator")
+    finally:
+        _release(lock)
+    assert Task.objects.using(DB).get(pk=task.pk).state == TaskState.RUNNING  # nothing was applied yet
+
+    restarted = time.monotonic()
+    _start_orchestrator(deployment)
+    wait_until(lambda: Job.objects.using(DB).get(pk=job.pk).is_terminal, 60, what="the exit applied after restart")
+    took_s = time.monotonic() - restarted
+    job.refresh_from_db(using=DB)
+    task.refresh_from_db(using=DB)
+    assert (job.state, task.state, task.exit_code) == (JobState.SUCCEEDED, TaskState.SUCCEEDED, 0), job.reason
+    # The watchdog's ticks waited on the same lock and come back with it.
+    assert re.search(r"took back \d+ orchestrator message", deployment.output("orchestrator"))
+    print(f"delivery: the exit taken by the killed orchestrator was applied {took_s:.1f} s after the restart")
+
+
+def test_an_event_whose_handler_meets_a_database_error_is_retried_and_applied_once(
+    deployment: Deployment,  # noqa: F811
+    running_job: tuple[Job, Task, str],
+) -> None:
+    job, task, token = running_job
+    # The handler gives up waiting for the lock after 0.5 s (an OperationalError), and is retried with backoff.
+    _start_orchestrator(deployment, TFDASH_DB_LOCK_TIMEOUT_MS="500")
+    lock = _holding_the_job_row(job)
+    try:
+        _publish_exit(deployment.redis_url, "delivery-0", token, task, code=3)
+        wait_until(lambda: f"{TASK_EVENT} met" in deployment.output("orchestrator"), 30,
+                   what="the handler to fail on the lock")  # fmt: skip
+    finally:
+        _release(lock)
+    wait_until(lambda: Job.objects.using(DB).get(pk=job.pk).is_terminal, 60, what="the exit applied after the retry")
+    job.refresh_from_db(using=DB)
+    task.refresh_from_db(using=DB)
+    assert (job.state, task.state, task.exit_code) == (JobState.FAILED, TaskState.FAILED, 3)
+    assert job.reason == f"{task.label} exited with code 3"
+    assert "lock timeout" in deployment.output("orchestrator")

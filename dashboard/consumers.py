@@ -27,10 +27,7 @@ FORBIDDEN = 4403
 
 @database_sync_to_async
 def _visible_job(user: Any, job_id: int) -> Job | None:
-    if not user or not user.is_authenticated:
-        return None
-    jobs = Job.objects.all() if user.is_staff else Job.objects.filter(owner=user)
-    return jobs.filter(pk=job_id).first()
+    return Job.objects.visible_to(user).filter(pk=job_id).first()
 
 
 @database_sync_to_async

@@ -6,44 +6,34 @@ from typing import Any
 
 from django import forms
 
-from orchestrator.control import scheduling, submission
-from orchestrator.models import Cluster, Job, RestartPolicy, Strategy
+from orchestrator.control import job_fields, scheduling, submission
+from orchestrator.control.job_fields import JobField
+from orchestrator.models import Cluster, Job, Strategy
 
 
-class JobForm(forms.Form):
-    """The job form; every rule lives in orchestrator.control.submission.validate, whose messages land next to their
-    field."""
+def _form_field(spec: JobField) -> forms.Field:
+    """The form's input for one of the job's fields (orchestrator/control/job_fields.py)."""
+    common: dict[str, Any] = {"label": spec.label, "help_text": spec.help, "initial": spec.default}
+    if spec.kind is bool:
+        return forms.BooleanField(required=False, **common)
+    if spec.choices:
+        if spec.optional_in_form:
+            return forms.TypedChoiceField(choices=spec.choices, required=False, empty_value=None, **common)
+        return forms.ChoiceField(choices=spec.choices, **common)
+    if spec.kind is int:
+        return forms.IntegerField(min_value=spec.min, max_value=spec.max, required=not spec.optional_in_form, **common)
+    return forms.CharField(max_length=spec.max_length, required=spec.required, **common)
 
-    name = forms.CharField(max_length=200)
+
+class _JobForm(forms.Form):
+    """The job form: the job's fields from their one definition (JobForm, below), plus where and what to run. What no
+    single field can check (the shape against the strategy, the cluster) is submission.validate's, whose messages land
+    next to their field."""
+
     cluster = forms.ModelChoiceField(queryset=Cluster.objects.all(), empty_label=None)
-    strategy = forms.ChoiceField(choices=Strategy.choices)
     script = forms.FileField(required=False, help_text="your tf.distribute training script (.py)")
     args = forms.CharField(required=False, max_length=submission.MAX_ARGS_CHARS, help_text="e.g. --epochs 3 --out .")
-    workers = forms.IntegerField(min_value=0, max_value=10_000, initial=2)
-    ps = forms.IntegerField(label="Parameter servers", min_value=0, max_value=10_000, initial=0)
-    devices_per_worker = forms.IntegerField(min_value=0, max_value=10_000, initial=1)
-    labels = forms.CharField(required=False, max_length=500, help_text="place only on hosts with all these labels")
-    max_restarts = forms.IntegerField(min_value=0, max_value=100, initial=0)
-    # Optional (the job's defaults apply), so older clients and scripted posts without them keep working.
-    restart_policy = forms.TypedChoiceField(
-        choices=RestartPolicy.choices,
-        required=False,
-        empty_value=None,
-        initial=RestartPolicy.EXIT_CODE,
-        help_text="which failures use a restart; a restart resumes from the job's last checkpoint",
-    )
-    progress_timeout_s = forms.IntegerField(
-        label="Hang timeout (s)",
-        required=False,
-        min_value=0,
-        max_value=86_400,
-        initial=600,
-        help_text="a running job with no new metric point or log line for this long is restarted or failed (0: off)",
-    )
-    legacy_keras = forms.BooleanField(
-        required=False, initial=True, label="tf.keras is tf_keras (TF_USE_LEGACY_KERAS=1)"
-    )
-    startup_deadline_s = forms.IntegerField(label="Start-up deadline (s)", min_value=10, max_value=3600, initial=120)
+    field_order = ["name", "cluster", "strategy", "script", "args"]  # then the rest of the job's fields
 
     def build(self, owner: object) -> tuple[Job, submission.Upload | None]:
         """The unsaved job and its upload; raises submission.JobInvalid (e.g. for arguments that cannot be split)."""
@@ -56,23 +46,17 @@ class JobForm(forms.Form):
                 self.add_error(field if field in self.fields else None, message)
 
 
+JobForm = type("JobForm", (_JobForm,), {spec.name: _form_field(spec) for spec in job_fields.FIELDS})
+
+
 def initial_from(job: Job) -> dict[str, Any]:
     """The form's fields as `job` had them, to run it again (with another strategy, say). A file field cannot be
     pre-filled: the job's program (script or built-in) is carried by the view instead, unless a script is chosen."""
     return {
-        "name": f"{job.name} (again)"[: JobForm.base_fields["name"].max_length],  # type: ignore[attr-defined]
+        **{name: getattr(job, name) for name in job_fields.SHAPE_FIELDS},
+        "name": f"{job.name} (again)"[: job_fields.MAX_NAME_CHARS],
         "cluster": job.cluster_id,
-        "strategy": job.strategy,
         "args": shlex.join(str(a) for a in job.args) if isinstance(job.args, list) else "",
-        "workers": job.workers,
-        "ps": job.ps,
-        "devices_per_worker": job.devices_per_worker,
-        "labels": job.labels,
-        "max_restarts": job.max_restarts,
-        "restart_policy": job.restart_policy,
-        "progress_timeout_s": job.progress_timeout_s,
-        "legacy_keras": job.legacy_keras,
-        "startup_deadline_s": job.startup_deadline_s,
     }
 
 

@@ -15,7 +15,6 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from contracts.run_config import RunConfig
 from dashboard import compare, page_data
 from dashboard.forms import JobForm, cluster_guidance, initial_from
-from orchestrator.api.job_views import jobs_visible_to
 from orchestrator.control import lifecycle, submission
 from orchestrator.models import TERMINAL_JOB_STATES, Cluster, Host, Job, JobState, ProgramKind, Strategy, Task
 
@@ -25,7 +24,7 @@ def _clusters_with_hosts() -> list[Cluster]:
 
 
 def _job_for(request: HttpRequest, job_id: int) -> Job:
-    return get_object_or_404(jobs_visible_to(request.user), pk=job_id)
+    return get_object_or_404(Job.objects.visible_to(request.user), pk=job_id)
 
 
 @require_GET
@@ -51,7 +50,7 @@ FINISHED = "finished"  # the state filter's name for every terminal state: the j
 def job_list(request: HttpRequest) -> HttpResponse:
     """The person's jobs (staff: everyone's), filtered by state, strategy and owner; finished ones can be ticked and
     compared, and any can be run again through a pre-filled form."""
-    shown, filters = _filter_jobs(request, jobs_visible_to(request.user))
+    shown, filters = _filter_jobs(request, Job.objects.visible_to(request.user))
     rows = list(shown[: JOB_LIST_LIMIT + 1])
     owners: list[str] = []
     if request.user.is_staff:
@@ -99,7 +98,7 @@ def job_compare(request: HttpRequest) -> HttpResponse:
     """Finished jobs side by side (`?ids=3&ids=5`): a refusal is a page that says why, never an error page."""
     try:
         ids = compare.parse_ids(request.GET.getlist("ids"))
-        comparison = compare.compare(jobs_visible_to(request.user), ids)
+        comparison = compare.compare(Job.objects.visible_to(request.user), ids)
     except compare.CannotCompare as exc:
         return render(request, "dashboard/compare.html", {"problem": str(exc)}, status=exc.status)
     return render(

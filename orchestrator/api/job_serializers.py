@@ -7,8 +7,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from orchestrator.control import submission
-from orchestrator.models import Cluster, Job, RestartPolicy, Strategy, Task
+from orchestrator.control import job_fields, submission
+from orchestrator.control.job_fields import JobField
+from orchestrator.models import Cluster, Job, Task
 
 
 @extend_schema_field(serializers.ListField(child=serializers.CharField()))
@@ -51,14 +52,12 @@ class ObjectField(serializers.Field):
         return value
 
 
-class JobInputSerializer(serializers.Serializer):
+class _JobInput(serializers.Serializer):
     """What a user sends to create (or plan) a job: multipart with a `script` file, or JSON naming a `builtin`."""
 
-    name = serializers.CharField(max_length=200)
     cluster = serializers.PrimaryKeyRelatedField(
         queryset=Cluster.objects.all(), required=False, help_text="defaults to the first cluster"
     )
-    strategy = serializers.ChoiceField(choices=Strategy.choices)
     script = serializers.FileField(required=False, write_only=True, help_text="the training script (.py)")
     builtin = serializers.CharField(required=False, allow_blank=True, max_length=64)
     builtin_config = ObjectField(required=False, default=dict)
@@ -67,17 +66,6 @@ class JobInputSerializer(serializers.Serializer):
         default=list,
         help_text='a list ["--epochs", "3"] or one string "--epochs 3" (split like a shell)',
     )
-    workers = serializers.IntegerField(min_value=0, max_value=10_000, default=1)
-    ps = serializers.IntegerField(min_value=0, max_value=10_000, default=0)
-    devices_per_worker = serializers.IntegerField(min_value=0, max_value=10_000, default=1)
-    labels = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
-    max_restarts = serializers.IntegerField(min_value=0, max_value=100, default=0)
-    restart_policy = serializers.ChoiceField(choices=RestartPolicy.choices, default=RestartPolicy.EXIT_CODE)
-    progress_timeout_s = serializers.IntegerField(
-        min_value=0, max_value=86_400, default=600, help_text="no metric point or log line for this long: hung (0: off)"
-    )
-    legacy_keras = serializers.BooleanField(default=True)
-    startup_deadline_s = serializers.IntegerField(min_value=10, max_value=3600, default=120)
 
     def validate_script(self, value: Any) -> Any:
         # Refused on the size the upload declares, before anything reads it; the message gives the real size.
@@ -101,6 +89,27 @@ class JobInputSerializer(serializers.Serializer):
         except submission.JobInvalid as exc:
             raise serializers.ValidationError(exc.errors) from None
         return job, upload
+
+
+def _serializer_field(spec: JobField) -> serializers.Field:
+    """The API's input for one of the job's fields (orchestrator/control/job_fields.py); every field but the name
+    has its default."""
+    common: dict[str, Any] = {"help_text": spec.help or None}
+    if not spec.required:
+        common["default"] = spec.default
+    if spec.kind is bool:
+        return serializers.BooleanField(**common)
+    if spec.choices:
+        return serializers.ChoiceField(choices=spec.choices, **common)
+    if spec.kind is int:
+        return serializers.IntegerField(min_value=spec.min, max_value=spec.max, **common)
+    return serializers.CharField(max_length=spec.max_length, allow_blank=not spec.required, **common)
+
+
+# What a user sends to create (or plan) a job: the job's fields, then where and what to run.
+JobInputSerializer = type(
+    "JobInputSerializer", (_JobInput,), {spec.name: _serializer_field(spec) for spec in job_fields.FIELDS}
+)
 
 
 class LogLineSerializer(serializers.Serializer):

@@ -30,12 +30,6 @@ from orchestrator.models import Job, JobArtifact, MetricPoint, Task
 METRICS_PAGE = 10_000
 
 
-def jobs_visible_to(user: Any) -> QuerySet[Job]:
-    """Owners see their jobs, staff see all; anyone else gets 404, as if the job did not exist."""
-    queryset = Job.objects.select_related("owner", "cluster", "script", "failed_task", "failed_task__host")
-    return queryset if user.is_staff else queryset.filter(owner=user)
-
-
 class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = JobSerializer
     parser_classes = [MultiPartParser, FormParser, JSONParser]
@@ -43,7 +37,7 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
     def get_queryset(self) -> QuerySet[Job]:
         if getattr(self, "swagger_fake_view", False):  # schema generation: no user; lets it type `id` as integer
             return Job.objects.none()
-        queryset = jobs_visible_to(self.request.user)
+        queryset = Job.objects.visible_to(self.request.user)
         state = self.request.query_params.get("state")
         return queryset.filter(state=state) if state else queryset
 

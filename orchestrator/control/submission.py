@@ -15,7 +15,7 @@ from django.db import transaction
 
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import ConfigError, parse_config
-from orchestrator.control import passes, scheduling
+from orchestrator.control import job_fields, passes, scheduling
 from orchestrator.core import placement, tf_config
 from orchestrator.models import Cluster, Job, ProgramKind, Script, Strategy
 from orchestrator.models.validators import parse_labels
@@ -52,22 +52,6 @@ def parse_args(value: str | list[str] | None) -> list[str]:
         raise JobInvalid({"args": [f"Cannot split the arguments: {exc}."]}) from None
 
 
-# Job fields a form or an API request sets as they are.
-SHAPE_FIELDS = (
-    "name",
-    "strategy",
-    "workers",
-    "ps",
-    "devices_per_worker",
-    "labels",
-    "max_restarts",
-    "restart_policy",
-    "progress_timeout_s",
-    "legacy_keras",
-    "startup_deadline_s",
-)
-
-
 def new_job(owner: Any, cluster: Cluster, data: Mapping[str, Any], file: Any = None) -> tuple[Job, Upload | None]:
     """An unsaved job (and its upload) from cleaned form or serializer data; raises JobInvalid for bad `args`."""
     upload = Upload(filename=file.name, content=file.read(MAX_SCRIPT_BYTES + 1)) if file is not None else None
@@ -79,7 +63,7 @@ def new_job(owner: Any, cluster: Cluster, data: Mapping[str, Any], file: Any = N
         builtin=builtin,
         builtin_config=data.get("builtin_config") or {},
         args=parse_args(data.get("args")),
-        **{field: data[field] for field in SHAPE_FIELDS if data.get(field) is not None},
+        **{field: data[field] for field in job_fields.SHAPE_FIELDS if data.get(field) is not None},
     )
     return job, upload
 

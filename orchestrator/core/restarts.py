@@ -12,6 +12,13 @@ EXIT_CODE = "exit_code"
 ON_FAILURE = "on_failure"
 NEVER = "never"
 
+# Each policy with what it means to a person (the job form shows these).
+POLICIES: tuple[tuple[str, str], ...] = (
+    (EXIT_CODE, "by exit code: 1-127 permanent; 128-255, signals, lost hosts and hangs retryable"),
+    (ON_FAILURE, "after any failure"),
+    (NEVER, "never"),
+)
+
 
 def retryable(policy: str, exit_code: int | None, *, lost: bool = False, hung: bool = False) -> bool:
     if policy == NEVER:

@@ -362,9 +362,6 @@ def handle_task_metrics(payload: Any) -> int:
     return store_reports([(TASK_METRICS, payload)]).points
 
 
-def handle_host_samples(payload: Any) -> int:
-    return store_reports([(HOST_SAMPLES, payload)]).samples
-
 
 def _maybe_float(value: Any) -> float | None:
     return (

@@ -10,7 +10,7 @@ from django.db import models, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from contracts.protocol import HostFacts, agent_queue
+from contracts.protocol import HostFacts
 from orchestrator.agents import tokens
 from orchestrator.models.validators import (
     parse_labels,
@@ -114,10 +114,6 @@ class Host(models.Model):
 
     # --- derived facts ---
     @property
-    def queue(self) -> str:
-        return agent_queue(self.name)
-
-    @property
     def label_set(self) -> frozenset[str]:
         return frozenset(parse_labels(self.labels)) if self.labels else frozenset()
 
@@ -127,10 +123,6 @@ class Host(models.Model):
         if self.gpus:
             return len(self.gpus)
         return self.cpu_slots if self.cpu_slots is not None else (self.cpu_count or 0)
-
-    @property
-    def port_count(self) -> int:
-        return self.port_max - self.port_min + 1
 
     # --- the agent token ---
     def issue_token(self) -> str:

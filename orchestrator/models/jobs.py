@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.urls import reverse
 
 from contracts import strategies
+from orchestrator.core import restarts
 from orchestrator.models.clusters import Cluster, Host
 
 # Django's choices for the names defined once in contracts/strategies.py.
@@ -17,7 +20,6 @@ Strategy = models.TextChoices(  # type: ignore[misc]
 
 class JobState(models.TextChoices):
     QUEUED = "queued"
-    PLACING = "placing"
     STARTING = "starting"
     RUNNING = "running"
     # A retryable failure stopped the gang; it is placed again (attempt + 1) once its processes are gone, and
@@ -31,12 +33,10 @@ class JobState(models.TextChoices):
 TERMINAL_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 
 
-class RestartPolicy(models.TextChoices):
-    """Which failures a job is restarted after (up to `max_restarts`); see orchestrator/restarts.py."""
-
-    EXIT_CODE = "exit_code", "by exit code: 1-127 permanent; 128-255, signals, lost hosts and hangs retryable"
-    ON_FAILURE = "on_failure", "after any failure"
-    NEVER = "never", "never"
+# Which failures a job is restarted after (up to `max_restarts`): orchestrator/core/restarts.py.
+RestartPolicy = models.TextChoices(  # type: ignore[misc]
+    "RestartPolicy", [(value.upper(), (value, label)) for value, label in restarts.POLICIES]
+)
 
 
 class ProgramKind(models.TextChoices):
@@ -55,6 +55,16 @@ class Script(models.Model):
 
     def __str__(self) -> str:
         return f"{self.filename} ({self.sha256[:12]})"
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def visible_to(self, user: Any) -> JobQuerySet:
+        """Who may see a job, the one rule: its owner and staff. Anyone else finds nothing (pages and the API answer
+        404, as if the job did not exist); an anonymous user sees no job at all."""
+        if user is None or not user.is_authenticated:
+            return self.none()
+        jobs = self.select_related("owner", "cluster", "script", "failed_task", "failed_task__host")
+        return jobs if user.is_staff else jobs.filter(owner=user)
 
 
 class Job(models.Model):
@@ -104,6 +114,8 @@ class Job(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    objects = JobQuerySet.as_manager()
+
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["cluster", "state", "created_at"])]
@@ -117,13 +129,6 @@ class Job(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_JOB_STATES
-
-    @property
-    def group_name(self) -> str:
-        """The Channels group live updates for this job go to."""
-        from orchestrator.metrics.live import group_name
-
-        return group_name(self.pk)
 
     def current_tasks(self) -> models.QuerySet[Task]:
         return self.tasks.filter(attempt=self.attempt).select_related("host")
@@ -184,10 +189,6 @@ class Task(models.Model):
     def label(self) -> str:
         where = f" on {self.host.name}" if self.host_id else ""
         return f"{self}{where}"
-
-    @property
-    def is_active(self) -> bool:
-        return self.state in ACTIVE_TASK_STATES
 
     def log_tail(self, lines: int = 30) -> list[TaskLogLine]:
         """The last lines of the task's error output (where a traceback goes), or of all output when it wrote no

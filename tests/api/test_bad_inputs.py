@@ -62,14 +62,14 @@ ROWS = [
         "POST",
         "/api/jobs/",
         job(workers=10**12),
-        says="Ensure this value is less than or equal to 10000.",
+        says="Ensure this value is less than or equal to 256.",
     ),
     Row(
         "workers = 10**30 (past 64 bits)",
         "POST",
         "/api/jobs/plan/",
         job(workers=10**30),
-        says="Ensure this value is less than or equal to 10000.",
+        says="Ensure this value is less than or equal to 256.",
     ),
     Row(
         "startup_deadline_s = -1",

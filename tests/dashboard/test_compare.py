@@ -8,7 +8,6 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from dashboard import compare
-from orchestrator.api.job_views import jobs_visible_to
 from orchestrator.models import Host, Job, MetricPoint, ProgramKind, Script, Task
 from tests import factories
 
@@ -156,7 +155,7 @@ def test_it_escapes_job_names(client, alice):
 def test_it_computes_epoch_times_throughput_and_final_metrics_from_stored_points(alice, two_runs):
     mwms, ps = two_runs
 
-    result = compare.compare(jobs_visible_to(alice), [ps.pk, mwms.pk])
+    result = compare.compare(Job.objects.visible_to(alice), [ps.pk, mwms.pk])
 
     mw_run, ps_run = result.runs
     assert (mw_run.job, ps_run.job) == (mwms, ps)  # by id
@@ -200,7 +199,7 @@ def test_a_restarted_job_counts_the_later_placement(alice):
     train(second, 200, 300)
     other = finished_job(alice, "other", "mirrored", workers=1)
 
-    run = compare.compare(jobs_visible_to(alice), [job.pk, other.pk]).runs[0]
+    run = compare.compare(Job.objects.visible_to(alice), [job.pk, other.pk]).runs[0]
 
     assert [(e.number, e.wall_s, e.values["loss"]) for e in run.epochs] == [(1, 10, 1.0), (2, 12, 0.7), (3, 8, 0.6)]
     assert run.examples_per_s == 250.0

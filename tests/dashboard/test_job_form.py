@@ -253,8 +253,9 @@ def test_the_calculator_follows_the_runtimes_formulas_as_the_inputs_change(
     page.click("form.login button[type=submit]")
     page.wait_for_url(f"{web.url}/jobs/new/")
 
-    # The form's defaults: MultiWorkerMirrored (first choice is Mirrored; pick MWMS), 2 workers x 1 device.
+    # MultiWorkerMirrored (the form's default strategy), 2 workers x 1 device.
     page.select_option("#id_strategy", "multi_worker_mirrored")
+    page.fill("#id_workers", "2")
     _check(page, _expected("multi_worker_mirrored", 32, 2, 1, 0.001, 0.0))
 
     page.fill("#calc-per-replica", "64")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -9,8 +10,9 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from orchestrator.control import submission
-from orchestrator.models import Cluster, Job, ProgramKind, Strategy
+from orchestrator.control import job_fields, submission
+from orchestrator.control.job_fields import JobField
+from orchestrator.models import Cluster
 
 
 class Command(BaseCommand):
@@ -19,13 +21,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("script", type=Path, help="the training script (.py)")
         parser.add_argument("--owner", required=True, help="username the job belongs to")
-        parser.add_argument("--name", help="job name (default: the script's name)")
-        parser.add_argument("--strategy", choices=Strategy.values, default=Strategy.MULTI_WORKER_MIRRORED)
-        parser.add_argument("--workers", type=int, default=2)
-        parser.add_argument("--ps", type=int, default=0)
-        parser.add_argument("--devices-per-worker", type=int, default=1)
         parser.add_argument("--cluster", help="cluster name (default: the first)")
-        parser.add_argument("--labels", default="")
+        for spec in job_fields.FIELDS:
+            _add_argument(parser, spec)
         parser.add_argument(
             "--args", dest="script_args", default="", help='arguments for the script, e.g. "--epochs 3"'
         )
@@ -44,17 +42,9 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"Cannot read {path}: {exc.strerror}.") from None
         try:
-            job = Job(
-                owner=owner,
-                cluster=cluster,
-                name=o["name"] or path.stem,
-                strategy=o["strategy"],
-                program_kind=ProgramKind.SCRIPT,
-                args=submission.parse_args(o["script_args"]),
-                workers=o["workers"],
-                ps=o["ps"],
-                devices_per_worker=o["devices_per_worker"],
-                labels=o["labels"],
+            data = {name: o[name] for name in job_fields.SHAPE_FIELDS}
+            job, _ = submission.new_job(
+                owner, cluster, {**data, "name": o["name"] or path.stem, "args": o["script_args"]}
             )
             if o["plan"]:
                 submission.validate(job, upload)
@@ -64,3 +54,29 @@ class Command(BaseCommand):
         except submission.JobInvalid as exc:
             raise CommandError("; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in exc.errors.items())) from None
         self.stdout.write(f"job {job.pk} queued on cluster {cluster.name}")
+
+
+def _add_argument(parser: CommandParser, spec: JobField) -> None:
+    """`--<field>` for one of the job's fields (orchestrator/control/job_fields.py), with its bounds and default."""
+    flag = "--" + spec.name.replace("_", "-")
+    if spec.name == "name":
+        parser.add_argument(flag, help="job name (default: the script's name)")
+    elif spec.kind is bool:
+        parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=spec.default, help=spec.label)
+    elif spec.choices:
+        parser.add_argument(flag, choices=[value for value, _label in spec.choices], default=spec.default)
+    elif spec.kind is int:
+        parser.add_argument(flag, type=_bounded(spec), default=spec.default, help=spec.help or None)
+    else:
+        parser.add_argument(flag, default=spec.default, help=spec.help or None)
+
+
+def _bounded(spec: JobField) -> Any:
+    def parse(text: str) -> int:
+        value = int(text)
+        if (spec.min is not None and value < spec.min) or (spec.max is not None and value > spec.max):
+            raise argparse.ArgumentTypeError(f"{spec.name} must be between {spec.min} and {spec.max}, not {value}")
+        return value
+
+    parse.__name__ = spec.name  # argparse names the type in its message
+    return parse

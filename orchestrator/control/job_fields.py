@@ -1,0 +1,93 @@
+"""A job's fields as people set them: name, label, bounds and default, once. The browser form
+(dashboard/forms.py), the REST serializer (orchestrator/api/job_serializers.py) and the `submit` command are built
+from this table, so they cannot disagree; `submission.validate` then checks what no single field can (the shape
+against the strategy, placement on the cluster).
+
+Counts are bounded by contracts/limits.py, the numbers placement enforces. Their lower bound is 0, not 1, so that a
+zero reaches validation and gets the strategy's own message ("parameter_server needs at least 1 ps").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from contracts.limits import MAX_DEVICES_PER_WORKER, MAX_PS, MAX_WORKERS
+from contracts.strategies import STRATEGY_LABELS, Strategy
+from orchestrator.core.restarts import EXIT_CODE, POLICIES
+
+MAX_NAME_CHARS = 200
+MAX_LABELS_CHARS = 500
+
+
+@dataclass(frozen=True)
+class JobField:
+    name: str
+    kind: type  # int, str or bool; a str field with `choices` is a choice
+    label: str
+    default: Any
+    help: str = ""
+    min: int | None = None
+    max: int | None = None
+    max_length: int | None = None
+    choices: tuple[tuple[str, str], ...] = ()
+    required: bool = False  # no default applies: the person must give it
+    # The browser form may leave it out (older pages, scripted posts) and the default applies.
+    optional_in_form: bool = False
+
+
+FIELDS: tuple[JobField, ...] = (
+    JobField("name", str, "Name", None, max_length=MAX_NAME_CHARS, required=True),
+    JobField(
+        "strategy",
+        str,
+        "Strategy",
+        Strategy.MULTI_WORKER_MIRRORED.value,
+        choices=tuple((s.value, STRATEGY_LABELS[s]) for s in Strategy),
+    ),
+    JobField("workers", int, "Workers", 1, min=0, max=MAX_WORKERS),
+    JobField("ps", int, "Parameter servers", 0, min=0, max=MAX_PS),
+    JobField("devices_per_worker", int, "Devices per worker", 1, min=0, max=MAX_DEVICES_PER_WORKER),
+    JobField(
+        "labels",
+        str,
+        "Labels",
+        "",
+        help="place only on hosts with all these labels",
+        max_length=MAX_LABELS_CHARS,
+        optional_in_form=True,
+    ),
+    JobField("max_restarts", int, "Max restarts", 0, min=0, max=100),
+    JobField(
+        "restart_policy",
+        str,
+        "Restart policy",
+        EXIT_CODE,
+        help="which failures use a restart; a restart resumes from the job's last checkpoint",
+        choices=POLICIES,
+        optional_in_form=True,
+    ),
+    JobField(
+        "progress_timeout_s",
+        int,
+        "Hang timeout (s)",
+        600,
+        help="a running job with no new metric point or log line for this long is restarted or failed (0: off)",
+        min=0,
+        max=86_400,
+        optional_in_form=True,
+    ),
+    JobField(
+        "legacy_keras",
+        bool,
+        "tf.keras is tf_keras (TF_USE_LEGACY_KERAS=1)",
+        True,
+        help="tf_keras's model.fit works with every strategy; Keras 3's fails under MultiWorkerMirrored and "
+        "ParameterServer",
+    ),
+    JobField("startup_deadline_s", int, "Start-up deadline (s)", 120, min=10, max=3600),
+)
+
+BY_NAME = {f.name: f for f in FIELDS}
+# The Job columns these fields set as they are given.
+SHAPE_FIELDS = tuple(f.name for f in FIELDS)

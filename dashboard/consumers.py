@@ -1,26 +1,33 @@
-"""The job page's WebSocket: checks the user may see the job, sends history, then relays live frames.
+"""The job page's one WebSocket: it checks the user may see the job, then carries everything the page shows live.
 
-No gap, no duplicate: the consumer joins the job's group *before* reading history, and frames queue until history
-is sent; history ends at a cursor (the highest point id sent), and live metric points at or below it are dropped.
-A reconnecting page passes `?since=<cursor>` and gets exactly what it missed. Point ids grow in commit order (one
-in-order ingest worker), so "after id N" is well defined.
+Frames (JSON, each with a `type`):
+- `job`: state, reason and the rendered state/task-table/facts partial (dashboard/_job_live.html), and `task`: the
+  current placement's tasks; both sent on connect and whenever the job or a task changes;
+- `log`: new lines of a task (`[seq, stream, text]`), the last LOG_TAIL_LINES of each task on connect;
+- `metrics` (history, then live batches), `history_end` with the metric cursor, `hosts`, `facts`.
+
+No gap, no duplicate: the consumer joins the job's group *before* reading anything, so a change made meanwhile
+arrives as a frame after the read. Metric points: history ends at a cursor (the highest point id sent); live points at
+or below it are dropped; a reconnecting page passes `?since=<cursor>` and gets exactly what it missed. Log lines: per
+task, the consumer sends the lines above the highest seq it has sent without a hole below (lines of one task may
+commit out of order), and the page keeps each line once by its seq. Job and task frames carry the whole current
+state, so a missed one is repaired by the next, or by a reconnect.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.db import connection
+from django.template.loader import render_to_string
 
-from orchestrator.metrics.downsample import lttb
-from orchestrator.metrics.live import POINT_COLUMNS, group_name
-from orchestrator.models import Job, MetricPoint
+from dashboard import page_data
+from orchestrator.metrics import history
+from orchestrator.metrics.live import JOB_CHANGED, LOGS_STORED, group_name
+from orchestrator.models import Job, TaskLogLine
 
-HISTORY_POINTS_PER_SERIES = 2000
 HISTORY_FRAME_POINTS = 5000
 FORBIDDEN = 4403
 
@@ -31,85 +38,64 @@ def _visible_job(user: Any, job_id: int) -> Job | None:
 
 
 @database_sync_to_async
-def _history(job_id: int, since: int) -> tuple[list[list[Any]], int, bool]:
-    """Points after `since` (a reconnect: every one), or on a fresh load each (task, phase, name) series with more
-    than HISTORY_POINTS_PER_SERIES points cut to the lowest and the highest point of each of half as many step
-    buckets, in PostgreSQL: reading 400,000 rows into Python to thin them there took ~5.6 s (bench/page_load.py).
-    The cursor is the highest id stored when the read began; nothing above it is sent, so a live frame never
-    repeats a history point."""
-    if since > 0 or connection.vendor != "postgresql":
-        return _history_in_python(job_id, since)
-    with connection.cursor() as cursor:
-        cursor.execute(_SERIES_SQL, [job_id])
-        series = cursor.fetchall()  # (task, phase, name, count, first step, last step, highest id)
-        if not series:
-            return [], 0, False
-        top = max(row[6] for row in series)
-        small = [row for row in series if row[3] <= HISTORY_POINTS_PER_SERIES]
-        large = [row for row in series if row[3] > HISTORY_POINTS_PER_SERIES]
-        points: list[list[Any]] = []
-        if small:
-            cursor.execute(_SMALL_SQL, [*_columns(small, 3), job_id, top])
-            points.extend(list(row) for row in cursor.fetchall())
-        if large:
-            cursor.execute(_BUCKETS_SQL, [*_columns(large, 6), job_id, top, HISTORY_POINTS_PER_SERIES // 2])
-            for task, phase, name, low, high in cursor.fetchall():
-                for value, step, pk, epoch, ts in {tuple(low), tuple(high)}:
-                    points.append([int(pk), task, phase, name, int(step), None if epoch < 0 else int(epoch), value, ts])
-    points.sort(key=lambda p: p[0])
-    return points, top, bool(large)
+def _metric_history(job_id: int, since: int) -> tuple[list[Any], int, bool]:
+    """Every point after `since` (a reconnect), or on a fresh load each series thinned (metrics/history.py)."""
+    if since > 0:
+        points = history.points_after(job_id, since)
+        return points, (points[-1][0] if points else since), False
+    return history.thinned(job_id)
 
 
-def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
-    """Row tuples as one list per column (the first `width`), for unnest()."""
-    return [list(column) for column in zip(*(row[:width] for row in rows), strict=True)]
+@database_sync_to_async
+def _job_frames(job_id: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The job's `job` and `task` frames, read now."""
+    job = Job.objects.select_related("owner", "cluster", "script", "failed_task", "failed_task__host").get(pk=job_id)
+    parts = page_data.job_parts(job)
+    job_frame = {
+        "type": "job",
+        "state": job.state,
+        "reason": job.reason,
+        "terminal": job.is_terminal,
+        "attempt": job.attempt,
+        "restarts": job.restarts,
+        "html": render_to_string("dashboard/_job_live.html", {"job": job, **parts}),
+    }
+    tasks = [
+        {
+            "id": t.pk,
+            "label": f"{t.type} {t.index}",
+            "host": t.host.name if t.host else None,
+            "state": t.state,
+            "exit_code": t.exit_code,
+            "restarts": t.restarts,
+        }
+        for t in parts["tasks"]
+    ]
+    return job_frame, {"type": "task", "attempt": job.attempt, "tasks": tasks}
 
 
-_TABLE = MetricPoint._meta.db_table
-_SERIES_SQL = f"""
-    SELECT task_id, phase, name, count(*), min(step), max(step), max(id)
-    FROM {_TABLE} WHERE job_id = %s GROUP BY task_id, phase, name
-"""  # noqa: S608 - the table name is the model's; values are parameters
-_SMALL_SQL = f"""
-    SELECT p.id, p.task_id, p.phase, p.name, p.step, p.epoch, p.value, p.ts
-    FROM {_TABLE} p
-    JOIN unnest(%s::bigint[], %s::varchar[], %s::varchar[]) AS s(task_id, phase, name) USING (task_id, phase, name)
-    WHERE p.job_id = %s AND p.id <= %s
-"""  # noqa: S608
-# min/max of an array compare element by element: the row with the lowest (highest) value in its bucket, whole.
-_BUCKETS_SQL = f"""
-    SELECT p.task_id, p.phase, p.name,
-           min(ARRAY[p.value, p.step, p.id, coalesce(p.epoch, -1), p.ts]),
-           max(ARRAY[p.value, p.step, p.id, coalesce(p.epoch, -1), p.ts])
-    FROM {_TABLE} p
-    JOIN unnest(%s::bigint[], %s::varchar[], %s::varchar[], %s::bigint[], %s::bigint[], %s::bigint[])
-         AS s(task_id, phase, name, n, lo, hi) USING (task_id, phase, name)
-    WHERE p.job_id = %s AND p.id <= %s
-    GROUP BY p.task_id, p.phase, p.name, width_bucket(p.step, s.lo, s.hi + 1, %s)
-"""  # noqa: S608
-
-
-def _history_in_python(job_id: int, since: int) -> tuple[list[list[Any]], int, bool]:
-    """Every point after `since`; on a fresh load (SQLite) each long series cut with LTTB."""
-    rows = list(
-        MetricPoint.objects.filter(job_id=job_id, id__gt=since)
-        .order_by("id")
-        .values_list("id", "task_id", "phase", "name", "step", "epoch", "value", "ts")
-    )
-    cursor = rows[-1][0] if rows else since
-    series: dict[tuple[int, str, str], list[list[Any]]] = defaultdict(list)
-    for row in rows:
-        series[(row[1], row[2], row[3])].append(list(row))
-    downsampled = False
-    points: list[list[Any]] = []
-    for values in series.values():
-        if since == 0 and len(values) > HISTORY_POINTS_PER_SERIES:
-            values.sort(key=lambda p: p[4])
-            values = lttb(values, HISTORY_POINTS_PER_SERIES, x=4, y=6)
-            downsampled = True
-        points.extend(values)
-    points.sort(key=lambda p: p[0])
-    return points, cursor, downsampled
+@database_sync_to_async
+def _new_log_lines(job_id: int, sent: dict[int, int]) -> dict[int, list[list[Any]]]:
+    """Per task of the current placement: its lines above what was sent (`sent`: task -> highest seq sent with no
+    hole below it; a task not in it gets its last LOG_TAIL_LINES). Updates `sent`."""
+    job = Job.objects.get(pk=job_id)
+    new: dict[int, list[list[Any]]] = {}
+    for task_id in job.tasks.filter(attempt=job.attempt).values_list("pk", flat=True):
+        lines = TaskLogLine.objects.filter(task_id=task_id)
+        if task_id in sent:
+            lines = lines.filter(seq__gt=sent[task_id])
+        rows = list(reversed(lines.order_by("-seq").values_list("seq", "stream", "text")[: page_data.LOG_TAIL_LINES]))
+        if not rows:
+            continue
+        new[task_id] = [list(row) for row in rows]
+        # The highest seq below which nothing is missing: a later batch may commit before an earlier one.
+        contiguous = sent.get(task_id, rows[0][0] - 1)
+        for seq, _stream, _text in rows:
+            if seq != contiguous + 1:
+                break
+            contiguous = seq
+        sent[task_id] = contiguous
+    return new
 
 
 class JobConsumer(AsyncJsonWebsocketConsumer):
@@ -123,16 +109,19 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
             since = int(parse_qs(self.scope.get("query_string", b"").decode()).get("since", ["0"])[0])
         except ValueError:
             since = 0
+        self.logs_sent: dict[int, int] = {}
         self.group = group_name(self.job_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        points, self.cursor, downsampled = await _history(self.job_id, max(since, 0))
+        await self._send_state()
+        await self._send_logs()
+        points, self.cursor, downsampled = await _metric_history(self.job_id, max(since, 0))
         for start in range(0, len(points), HISTORY_FRAME_POINTS):
             await self.send_json(
                 {
                     "type": "metrics",
                     "history": True,
-                    "columns": POINT_COLUMNS,
+                    "columns": history.POINT_COLUMNS,
                     "points": points[start : start + HISTORY_FRAME_POINTS],
                     "downsampled": downsampled,
                 }
@@ -146,12 +135,29 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         pass  # the page only listens
 
+    async def _send_state(self) -> None:
+        for frame in await _job_frames(self.job_id):
+            await self.send_json(frame)
+
+    async def _send_logs(self) -> None:
+        for task_id, lines in (await _new_log_lines(self.job_id, self.logs_sent)).items():
+            await self.send_json({"type": "log", "task": task_id, "lines": lines})
+
     async def live_frame(self, event: dict[str, Any]) -> None:
         frame = event["frame"]
-        if frame.get("type") == "metrics":
+        kind = frame.get("type")
+        if kind == JOB_CHANGED:
+            await self._send_state()
+            await self._send_logs()  # a new placement's tasks have their own lines
+        elif kind == LOGS_STORED:
+            await self._send_logs()
+        elif kind == "metrics":
             fresh = [p for p in frame["points"] if p[0] > self.cursor]
-            if not fresh:
-                return
-            self.cursor = max(p[0] for p in fresh)
-            frame = {**frame, "points": fresh, "history": False, "columns": POINT_COLUMNS, "cursor": self.cursor}
-        await self.send_json(frame)
+            if fresh:
+                self.cursor = max(p[0] for p in fresh)
+                columns = history.POINT_COLUMNS
+                await self.send_json(
+                    {**frame, "points": fresh, "history": False, "columns": columns, "cursor": self.cursor}
+                )
+        else:
+            await self.send_json(frame)

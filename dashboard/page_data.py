@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db.models import OuterRef, Subquery
 
 from orchestrator.control import scheduling
-from orchestrator.models import Cluster, Host, HostSample, HostStatus, Job
+from orchestrator.models import Cluster, Host, HostSample, HostStatus, Job, Task
 
 # A sample older than this many heartbeat timeouts is not "live" load any more (the agent stopped sampling).
 SAMPLE_FRESH_TIMEOUTS = 2.0
@@ -112,6 +112,63 @@ def _gpu_load(gpu: dict[str, Any]) -> GpuLoad:
     )
 
 
+def job_parts(job: Job) -> dict[str, Any]:
+    """What the job page's live part shows (dashboard/_job_live.html): the page and the socket's `job` frames."""
+    failed = job.failed_task
+    tasks = latest_runs(job)
+    has_metrics = job.metric_points.exists()
+    ran = any(t.started_at for t in tasks)
+    return {
+        "tasks": tasks,
+        "failure_tail": failed.log_tail() if failed else [],
+        "artifacts": list(job.artifacts.order_by("name").values("name", "size")),
+        "key_facts": job_facts(job),
+        "has_metrics": has_metrics,
+        # Said only once the job has run a while: a script that neither calls model.fit nor report() sends nothing.
+        "reports_no_metrics": ran and not has_metrics and (job.is_terminal or job.state == "running"),
+    }
+
+
+def latest_runs(job: Job) -> list[Task]:
+    """The current placement's tasks, each slot once: a ParameterServer worker relaunched in place shows its newest
+    run (whose `restarts` counts the relaunches), not the run that died."""
+    latest: dict[tuple[str, int], Task] = {}
+    for task in job.current_tasks():
+        latest[(task.type, task.index)] = task  # ordered by restart: the last one wins
+    return list(latest.values())
+
+
+def task_names(job: Job) -> dict[int, str]:
+    """What the charts call each task the job ever ran (metric points name tasks by id), earlier placements marked.
+
+    "Earlier" is judged against the newest placement among the tasks read here, not `job.attempt` read a moment
+    before: a job placed between the two reads (a page opened right after submitting) would mark its only placement.
+    """
+    tasks = list(job.tasks.values_list("pk", "type", "index", "attempt"))
+    newest = max((attempt for *_, attempt in tasks), default=0)
+    return {
+        pk: f"{kind} {index}" + ("" if attempt == newest else f" (placement {attempt})")
+        for pk, kind, index, attempt in tasks
+    }
+
+
+# The log tail: the last lines of each task, on the page and in the socket's `log` frames.
+LOG_TAIL_LINES = 60
+
+
+def log_tail(job: Job, tasks: list[Task] | None, chosen: int | None) -> dict[str, Any]:
+    """The log panel: the current placement's tasks and the chosen one's (else the first's) last lines."""
+    tasks = latest_runs(job) if tasks is None else tasks
+    task = next((t for t in tasks if t.pk == chosen), None)
+    if task is None and chosen is not None:  # an earlier placement's task, still worth reading
+        task = job.tasks.filter(pk=chosen).select_related("host").first()
+    task = task or (tasks[0] if tasks else None)
+    lines = []
+    if task is not None:
+        lines = list(reversed(task.log_lines.order_by("-seq").values_list("seq", "stream", "text")[:LOG_TAIL_LINES]))
+    return {"tail_tasks": tasks, "tail_task": task, "tail_lines": lines}
+
+
 def job_facts(job: Job) -> list[tuple[str, str]]:
     """The job's key facts in reading order: what was asked for, and what the chief (or worker 0) reported once it
     ran (replicas in sync, batch sizes, learning rate, checkpoints). A fact not reported yet is left out."""
@@ -155,7 +212,7 @@ def job_facts(job: Job) -> list[tuple[str, str]]:
         facts.append(("Checkpoints", reported["checkpoint_dir"] or "off"))
     elif job.cluster.shared_dir:
         facts.append(("Shared folder", job.cluster.shared_dir))
-    facts.append(("Restarts", f"{max(0, job.attempt - 1)} of {job.max_restarts} allowed"))
+    facts.append(("Restarts", f"{job.restarts} of {job.max_restarts} allowed"))
     return facts
 
 

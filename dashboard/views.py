@@ -9,7 +9,6 @@ from django.contrib.auth import get_user_model
 from django.db.models import Prefetch, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from contracts.run_config import RunConfig
@@ -205,87 +204,40 @@ def _job_form_context(form: JobForm, *, plan: dict[str, Any] | None, previewed: 
 
 @require_GET
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    """The job page; its socket (dashboard/consumers.py) then keeps state, tasks, log tail and charts live."""
     job = _job_for(request, job_id)
-    parts = _job_parts(job)
+    parts = page_data.job_parts(job)
     return render(
         request,
         "dashboard/job.html",
-        {"job": job, "task_names": _task_names(job), **parts, **_log_tail(job, parts["tasks"], None)},
+        {
+            "job": job,
+            "task_names": page_data.task_names(job),
+            **parts,
+            **page_data.log_tail(job, parts["tasks"], None),
+            "log_tail_lines": page_data.LOG_TAIL_LINES,
+        },
     )
 
 
 @require_GET
 def job_live(request: HttpRequest, job_id: int) -> HttpResponse:
-    """State, reason, task table and facts alone, refreshed by htmx while the job runs. A finished job's answer is
-    status 286, htmx's "swap this, then stop polling"."""
+    """State, reason, task table and facts alone, as the socket's `job` frames carry them: for a page without
+    JavaScript, and the page's "may I still see this job?" probe when its socket cannot connect."""
     job = _job_for(request, job_id)
-    response = render(request, "dashboard/_job_live.html", {"job": job, **_job_parts(job)})
-    if job.is_terminal:
-        response.status_code = 286
-    return response
-
-
-def _task_names(job: Job) -> dict[int, str]:
-    """What the charts call each task the job ever ran (metric points name tasks by id), earlier placements marked.
-
-    "Earlier" is judged against the newest placement among the tasks read here, not `job.attempt` read a moment
-    before: a job placed between the two reads (a page opened right after submitting) would mark its only placement.
-    """
-    tasks = list(job.tasks.values_list("pk", "type", "index", "attempt"))
-    newest = max((attempt for *_, attempt in tasks), default=0)
-    return {
-        pk: f"{kind} {index}" + ("" if attempt == newest else f" (placement {attempt})")
-        for pk, kind, index, attempt in tasks
-    }
-
-
-def _job_parts(job: Job) -> dict[str, Any]:
-    failed = job.failed_task
-    tasks = list(job.current_tasks())
-    has_metrics = job.metric_points.exists()
-    ran = any(t.started_at for t in tasks)
-    return {
-        "tasks": tasks,
-        "restarts": max(0, job.attempt - 1),
-        "failure_tail": failed.log_tail() if failed else [],
-        "artifacts": list(job.artifacts.order_by("name").values("name", "size")),
-        "key_facts": page_data.job_facts(job),
-        "has_metrics": has_metrics,
-        # Said only once the job has run a while: a script that neither calls model.fit nor report() sends nothing.
-        "reports_no_metrics": ran and not has_metrics and (job.is_terminal or job.state == "running"),
-    }
-
-
-# The live log tail: the last lines of one task, polled while the job runs and a little after (late lines).
-LOG_TAIL_LINES = 60
-LOG_TAIL_GRACE_S = 15
+    return render(request, "dashboard/_job_live.html", {"job": job, **page_data.job_parts(job)})
 
 
 @require_GET
 def job_log_tail(request: HttpRequest, job_id: int) -> HttpResponse:
-    """The job page's log panel alone: a button per current task and the last lines of the chosen one (`?task=`,
-    else the first); it replaces itself every 2 s while the job runs, so tasks placed later get their buttons."""
+    """The log panel alone for one task (`?task=`, else the first of the current placement): for a page without
+    JavaScript; the job page itself gets new lines over its socket."""
     job = _job_for(request, job_id)
     try:
         chosen = int(request.GET.get("task", ""))
     except ValueError:
         chosen = None
-    return render(request, "dashboard/_task_log_tail.html", {"job": job, **_log_tail(job, None, chosen)})
-
-
-def _log_tail(job: Job, tasks: list[Task] | None, chosen: int | None) -> dict[str, Any]:
-    tasks = list(job.current_tasks()) if tasks is None else tasks
-    task = next((t for t in tasks if t.pk == chosen), None)
-    if task is None and chosen is not None:  # an earlier placement's task, still worth reading
-        task = job.tasks.filter(pk=chosen).select_related("host").first()
-    task = task or (tasks[0] if tasks else None)
-    lines = []
-    if task is not None:
-        lines = list(reversed(task.log_lines.order_by("-seq").values_list("stream", "text")[:LOG_TAIL_LINES]))
-    settled = job.is_terminal and (
-        job.finished_at is None or (timezone.now() - job.finished_at).total_seconds() > LOG_TAIL_GRACE_S
-    )
-    return {"tail_tasks": tasks, "tail_task": task, "tail_lines": lines, "tail_live": not settled}
+    return render(request, "dashboard/_task_log_tail.html", {"job": job, **page_data.log_tail(job, None, chosen)})
 
 
 @require_POST

@@ -15,6 +15,7 @@ from contracts.protocol import TaskEvent, TaskLogBatch
 from orchestrator import counters
 from orchestrator.agents.auth import authenticated_body
 from orchestrator.control.lifecycle import apply_event
+from orchestrator.metrics import live
 from orchestrator.models import Host, Job, Task, TaskLogLine
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ def handle_task_logs(payload: Any) -> int:
     rows = [TaskLogLine(task=task, seq=seq, stream=stream, text=text) for seq, stream, text in lines]
     # Redelivered batches carry the same (task, seq): stored once.
     TaskLogLine.objects.bulk_create(rows[:MAX_LINES_PER_BATCH], ignore_conflicts=True)
+    live.logs_stored(task.job_id, task.pk)
     return len(rows)
 
 

@@ -25,6 +25,7 @@ from orchestrator.api.job_serializers import (
     TaskSerializer,
 )
 from orchestrator.control import lifecycle, submission
+from orchestrator.metrics import history
 from orchestrator.models import Job, JobArtifact, MetricPoint, Task
 
 METRICS_PAGE = 10_000
@@ -105,15 +106,12 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
             task_id = int(task_filter) if task_filter else None
         except ValueError:
             return Response({"detail": "since and task are integers."}, status=status.HTTP_400_BAD_REQUEST)
-        points = MetricPoint.objects.filter(job=job, id__gt=since).order_by("id")
-        if request.query_params.get("name"):
-            points = points.filter(name=request.query_params["name"])
-        if task_id is not None:
-            points = points.filter(task_id=task_id)
-        rows = list(points.values_list("id", "task_id", "phase", "name", "step", "epoch", "value", "ts")[:METRICS_PAGE])
+        rows = history.points_after(
+            job.pk, since, limit=METRICS_PAGE, name=request.query_params.get("name") or None, task_id=task_id
+        )
         return Response(
             {
-                "columns": ["id", "task", "phase", "name", "step", "epoch", "value", "ts"],
+                "columns": history.POINT_COLUMNS,
                 "points": rows,
                 "next": rows[-1][0] if rows else since,
                 "more": len(rows) == METRICS_PAGE,

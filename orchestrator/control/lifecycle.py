@@ -18,6 +18,7 @@ from contracts.protocol import TaskEvent, TaskEventKind
 from contracts.strategies import speaks_for_job
 from orchestrator.control import dispatch, passes
 from orchestrator.core import restarts, tf_config
+from orchestrator.metrics import live
 from orchestrator.models import (
     ACTIVE_TASK_STATES,
     TERMINAL_JOB_STATES,
@@ -186,6 +187,7 @@ def _relaunch_in_place(job: Job, task: Task, reason: str) -> None:
         type=task.type,
         index=task.index,
         restart=task.restart + 1,
+        restarts=task.restarts + 1,
         host=task.host,
         port=task.port,
         devices=task.devices,
@@ -226,6 +228,8 @@ def _stop_tasks(job: Job, reason: str, *, types: tuple[str, ...] | None = None) 
         active_tasks = active_tasks.filter(type__in=types)
     active = list(active_tasks.select_related("host"))
     Task.objects.filter(pk__in=[t.pk for t in active]).update(state=TaskState.STOPPING)
+    if active:
+        live.job_changed(job.pk)
     kill_later(active, reason)
     return active
 

@@ -178,6 +178,8 @@ def _start(job: Job, where: placement.Placement, hosts: dict[str, Host]) -> None
     job.placed_at = timezone.now()
     job.save(update_fields=["attempt", "state", "placed_at", "reason"])
     configs = tf_configs(job, where)
+    # Job.restarts counts gang restarts and in-place relaunches (each relaunch is a row with restart > 0).
+    gang_restarts = job.restarts - Task.objects.filter(job=job, restart__gt=0).count()
     tasks = Task.objects.bulk_create(
         [
             Task(
@@ -189,6 +191,7 @@ def _start(job: Job, where: placement.Placement, hosts: dict[str, Host]) -> None
                 port=tf_config.task_port(t, job.strategy),
                 devices=list(t.devices),
                 tf_config=configs[(t.type, t.index)],
+                restarts=gang_restarts,
             )
             for t in where.tasks
         ]

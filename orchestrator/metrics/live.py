@@ -1,8 +1,13 @@
 """Pushing live frames to the browsers watching a job: one function, so every publisher goes through here.
 
-Frames are JSON objects with a `type` ("metrics", "hosts", "job"); metric frames carry batches, never one point each.
-A failure to publish never breaks the ingest that called it: the points are stored, and a page that missed a frame
-gets them from history when it reconnects.
+What travels on a job's group: metric batches ("metrics", never one point each), host samples ("hosts"), a task's
+facts ("facts"), and two hints that carry no data: "job.changed" (the job or one of its tasks changed state) and
+"logs.stored" (lines of one of its tasks were stored). Each socket answers a hint by reading the rows itself
+(dashboard/consumers.py), so a hint lost or doubled costs nothing: the next one, or a reconnect, reads the truth.
+Hints go out after the transaction that made the change commits.
+
+A failure to publish never breaks the caller: the rows are stored, and a page that missed a frame catches up when it
+reconnects.
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ import threading
 from typing import Any
 
 from channels.layers import get_channel_layer
+from django.db import transaction
 
 log = logging.getLogger(__name__)
 
-POINT_COLUMNS = ["id", "task", "phase", "name", "step", "epoch", "value", "ts"]
+JOB_CHANGED = "job.changed"
+LOGS_STORED = "logs.stored"
 
 
 def group_name(job_id: int) -> str:
@@ -54,3 +61,13 @@ def publish(job_id: int, frame: dict[str, Any]) -> None:
     except Exception as exc:  # Redis down or slow: the data is stored; pages catch up from history
         future.cancel()
         log.warning("could not publish a %s frame for job %s: %r", frame.get("type"), job_id, exc)
+
+
+def job_changed(job_id: int) -> None:
+    """Tell the job's pages, once the current transaction commits, that its state or its tasks changed."""
+    transaction.on_commit(lambda: publish(job_id, {"type": JOB_CHANGED}))
+
+
+def logs_stored(job_id: int, task_id: int) -> None:
+    """Tell the job's pages, once the current transaction commits, that a task has new log lines."""
+    transaction.on_commit(lambda: publish(job_id, {"type": LOGS_STORED, "task": task_id}))

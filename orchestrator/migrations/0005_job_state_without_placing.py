@@ -4,15 +4,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('orchestrator', '0004_restart_policy_and_hang_detection'),
+        ("orchestrator", "0004_restart_policy_and_hang_detection"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='job',
-            name='state',
-            field=models.CharField(choices=[('queued', 'Queued'), ('starting', 'Starting'), ('running', 'Running'), ('restarting', 'Restarting'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], default='queued', max_length=16),
+            model_name="job",
+            name="state",
+            field=models.CharField(
+                choices=[
+                    ("queued", "Queued"),
+                    ("starting", "Starting"),
+                    ("running", "Running"),
+                    ("restarting", "Restarting"),
+                    ("succeeded", "Succeeded"),
+                    ("failed", "Failed"),
+                    ("cancelled", "Cancelled"),
+                ],
+                default="queued",
+                max_length=16,
+            ),
         ),
     ]

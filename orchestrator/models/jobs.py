@@ -172,6 +172,9 @@ class Task(models.Model):
     # A ParameterServer worker restarted in place is a new row (so agents, logs and metrics tell the runs apart) with
     # the same type, index, host, port and TF_CONFIG, and the next `restart` number.
     restart = models.PositiveIntegerField(default=0)
+    # How many times this slot's process was started again: the gang restarts it took part in plus its in-place
+    # relaunches (a re-placement after a port conflict is neither).
+    restarts = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["job", "attempt", "type", "index", "restart"]

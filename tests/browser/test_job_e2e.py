@@ -193,11 +193,10 @@ def test_a_worker_whose_step_time_stays_high_is_flagged_live_and_the_overall_ser
     expect(page.locator(f'tr[data-task-id="{w2}"] td.pace')).to_have_text("straggler · 3.0×")
     expect(page.locator(f'tr[data-task-id="{w0}"] td.pace')).to_have_text("0.50×")
     expect(page.locator("#stragglers")).to_contain_text("worker 2")
-    # The flag survives the task table's htmx refresh (every 2 s).
-    page.evaluate(
-        "() => new Promise((done) => document.addEventListener('htmx:afterSwap',"
-        " (e) => e.target.id === 'job-live' && setTimeout(done)))"
-    )
+    # The flag survives the task table's refresh (a `job` frame after a task's change).
+    frames = page.evaluate("tfdashLive.jobFrames")
+    orm(lambda: Task.objects.get(pk=w0).save())
+    wait_live(page, f"tfdashLive.jobFrames > {frames}")
     expect(page.locator(f'tr[data-task-id="{w2}"] td.pace')).to_have_text("straggler · 3.0×")
 
     wait_live(page, "tfdashLive.chartSeries('loss').includes('overall (mean)')")

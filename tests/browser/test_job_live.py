@@ -24,7 +24,6 @@ WAIT_MS = 15_000
 NETWORK_NOISE = re.compile(
     r"WebSocket connection to .* failed"
     r"|Failed to load resource: net::ERR_CONNECTION_REFUSED"
-    r"|htmx:(sendError|afterRequest)"  # the task table's poll, while the server is down
 )
 
 

@@ -23,6 +23,7 @@ def test_it_shows_the_key_facts_the_chief_reported(client, alice):
         alice,
         state="running",
         attempt=2,
+        restarts=1,
         max_restarts=3,
         facts={
             "strategy": "MultiWorkerMirroredStrategy",
@@ -60,7 +61,7 @@ def test_artifacts_and_metrics_have_download_links(client, alice):
     assert f'href="/api/jobs/{job.pk}/metrics-csv/"' in page
 
 
-def test_the_log_tail_shows_the_last_lines_of_a_task_escaped_and_polls_while_the_job_runs(client, alice):
+def test_the_log_tail_shows_the_last_lines_of_a_task_escaped_and_numbered_for_the_socket(client, alice):
     job = a_job(alice, state="running", attempt=1)
     task = Task.objects.create(job=job, attempt=1, type="worker", index=0, state="running")
     TaskLogLine.objects.bulk_create(
@@ -75,13 +76,14 @@ def test_the_log_tail_shows_the_last_lines_of_a_task_escaped_and_polls_while_the
     assert ">line 41<" not in tail and ">line 42<" in tail and ">line 100<" in tail  # the last 60 lines
     assert "<script>alert(1)</script>" not in tail
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in tail
-    assert f'hx-get="/jobs/{job.pk}/log-tail/?task={task.pk}" hx-trigger="every 2s"' in tail
+    assert 'data-seq="100">line 100<' in tail  # the socket's later lines are kept once by their seq
+    assert "hx-trigger" not in tail and "hx-trigger" not in page  # no polling: the socket brings new lines
     assert f'id="log-tab-{task.pk}"' in tail and 'aria-pressed="true"' in tail
     assert f'href="/api/jobs/{job.pk}/logs/{task.pk}/?download=1"' in tail
     assert 'id="log-tail"' in page and "line 100" in page
 
 
-def test_the_log_tail_of_a_job_over_for_a_while_stops_polling(client, alice):
+def test_the_log_tail_of_a_task_without_output_says_so(client, alice):
     job = a_job(alice, state="succeeded", attempt=1, finished_at=timezone.now() - timezone.timedelta(minutes=5))
     Task.objects.create(job=job, attempt=1, type="worker", index=0, state="succeeded")
     client.force_login(alice)
@@ -103,7 +105,7 @@ def test_the_log_tail_of_another_users_job_is_not_found(client, alice, bob):
 
 def test_the_task_table_has_restarts_and_a_pace_cell_per_task(client, alice):
     job = a_job(alice, state="running", attempt=3, max_restarts=5)
-    task = Task.objects.create(job=job, attempt=3, type="worker", index=1, state="running", exit_code=None)
+    task = Task.objects.create(job=job, attempt=3, type="worker", index=1, state="running", restarts=2)
     client.force_login(alice)
 
     partial = client.get(f"/jobs/{job.pk}/live/")
@@ -111,28 +113,29 @@ def test_the_task_table_has_restarts_and_a_pace_cell_per_task(client, alice):
     html = partial.content.decode()
     assert partial.status_code == 200
     assert f'data-task-id="{task.pk}"' in html
-    assert "<th>Restarts</th>" in html and "<td>2</td>" in html
+    assert "<th>Restarts</th>" in html and '<td class="restarts">2</td>' in html
     assert '<td class="pace">' in html
 
 
-def test_the_live_partial_of_a_finished_job_tells_htmx_to_stop_polling(client, alice):
+def test_the_live_partial_of_a_finished_job_shows_its_end(client, alice):
     job = a_job(alice, state="succeeded", attempt=1)
     client.force_login(alice)
 
     response = client.get(f"/jobs/{job.pk}/live/")
 
-    assert response.status_code == 286  # htmx: swap, then stop polling
+    assert response.status_code == 200
     assert 'id="job-state">succeeded<' in response.content.decode()
 
 
-def test_the_log_panel_of_a_job_not_placed_yet_keeps_polling_for_its_tasks(client, alice):
+def test_the_job_page_of_a_job_not_placed_yet_polls_nothing(client, alice):
     job = a_job(alice, state="queued")
     client.force_login(alice)
 
     tail = client.get(f"/jobs/{job.pk}/log-tail/?task=oops").content.decode()
 
     assert "No task has been placed yet." in tail
-    assert f'hx-get="/jobs/{job.pk}/log-tail/" hx-trigger="every 2s"' in tail
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "hx-trigger" not in page  # its socket brings the tasks once they are placed
 
 
 def test_the_log_panel_can_show_an_earlier_placements_task_but_no_other_jobs(client, alice):
@@ -153,7 +156,7 @@ def test_the_log_panel_can_show_an_earlier_placements_task_but_no_other_jobs(cli
 
 
 def test_chart_names_mark_only_earlier_placements_even_when_the_job_was_placed_after_it_was_read(alice):
-    from dashboard.views import _task_names
+    from dashboard.page_data import task_names as _task_names
 
     job = a_job(alice, state="queued", attempt=0)  # what the page read, just before the scheduler placed it
     first = Task.objects.create(job=job, attempt=1, type="worker", index=0)

@@ -1,5 +1,5 @@
-"""The job WebSocket: who may subscribe, history then live without gap or duplicate, downsampled history, and
-points from a real running job reaching a subscribed client."""
+"""The job WebSocket: who may subscribe, history then live without gap or duplicate, downsampled history, points
+from a real running job reaching a subscribed client, and the job's state, tasks and log tail over the same socket."""
 
 from __future__ import annotations
 
@@ -55,14 +55,31 @@ async def connect(user, job_id, since=None):
     return communicator, connected, code
 
 
-async def read_history(communicator):
+STATE_FRAMES = ("job", "task", "log")  # sent on connect, before the metric history
+
+
+async def read_history(communicator, state=None):
+    """The metric history up to `history_end`; the state frames sent before it go to `state` when given."""
     points = []
     while True:
         frame = await communicator.receive_json_from(timeout=5)
         if frame["type"] == "history_end":
             return points, frame
+        if frame["type"] in STATE_FRAMES:
+            if state is not None:
+                state.append(frame)
+            continue
         assert frame["type"] == "metrics" and frame["history"] is True
         points.extend(frame["points"])
+
+
+async def next_frame(communicator, kind, until=lambda frame: True):
+    """The next frame of type `kind` for which `until` holds (others are skipped: job ids are reused between tests,
+    so a late hint about an earlier test's job may bring a frame of the same truth first)."""
+    while True:
+        frame = await communicator.receive_json_from(timeout=10)
+        if frame["type"] == kind and until(frame):
+            return frame
 
 
 async def test_anonymous_visitors_and_other_users_are_refused(alice, bob):
@@ -91,7 +108,7 @@ async def test_history_then_live_then_reconnect_has_no_gap_and_no_duplicate(alic
     assert [p[4] for p in history] == [1, 2, 3, 4, 5]
 
     await store(batch(host, token, task, range(1, 9)))  # 1-5 redelivered, 6-8 new
-    live = await socket.receive_json_from(timeout=5)
+    live = await next_frame(socket, "metrics")  # a state frame may come first: ids are reused between tests
     assert live["history"] is False
     assert [p[4] for p in live["points"]] == [6, 7, 8]
     cursor = live["cursor"]
@@ -159,3 +176,51 @@ async def test_points_from_a_running_job_reach_a_subscribed_client(alice, orches
 
     assert live_points, "no live metric frame arrived"
     assert {"loss", "examples_per_s"} & {p[3] for p in live_points}
+
+
+def log_batch(host, token, task, lines):
+    body = {"task_id": task.pk, "attempt": 1, "lines": [[seq, "stdout", f"line {seq}"] for seq in lines]}
+    return {"host": host.name, "token": token, "body": body, "sent_at": time.time(), "protocol": 1}
+
+
+async def test_the_socket_carries_the_jobs_state_its_tasks_and_their_log_lines(alice):
+    from orchestrator.agents import events
+
+    host, token, job, task = await sync_to_async(make_job)(alice)
+    store_logs = sync_to_async(events.handle_task_logs)
+    await store_logs(log_batch(host, token, task, range(3)))
+
+    socket, connected, _ = await connect(alice, job.pk)
+    assert connected
+    state: list[dict] = []
+    await read_history(socket, state)
+    by_type = {frame["type"]: frame for frame in state}
+    assert by_type["job"]["state"] == "queued" and 'id="job-state"' in by_type["job"]["html"]
+    assert by_type["task"]["tasks"] == [
+        {"id": task.pk, "label": "worker 0", "host": "node-0", "state": "running", "exit_code": None, "restarts": 0}
+    ]
+    assert by_type["log"] == {"type": "log", "task": task.pk, "lines": [[s, "stdout", f"line {s}"] for s in range(3)]}
+
+    # A task's state changes: the page hears of it at once, the whole state, rendered.
+    def succeed() -> None:
+        task.state, task.exit_code = "succeeded", 0
+        task.save()
+
+    await sync_to_async(succeed)()
+    tasks = await next_frame(socket, "task", lambda frame: frame["tasks"][0]["state"] != "running")
+    assert tasks["tasks"][0]["state"] == "succeeded" and tasks["tasks"][0]["exit_code"] == 0
+    # New lines, and a batch delivered again: only what the page has not had.
+    await store_logs(log_batch(host, token, task, range(5)))
+    assert (await next_frame(socket, "log"))["lines"] == [[3, "stdout", "line 3"], [4, "stdout", "line 4"]]
+    await socket.disconnect()
+
+    # Lines of one task committed out of order (5 after 6): the earlier one still reaches the page.
+    socket, _connected, _ = await connect(alice, job.pk)
+    await read_history(socket)
+    await store_logs(log_batch(host, token, task, [6]))
+    first = await next_frame(socket, "log")
+    await store_logs(log_batch(host, token, task, [5]))
+    second = await next_frame(socket, "log")
+    assert [line[0] for line in first["lines"]] == [6]
+    assert [line[0] for line in second["lines"]] == [5, 6]  # the page keeps each seq once
+    await socket.disconnect()

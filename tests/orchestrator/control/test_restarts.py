@@ -3,6 +3,7 @@ agent would send are applied directly; the real-process versions are in test_fau
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -136,6 +137,33 @@ def test_a_parameter_server_worker_is_relaunched_in_place_and_the_job_goes_on(al
     job.refresh_from_db()
     assert job.state == JobState.RUNNING
     assert "training goes on without it (all 1 restarts used)" in job.reason
+
+
+def test_the_job_page_counts_restarts_per_task_from_what_happened(alice, client):
+    """A ParameterServer worker relaunched in place: restarts 1 on its row, 0 on every other; a gang restart of a
+    MultiWorkerMirrored job: 1 on every row of the next placement."""
+    client.force_login(alice)
+    job = running_job(alice, strategy="parameter_server", workers=2, ps=1, max_restarts=1)
+    apply(task_of(job, "worker", 1), TaskEventKind.EXITED, exit_code=-9)
+
+    rows = restarts_shown(client.get(f"/jobs/{job.pk}/").content.decode())
+    assert rows == {"chief 0": "0", "worker 0": "0", "worker 1": "1", "ps 0": "0"}
+    assert "<dt>Restarts</dt><dd>1 of 1 allowed</dd>" in client.get(f"/jobs/{job.pk}/").content.decode()
+
+    gang = running_job(alice, max_restarts=2)
+    apply(task_of(gang, "worker", 0), TaskEventKind.EXITED, exit_code=-9)
+    for task in Task.objects.filter(job=gang, attempt=1):
+        apply(task, TaskEventKind.EXITED, exit_code=-9)
+    scheduling.schedule_cluster(gang.cluster_id)
+    gang.refresh_from_db()
+    assert gang.attempt == 2
+    assert restarts_shown(client.get(f"/jobs/{gang.pk}/").content.decode()) == {"worker 0": "1", "worker 1": "1"}
+
+
+def restarts_shown(page: str) -> dict[str, str]:
+    """Task label -> the Restarts cell of its row in the job page's task table."""
+    rows = re.findall(r'data-task-label="([^"]+)".*?<td class="restarts">(\d+)</td>', page, flags=re.S)
+    return dict(rows)
 
 
 def test_a_lost_ps_restarts_the_whole_job(alice):

@@ -1,8 +1,8 @@
 """Job page load with a long history: a finished job with 100,000 stored points per series, opened in headless
 Chromium; how long until its loss chart is drawn.
 
-The figure is `tfdashLive.firstDrawMs`, which the job page (dashboard/static/dashboard/live/) sets when uPlot finishes the page's first chart draw:
-milliseconds from navigation start (performance.timeOrigin). It covers the HTML, the scripts, the WebSocket, the
+The figure is `tfdashLive.firstDrawMs`, which the job page (dashboard/static/dashboard/live/) sets when uPlot
+finishes the page's first chart draw: milliseconds from navigation start (performance.timeOrigin). It covers the HTML, the scripts, the WebSocket, the
 history query and its downsampling in PostgreSQL (2,000 points per series), and the first draw. Real parts:
 PostgreSQL, Redis (Channels), Daphne, Chromium. Uses its own database (tfdash_pageload) and Redis database 5.
 

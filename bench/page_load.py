@@ -2,8 +2,9 @@
 Chromium; how long until its loss chart is drawn.
 
 The figure is `tfdashLive.firstDrawMs`, which the job page (dashboard/static/dashboard/live/) sets when uPlot
-finishes the page's first chart draw: milliseconds from navigation start (performance.timeOrigin). It covers the HTML, the scripts, the WebSocket, the
-history query and its downsampling in PostgreSQL (2,000 points per series), and the first draw. Real parts:
+finishes the page's first chart draw: milliseconds from navigation start (performance.timeOrigin). It covers the
+HTML, the scripts, the WebSocket, the history query and its downsampling in PostgreSQL (2,000 points per series),
+and the first draw. Real parts:
 PostgreSQL, Redis (Channels), Daphne, Chromium. Uses its own database (tfdash_pageload) and Redis database 5.
 
     .venv/bin/python bench/page_load.py [--points 100000] [--tasks 2] [--loads 5]

@@ -1,7 +1,9 @@
-"""The wire contract between agents and the orchestrator: queue names, task names and payload shapes.
+"""The wire contract between agents and the orchestrator: queue and stream names, Celery task names, payload
+dataclasses, and how orders are signed and checked.
 
-Both sides import this module and nothing else of each other. Payloads are plain JSON-able dicts built from these
-dataclasses; every agent message carries the host's name and token so the orchestrator can authenticate it.
+Part of `contracts`, which both the agent and the orchestrator import (neither imports the other). Payloads are plain
+JSON-able dicts built from these dataclasses; every agent message names its host and carries its token (checked by
+orchestrator/agents/auth.py); orders to an agent carry a MAC (`sign`/`verify`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""What runs on each training host: the agent (a Celery consumer on `agent.<host>`) and, later, the TF-side runtime.
+"""What runs on each training host: the agent (a Celery consumer on `agent.<host>` that supervises the TF task
+processes, samples the host and reports) and the TF-side runtime (`worker_agent.runtime`: built-in programs, the
+metric callback, checkpoints), plus `report()` for a user's own training loop.
 
-Nothing here imports Django: a training host needs only this package and a Redis URL.
+Nothing here imports Django: a training host needs this package, `contracts`, and a Redis URL.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from worker_agent import __version__, facts
 from worker_agent.heartbeat import Heartbeat
 from worker_agent.outbox import Outbox
 from worker_agent.sampler import DEFAULT_INTERVAL_S, Sampler
-from worker_agent.supervisor import Supervisor
+from worker_agent.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 

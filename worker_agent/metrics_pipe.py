@@ -35,7 +35,6 @@ from contracts.protocol import (
     TaskArtifact,
     TaskMetricsBatch,
 )
-from worker_agent.outbox import accepts_queue
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +57,6 @@ class MetricsPipe:
         self.task_id = task_id
         self.attempt = attempt
         self._send = send
-        self._send_takes_queue = accepts_queue(send)
         # os.pipe() fds are non-inheritable: only the child gets the write end (Popen's pass_fds), no sibling task.
         self._read_fd, self.write_fd = os.pipe()
         # Closing the wake pipe's write end tells a reader blocked in poll() to stop: no fd is closed under a thread
@@ -247,10 +245,7 @@ class MetricsPipe:
                 log.warning("%s: dropping a late %s after the exit", self.label, task_name)
                 return False
             try:
-                if self._send_takes_queue:
-                    self._send(task_name, body, queue=METRICS_QUEUE)
-                else:
-                    self._send(task_name, body)
+                self._send(task_name, body, queue=METRICS_QUEUE)
             except Exception:  # the outbox never raises; an injected sender might, and must not end the reader
                 log.exception("%s: could not hand on %s", self.label, task_name)
                 return False

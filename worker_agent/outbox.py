@@ -13,7 +13,6 @@ under load they batch by themselves while a lone point still leaves at once (no 
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import threading
@@ -36,8 +35,7 @@ from contracts.protocol import (
 
 log = logging.getLogger(__name__)
 
-# `transport(task_name, envelope, queue=...)`; a two-argument transport (older callers, test fakes) is still accepted
-# and then cannot tell queues apart.
+# `transport(task_name, envelope, queue=...)` publishes one message or raises.
 Transport = Callable[..., None]
 
 # Dropped first when the outbox is full, in this order: the cheapest losses.
@@ -75,7 +73,6 @@ class Outbox:
         self._custom_transport = transport is not None
         self.streams = frozenset(streams)  # queues that are Redis Streams, not Celery queues
         self._transport = transport or self._send_task
-        self._transport_takes_queue = accepts_queue(self._transport)
         self._redis: redis.Redis | None = None
         self._queue: deque[tuple[str, dict[str, Any], str]] = deque()
         self._cond = threading.Condition()
@@ -199,10 +196,7 @@ class Outbox:
 
     def _publish(self, task_name: str, envelope: dict[str, Any], queue: str) -> bool:
         try:
-            if self._transport_takes_queue:
-                self._transport(task_name, envelope, queue=queue)
-            else:
-                self._transport(task_name, envelope)
+            self._transport(task_name, envelope, queue=queue)
         except Exception as exc:  # broker down or refusing: retried with backoff
             self.failures += 1
             if self.failures == 1 or self.failures % 20 == 0:
@@ -228,16 +222,6 @@ class Outbox:
         self.dropped += 1
         if self.dropped == 1 or self.dropped % 100 == 0:
             log.warning("outbox full (%d queued): dropped %d message(s) so far", self.max_queued, self.dropped)
-
-
-def accepts_queue(send: Callable[..., Any]) -> bool:
-    """Whether `send` takes a `queue` keyword: senders written before metric traffic had its own queue take
-    `(task_name, body)` only, and must keep working (they then cannot route by queue)."""
-    try:
-        params = inspect.signature(send).parameters.values()
-    except (TypeError, ValueError):  # no signature to read (some builtins): assume the old two-argument form
-        return False
-    return any(p.name == "queue" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def _rough_size(envelope: dict[str, Any]) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.worker_agent.recording import Recorder
-from worker_agent.supervisor import Supervisor
+from worker_agent.supervision import Supervisor
 
 
 @pytest.fixture

@@ -29,8 +29,9 @@ from contracts.protocol import (
 )
 from tests.support.processes import wait_until
 from tests.worker_agent.recording import Recorder, gone
-from worker_agent import supervisor as supervisor_module
-from worker_agent.supervisor import READER_JOIN_S
+from worker_agent.supervision import programs
+from worker_agent.supervision import supervisor as supervisor_module
+from worker_agent.supervision.supervisor import READER_JOIN_S
 
 _task_ids = itertools.count(5000)
 
@@ -112,7 +113,9 @@ def test_metric_and_facts_lines_arrive_batched_in_order_and_before_the_exit(supe
     sent_batches = batches(sent, spec.task_id)
     assert all((b["task_id"], b["attempt"]) == (spec.task_id, 3) for b in sent_batches)
     assert all(1 <= len(b["events"]) <= 500 for b in sent_batches)
-    assert len(sent_batches) <= 10  # 1,002 lines, a handful of messages
+    # Batched: fewer messages than lines. How few depends on how busy the machine is (a handful when quiet, 250 seen
+    # under load), so the contract asserted is batching itself, never a count.
+    assert len(sent_batches) < len(got)
     sequence = [k for k in kinds(sent, spec.task_id) if k != "orchestrator.task_logs"]
     assert sequence == [TaskEventKind.STARTED, *[TASK_METRICS] * len(sent_batches), TaskEventKind.EXITED]
 
@@ -182,7 +185,7 @@ def test_an_artifact_arrives_with_its_content_after_the_metrics_written_before_i
     sent.wait_for(spec.task_id, TaskEventKind.EXITED)
 
     [artifact] = artifacts(sent, spec.task_id)
-    content = (supervisor.job_dir(spec) / "model.keras").read_bytes()
+    content = (programs.job_dir(spec, supervisor.workdir) / "model.keras").read_bytes()
     assert (artifact["task_id"], artifact["attempt"], artifact["name"]) == (spec.task_id, 3, "model.keras")
     assert artifact["sha256"] == hashlib.sha256(content).hexdigest()
     assert base64.b64decode(artifact["content_b64"]) == content
@@ -254,7 +257,7 @@ def test_the_task_gets_its_job_dir_and_metrics_fd(supervisor, sent, tmp_path, gi
 
     report = json.loads(sent.texts(spec.task_id)[-1])
     expected = job_dir if given else tmp_path / "agent" / "jobs" / str(spec.job_id) / "shared"
-    assert report["job_dir"] == str(expected) == str(supervisor.job_dir(spec))
+    assert report["job_dir"] == str(expected) == str(programs.job_dir(spec, supervisor.workdir))
     assert report["exists"] and expected.is_dir()
     assert int(report["fd"]) > 2 and report["fd_is_a_pipe"]
     assert METRICS_FD_ENV == "TFDASH_METRICS_FD" and JOB_DIR_ENV == "TFDASH_JOB_DIR"

@@ -43,7 +43,7 @@ class FlakyTransport:
         self.gate = threading.Event()
         self.gate.set()
 
-    def __call__(self, task_name: str, envelope: dict[str, Any]) -> None:
+    def __call__(self, task_name: str, envelope: dict[str, Any], queue: str = ORCHESTRATOR_QUEUE) -> None:
         self.gate.wait()
         self.attempts.append((time.monotonic(), envelope["body"]["n"]))
         if self.failures_left > 0:

@@ -23,10 +23,10 @@ from contracts.protocol import (
 )
 from tests.support.processes import wait_until
 from tests.worker_agent.recording import Recorder, gone
-from tests.worker_agent.test_supervisor import PROGRAMS, spec_for
+from tests.worker_agent.supervision.specs import PROGRAMS, spec_for
 from worker_agent.heartbeat import Heartbeat
 from worker_agent.records import TaskRecord, TaskRecords, reclaim
-from worker_agent.supervisor import Supervisor
+from worker_agent.supervision import Supervisor
 
 
 def read_pids(pidfile: Path) -> list[int]:

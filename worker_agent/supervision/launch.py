@@ -1,0 +1,121 @@
+"""Checks before a task starts, and the environment it starts with: a spec that is malformed or unsafe, or a port
+something else holds, is refused (reported, nothing started)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+from pathlib import Path
+from typing import Any
+
+from contracts.protocol import LaunchSpec, TaskEventKind
+
+HOOKS_DIR = Path(__file__).resolve().parent.parent / "hooks"
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # the folder holding `worker_agent`, for `-m worker_agent`
+SECRET_MARKERS = ("TOKEN", "PASSWORD", "SECRET")
+log = logging.getLogger(__name__)
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_]{1,64}$")
+
+
+class Refused(Exception):
+    """A launch that must not (or could not) start: reported as `kind` with `detail`, nothing left running."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+
+
+def child_env(spec: LaunchSpec) -> dict[str, str]:
+    """The agent's environment without its secrets, plus the task's own variables and device selection."""
+    env = {name: value for name, value in os.environ.items() if not _is_secret(name)}
+    env.update(spec.env)
+    env.update(
+        PYTHONUNBUFFERED="1",
+        TFDASH_JOB_ID=str(spec.job_id),
+        TFDASH_TASK_ID=str(spec.task_id),
+        TFDASH_TASK_TYPE=spec.task_type,
+        TFDASH_TASK_INDEX=str(spec.task_index),
+        TFDASH_ATTEMPT=str(spec.attempt),
+    )
+    if spec.gpu:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.devices))
+        env.pop("TFDASH_LOGICAL_CPU_DEVICES", None)
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # hide any GPU: a CPU task must not grab one
+        env["TFDASH_LOGICAL_CPU_DEVICES"] = str(len(spec.devices))
+    # hooks/ first so its sitecustomize runs (it chains to any other); the package root last so
+    # `-m worker_agent.runtime` resolves from any cwd without shadowing the user's own modules.
+    existing = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join([str(HOOKS_DIR), *existing, str(PACKAGE_ROOT)])
+    return env
+
+
+def _is_secret(name: str) -> bool:
+    upper = name.upper()
+    return any(marker in upper for marker in SECRET_MARKERS)
+
+
+def validate(spec: LaunchSpec) -> None:
+    """launch_spec_from checks shape, not types; these values become paths, argv and env, so check them here."""
+    problem = _spec_problem(spec)
+    if problem:
+        raise Refused(TaskEventKind.LAUNCH_FAILED, f"malformed launch spec: {problem}")
+
+
+def _spec_problem(spec: LaunchSpec) -> str:
+    for name in ("job_id", "task_id", "attempt", "task_index"):
+        if not _is_count(getattr(spec, name)):
+            return f"{name} must be a non-negative integer"
+    if not isinstance(spec.task_type, str) or not _SAFE_NAME.match(spec.task_type):
+        return "task_type must be letters, digits or underscores"
+    if spec.port is not None and not (_is_count(spec.port) and 1 <= spec.port <= 65535):
+        return "port must be null or 1..65535"
+    if not isinstance(spec.devices, list) or not all(_is_count(d) for d in spec.devices):
+        return "devices must be a list of non-negative integers"
+    if not isinstance(spec.gpu, bool):
+        return "gpu must be true or false"
+    if not isinstance(spec.env, dict) or not all(_is_str(k) and _is_str(v) for k, v in spec.env.items()):
+        return "env must map strings to strings"
+    if not isinstance(spec.program.args, list) or not all(isinstance(a, str) for a in spec.program.args):
+        return "program args must be a list of strings"
+    if not isinstance(spec.job_dir, str) or (spec.job_dir and not os.path.isabs(spec.job_dir)):
+        return "job_dir must be empty or an absolute path"
+    if not isinstance(spec.kill_grace_s, int | float) or isinstance(spec.kill_grace_s, bool) or spec.kill_grace_s < 0:
+        return "kill_grace_s must be a non-negative number"
+    return ""
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def check_port(port: int) -> None:
+    """Refuse a port something else holds, before a TF server would crash on it.
+
+    First a plain bind (no SO_REUSEADDR), which fails for any socket on the port. If only that fails, try again with
+    SO_REUSEADDR: on Linux that still fails while anything LISTENs on the port, but succeeds when the port is only
+    held by TIME_WAIT leftovers of a killed task's connections. TF's gRPC server sets SO_REUSEADDR and starts fine
+    then, so a gang restarted on its old ports within a minute must not be refused.
+    """
+    try:
+        _try_bind(port, reuse=False)
+    except OSError as plain:
+        try:
+            _try_bind(port, reuse=True)
+        except OSError:
+            raise Refused(TaskEventKind.PORT_CONFLICT, str(plain)) from None
+        log.info("port %s: only TIME_WAIT leftovers hold it (%s); launching", port, plain)
+
+
+def _try_bind(port: int, *, reuse: bool) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        if reuse:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("0.0.0.0", port))  # noqa: S104 - TF listens on all interfaces, so that is what must be free

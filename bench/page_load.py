@@ -116,7 +116,7 @@ def main() -> int:
           f"in {time.perf_counter() - t0:.1f} s")  # fmt: skip
 
     port = free_port()
-    log = open("/tmp/bench-pageload-web.log", "wb")
+    log = open("/tmp/bench-pageload-web.log", "wb")  # noqa: SIM115 - the server writes to it until the bench ends
     web = subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
         cwd=ROOT,

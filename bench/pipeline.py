@@ -58,7 +58,7 @@ def prepare_database() -> None:
 
 
 def start(name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-    log = open(f"/tmp/bench-{name}.log", "wb")
+    log = open(f"/tmp/bench-{name}.log", "wb")  # noqa: SIM115 - held open for the process's life
     return subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 

@@ -149,8 +149,8 @@ def parse_ids(values: Iterable[str]) -> list[int]:
     """Job ids from `?ids=3&ids=5` or `?ids=3,5`, in order, each once; raises CannotCompare for anything else."""
     ids: list[int] = []
     for value in values:
-        for part in value.split(","):
-            part = part.strip().lstrip("#")
+        for raw in value.split(","):
+            part = raw.strip().lstrip("#")
             if not part:
                 continue
             if not (part.isascii() and part.isdigit()):

@@ -9,10 +9,11 @@ class OrchestratorConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django.db.models.signals import post_save
+        # Here, not at the top: Django imports apps before their models are ready.
+        from django.db.models.signals import post_save  # noqa: PLC0415
 
-        from orchestrator.metrics import live
-        from orchestrator.models import Job, Task
+        from orchestrator.metrics import live  # noqa: PLC0415
+        from orchestrator.models import Job, Task  # noqa: PLC0415
 
         # Every saved change of a job or a task reaches the job's open pages (after commit); bulk updates of task
         # states (orchestrator/control/lifecycle.py) say so themselves.

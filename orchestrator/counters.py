@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from functools import lru_cache
 
@@ -17,10 +18,8 @@ def _client() -> redis.Redis:
 
 
 def incr(name: str) -> None:
-    try:
+    with contextlib.suppress(redis.RedisError):  # a counter must never break the message path it counts
         _client().incr(_PREFIX + name)
-    except redis.RedisError:
-        pass  # a counter must never break the message path it counts
 
 
 def get(name: str) -> int:
@@ -33,10 +32,8 @@ _READINGS_PREFIX = "tfdash:readings:"
 
 def record_reading(name: str, source: str, value: float) -> None:
     """Keep the latest `value` per `source` under `name` (with when it was read)."""
-    try:
+    with contextlib.suppress(redis.RedisError):
         _client().hset(_READINGS_PREFIX + name, source, f"{float(value)!r} {time.time()!r}")
-    except redis.RedisError:
-        pass
 
 
 def recent_readings(name: str, max_age_s: float) -> dict[str, float]:

@@ -9,6 +9,7 @@ Their output goes to var/log/<name>.log; this script prints only what a person n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -34,17 +35,15 @@ class Child:
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path, **options: Any) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
-        self.log: IO[bytes] = open(self.log_path, "ab")
+        self.log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 - the child writes to it until stop()
         # Own session: Ctrl-C in the terminal reaches only this script, which then stops children in order.
         self.proc = subprocess.Popen(
             argv, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, **options
         )
 
     def signal(self, sig: int) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, sig)
-        except ProcessLookupError:
-            pass
 
     def stop(self, deadline: float) -> None:
         try:

@@ -41,6 +41,7 @@ def _retry_flush_on_deadlock() -> None:
                 if attempt == 4 or not _caused_by_deadlock(exc):
                     raise
                 time.sleep(0.2 * (attempt + 1))
+        return None
 
     TransactionTestCase._fixture_teardown = teardown  # type: ignore[method-assign]
 

@@ -66,7 +66,8 @@ def _imports(module: str, path: Path, known: set[str]) -> set[str]:
             targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
         else:
             continue
-        for target in targets:
+        for name in targets:
+            target = name
             while target and target not in known:
                 target = target.rpartition(".")[0]
             if target and target != module:

@@ -13,6 +13,7 @@ time as the OS reports it; a process counts as the task's only when both match.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -169,16 +170,12 @@ def stop(record: TaskRecord, timeout: float = KILL_WAIT_S) -> list[int]:
     if not procs:
         return []
     if leader_alive:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(record.pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     else:
         for proc in procs:
-            try:
+            with contextlib.suppress(psutil.Error):
                 proc.kill()  # psutil checks the start time first: never a recycled pid
-            except psutil.Error:
-                pass
     deadline = time.monotonic() + timeout
     # They are not our children (the old agent was their parent), so there is nothing to wait on: poll.
     while any(not _is_zombie(p) for p in procs) and time.monotonic() < deadline:

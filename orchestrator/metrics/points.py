@@ -57,10 +57,10 @@ def metric_rows(task: Task, events: list[Any]) -> tuple[list[PointRow], dict[str
             counters.incr(DROPPED)
             continue
         phase = str(event.get("phase") or "custom")[:10]
-        for name, value in metrics.items():
-            if isinstance(value, bool) or not isinstance(value, int | float) or not _valid_name(name):
+        for name, reported in metrics.items():
+            if isinstance(reported, bool) or not isinstance(reported, int | float) or not _valid_name(name):
                 continue
-            value = float(value)
+            value = float(reported)
             if math.isfinite(value):
                 rows.append((job_id, task_id, phase, name, step, epoch, value, ts))
     return rows, facts

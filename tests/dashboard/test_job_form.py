@@ -289,11 +289,11 @@ def test_the_calculator_follows_the_runtimes_formulas_as_the_inputs_change(
     page.get_by_role("button", name="Launch").click()
     page.wait_for_load_state()
     expect(page.locator("#error-ps")).to_contain_text("parameter_server needs at least 1 ps", timeout=WAIT_MS)
-    assert orm(lambda: Job.objects.count()) == 0
+    assert orm(Job.objects.count) == 0
     page.fill("#id_ps", "1")
     page.click("text=Preview plan")
     expect(page.locator("#plan .plan-task")).to_have_count(3, timeout=WAIT_MS)
     expect(page.locator("#error-ps")).to_have_count(0)
     assert page.url == f"{web.url}/jobs/new/"
     assert not errors, errors
-    assert orm(lambda: Job.objects.count()) == 0
+    assert orm(Job.objects.count) == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -78,17 +79,13 @@ class ManagedProcess:
 
     def kill(self) -> None:
         """SIGKILL the whole process group, as a crash or an OOM kill would."""
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait(timeout=10)
 
     def terminate(self, timeout: float = 15) -> int:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

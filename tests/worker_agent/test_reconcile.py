@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -57,10 +58,8 @@ def write(records: TaskRecords, record: TaskRecord) -> None:
 
 def kill_tree(pids: list[int]) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             psutil.Process(pid).kill()
-        except psutil.NoSuchProcess:
-            pass
 
 
 # --- the records ---------------------------------------------------------------------------------------------------

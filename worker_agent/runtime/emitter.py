@@ -100,10 +100,8 @@ class Emitter:
         with self._lock:
             stream, self._stream = self._stream, None
         if stream is not None:
-            try:
+            with contextlib.suppress(OSError):
                 stream.close()
-            except OSError:
-                pass
 
 
 def finite_floats(metrics: Mapping[str, Any]) -> dict[str, float]:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -144,10 +144,8 @@ class Task:
 
     def kill(self) -> None:
         """SIGKILL the process group, as a crash or the agent's kill does (TF ignores SIGTERM)."""
-        try:
+        with suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait(timeout=15)
         for reader in self._readers:
             reader.join(timeout=10)

@@ -14,7 +14,7 @@ from worker_agent.runtime.data import load_arrays
 def test_digits_are_scaled_features_with_a_fixed_seeded_20_percent_holdout() -> None:
     mlp = load_arrays(parse_config("digits_mlp", {}))
     assert mlp.x_train.shape == (1438, 64) and mlp.x_val.shape == (359, 64)
-    assert mlp.x_train.dtype == np.float32 and 0 <= mlp.x_train.min() and mlp.x_train.max() <= 1
+    assert mlp.x_train.dtype == np.float32 and mlp.x_train.min() >= 0 and mlp.x_train.max() <= 1
     assert mlp.classes == 10
     again = load_arrays(parse_config("digits_mlp", {}))
     np.testing.assert_array_equal(mlp.y_val, again.y_val)  # every task, every restart: the same split

@@ -83,12 +83,8 @@ def store_reports(reports: Iterable[tuple[str, Any]]) -> Stored:
         # Rare: a task or host deleted between lookup and insert. Store report by report, dropping the bad ones.
         lookups.forget()
         return _store_one_by_one(reports, artifacts, stored)
-    stored.points += sum(len(points) for points in batch.stored_points.values())
-    stored.samples += sum(len(rows) for _host, rows in batch.samples.values())
-    _publish(batch)
-    for payload in artifacts:
-        stored.artifacts += handle_task_artifact(payload) is not None
-    return stored
+    _stored(batch, stored)
+    return _store_artifacts(artifacts, stored)
 
 
 def _store_one_by_one(reports: list[tuple[str, Any]], artifacts: list[Any], stored: Stored) -> Stored:
@@ -106,9 +102,19 @@ def _store_one_by_one(reports: list[tuple[str, Any]], artifacts: list[Any], stor
             counters.incr(DROPPED)
             stored.dropped += 1
             continue
-        stored.points += sum(len(points) for points in single.stored_points.values())
-        stored.samples += sum(len(rows) for _host, rows in single.samples.values())
-        _publish(single)
+        _stored(single, stored)
+    return _store_artifacts(artifacts, stored)
+
+
+def _stored(batch: _Batch, stored: Stored) -> None:
+    """A committed batch: counted, then pushed to the pages watching its jobs."""
+    stored.points += sum(len(points) for points in batch.stored_points.values())
+    stored.samples += sum(len(rows) for _host, rows in batch.samples.values())
+    _publish(batch)
+
+
+def _store_artifacts(artifacts: list[Any], stored: Stored) -> Stored:
+    """Each artifact on its own (one can be large), after the points and samples of its run."""
     for payload in artifacts:
         stored.artifacts += handle_task_artifact(payload) is not None
     return stored

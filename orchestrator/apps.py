@@ -17,5 +17,7 @@ class OrchestratorConfig(AppConfig):
 
         # Every saved change of a job or a task reaches the job's open pages (after commit); bulk updates of task
         # states (orchestrator/control/lifecycle.py) say so themselves.
-        post_save.connect(lambda instance, **_: live.job_changed(instance.pk), sender=Job, weak=False)
-        post_save.connect(lambda instance, **_: live.job_changed(instance.job_id), sender=Task, weak=False)
+        post_save.connect(lambda instance, using, **_: live.job_changed(instance.pk, using), sender=Job, weak=False)
+        post_save.connect(
+            lambda instance, using, **_: live.job_changed(instance.job_id, using), sender=Task, weak=False
+        )

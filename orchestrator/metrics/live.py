@@ -63,9 +63,10 @@ def publish(job_id: int, frame: dict[str, Any]) -> None:
         log.warning("could not publish a %s frame for job %s: %r", frame.get("type"), job_id, exc)
 
 
-def job_changed(job_id: int) -> None:
-    """Tell the job's pages, once the current transaction commits, that its state or its tasks changed."""
-    transaction.on_commit(lambda: publish(job_id, {"type": JOB_CHANGED}))
+def job_changed(job_id: int, using: str | None = None) -> None:
+    """Tell the job's pages, once the current transaction (on database `using`) commits, that its state or its tasks
+    changed."""
+    transaction.on_commit(lambda: publish(job_id, {"type": JOB_CHANGED}), using=using)
 
 
 def logs_stored(job_id: int, task_id: int) -> None:

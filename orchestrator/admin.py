@@ -16,7 +16,9 @@ from orchestrator.models import Cluster, Host, HostStatus, Job, Task
 
 
 def agent_server_url() -> str:
-    """The Redis URL agents should use; AGENT_SERVER_URL when hosts reach Redis under another name."""
+    """The Redis URL in the agent command shown once a token is issued: the control plane's own REDIS_URL. No
+    environment variable changes it (config/settings.py defines no TFDASH_AGENT_SERVER_URL; a settings module that
+    does wins); where hosts reach Redis under another name, edit `--server` in the command."""
     return getattr(settings, "TFDASH_AGENT_SERVER_URL", "") or settings.REDIS_URL
 
 

@@ -1,16 +1,14 @@
-"""Metric batches and artifacts from agents: stored once, forged ones dropped, served by the API."""
+"""Metric batches from agents: stored once, forged ones dropped, served by the API."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import time
 
 import pytest
 from rest_framework.test import APIClient
 
 from orchestrator.metrics import ingest
-from orchestrator.models import Job, JobArtifact, MetricPoint, Task
+from orchestrator.models import Job, MetricPoint, Task
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -109,30 +107,6 @@ def test_the_metrics_api_pages_with_a_cursor(running):
 
     assert [p[4] for p in first["points"]] == [1, 2, 3, 4, 5]
     assert [(p[3], p[4], p[6]) for p in later["points"]] == [("loss", 6, 0.1)]
-
-
-def test_an_artifact_is_stored_and_downloadable_by_its_owner_only(running, django_user_model):
-    owner, host, token, job, task = running
-    content = b"model bytes" * 100
-    body = {
-        "task_id": task.pk,
-        "attempt": 1,
-        "name": "model.keras",
-        "sha256": hashlib.sha256(content).hexdigest(),
-        "content_b64": base64.b64encode(content).decode(),
-    }
-
-    ingest.handle_task_artifact(envelope(host, token, body))
-    ingest.handle_task_artifact(envelope(host, token, {**body, "sha256": "0" * 64}))  # corrupt: dropped
-
-    assert JobArtifact.objects.get(job=job).size == len(content)
-    client = APIClient()
-    client.force_authenticate(owner)
-    response = client.get(f"/api/jobs/{job.pk}/artifacts/model.keras/")
-    assert response.content == content
-    assert "attachment" in response["Content-Disposition"]
-    client.force_authenticate(django_user_model.objects.create_user("bob", password="pw-bob-123"))
-    assert client.get(f"/api/jobs/{job.pk}/artifacts/model.keras/").status_code == 404
 
 
 def test_the_csv_export_has_every_point(running):

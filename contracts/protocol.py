@@ -1,9 +1,10 @@
 """The wire contract between agents and the orchestrator: queue and stream names, Celery task names, payload
-dataclasses, and how orders are signed and checked.
+dataclasses, the parsers that read untrusted payloads back (`parse_facts`, `parse_task_report`, `launch_spec_from`),
+and how orders are signed and checked (`sign`, `verify`, `token_digest`).
 
 Part of `contracts`, which both the agent and the orchestrator import (neither imports the other). Payloads are plain
 JSON-able dicts built from these dataclasses; every agent message names its host and carries its token (checked by
-orchestrator/agents/auth.py); orders to an agent carry a MAC (`sign`/`verify`).
+orchestrator/agents/auth.py); orders to an agent carry a MAC keyed by the digest of that host's token.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from contracts.protocol import (
 
 log = logging.getLogger(__name__)
 
-# `send(task_name, body, queue=...)`, or `send(task_name, body)` for a sender that does not route by queue.
+# `send(task_name, body, queue=...)`: the outbox's send (or a test's recorder with the same signature).
 SendFn = Callable[..., None]
 
 MAX_METRIC_LINE_BYTES = 64 * 1024

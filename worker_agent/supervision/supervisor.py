@@ -32,10 +32,10 @@ from contracts.protocol import (
     TaskEventKind,
 )
 from worker_agent import records
-from worker_agent.metrics_pipe import MetricsPipe
+from worker_agent.metrics_pipe import MetricsPipe, SendFn
 from worker_agent.supervision import programs
 from worker_agent.supervision.launch import Refused, check_port, child_env, validate
-from worker_agent.supervision.output import LogLine, SendFn, TaskLogs, read_lines
+from worker_agent.supervision.output import LogLine, TaskLogs, read_lines
 from worker_agent.supervision.processes import killpg, tree_listens_on, wait_for_exit
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,7 @@ class _Child:
 
 class Supervisor:
     def __init__(self, outbox_send: SendFn, workdir: Path) -> None:
+        # Events and logs go out as (name, body), for the orchestrator queue; the metrics pipes add queue=METRICS_QUEUE.
         self._send = outbox_send
         self.workdir = Path(workdir).expanduser().resolve()
         self._lock = threading.Lock()

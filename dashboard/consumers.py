@@ -3,19 +3,28 @@
 Frames (JSON, each with a `type`):
 - `job`: state, reason and the rendered state/task-table/facts partial (dashboard/_job_live.html), and `task`: the
   current placement's tasks; both sent on connect and whenever the job or a task changes;
-- `log`: new lines of a task (`[seq, stream, text]`), the last LOG_TAIL_LINES of each task on connect;
+- `log`: new lines of a task (`[seq, stream, text]`) and the task's log `cursor`; on connect each task's last
+  LOG_TAIL_LINES, or, for a task the page names in `?log_since=<task>:<seq>,...`, only the lines after its cursor;
 - `metrics` (history, then live batches), `history_end` with the metric cursor, `hosts`, `facts`.
 
 No gap, no duplicate: the consumer joins the job's group *before* reading anything, so a change made meanwhile
 arrives as a frame after the read. Metric points: history ends at a cursor (the highest point id sent); live points at
 or below it are dropped; a reconnecting page passes `?since=<cursor>` and gets exactly what it missed. Log lines: per
-task, the consumer sends the lines above the highest seq it has sent without a hole below (lines of one task may
-commit out of order), and the page keeps each line once by its seq. Job and task frames carry the whole current
-state, so a missed one is repaired by the next, or by a reconnect.
+task, the consumer sends the lines above the task's cursor (the highest seq sent without a hole below: lines of one
+task may commit out of order; page_data.log_cursor), and a reconnecting page passes the cursors of its frames as
+`log_since`. Log lines are numbered per task by its agent and stored by concurrent orchestrator workers, so, unlike
+metric point ids, no one id orders them by commit: the cursor is per task. Job and task frames carry the whole
+current state, so a missed one is repaired by the next, or by a reconnect.
+
+Hints ("job changed", "logs stored") are answered by one read at a time: the handler only marks what is stale, so the
+socket's channel never fills with hints (the layer drops past its capacity), and hints that arrive during a read are
+answered together by the next one.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -28,8 +37,11 @@ from orchestrator.metrics import history
 from orchestrator.metrics.live import JOB_CHANGED, LOGS_STORED, group_name
 from orchestrator.models import Job, TaskLogLine
 
+log = logging.getLogger(__name__)
+
 HISTORY_FRAME_POINTS = 5000
 FORBIDDEN = 4403
+MAX_LOG_CURSORS = 1000  # `log_since` pairs read; a page names only its current placement's tasks
 
 
 @database_sync_to_async
@@ -76,8 +88,8 @@ def _job_frames(job_id: int) -> tuple[dict[str, Any], dict[str, Any]]:
 
 @database_sync_to_async
 def _new_log_lines(job_id: int, sent: dict[int, int]) -> dict[int, list[list[Any]]]:
-    """Per task of the current placement: its lines above what was sent (`sent`: task -> highest seq sent with no
-    hole below it; a task not in it gets its last LOG_TAIL_LINES). Updates `sent`."""
+    """Per task of the current placement: its lines above its cursor in `sent` (a task not in it gets its last
+    LOG_TAIL_LINES), at most LOG_TAIL_LINES, the newest. Moves the cursors in `sent` on."""
     job = Job.objects.get(pk=job_id)
     new: dict[int, list[list[Any]]] = {}
     for task_id in job.tasks.filter(attempt=job.attempt).values_list("pk", flat=True):
@@ -88,14 +100,26 @@ def _new_log_lines(job_id: int, sent: dict[int, int]) -> dict[int, list[list[Any
         if not rows:
             continue
         new[task_id] = [list(row) for row in rows]
-        # The highest seq below which nothing is missing: a later batch may commit before an earlier one.
-        contiguous = sent.get(task_id, rows[0][0] - 1)
-        for seq, _stream, _text in rows:
-            if seq != contiguous + 1:
-                break
-            contiguous = seq
-        sent[task_id] = contiguous
+        sent[task_id] = page_data.log_cursor(sent.get(task_id), [row[0] for row in rows])
     return new
+
+
+def _query(scope: dict[str, Any]) -> tuple[int, dict[int, int]]:
+    """`since` (the metric cursor) and `log_since` (`<task>:<seq>` pairs, comma-separated) from the socket's URL; what
+    does not parse is left out (the page then gets a fresh tail or history)."""
+    query = parse_qs(scope.get("query_string", b"").decode())
+    try:
+        since = max(int(query.get("since", ["0"])[0]), 0)
+    except ValueError:
+        since = 0
+    log_since: dict[int, int] = {}
+    for pair in query.get("log_since", [""])[0].split(",")[:MAX_LOG_CURSORS]:
+        task, _, seq = pair.partition(":")
+        try:
+            log_since[int(task)] = int(seq)
+        except ValueError:
+            continue
+    return since, log_since
 
 
 class JobConsumer(AsyncJsonWebsocketConsumer):
@@ -105,17 +129,15 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         if job is None:
             await self.close(code=FORBIDDEN)
             return
-        try:
-            since = int(parse_qs(self.scope.get("query_string", b"").decode()).get("since", ["0"])[0])
-        except ValueError:
-            since = 0
-        self.logs_sent: dict[int, int] = {}
+        since, self.logs_sent = _query(self.scope)  # logs_sent: task -> log cursor (the page's, then what we sent)
+        self.stale: set[str] = set()  # hints not answered yet
+        self.catching_up: asyncio.Task[None] | None = None
         self.group = group_name(self.job_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         await self._send_state()
         await self._send_logs()
-        points, self.cursor, downsampled = await _metric_history(self.job_id, max(since, 0))
+        points, self.cursor, downsampled = await _metric_history(self.job_id, since)
         for start in range(0, len(points), HISTORY_FRAME_POINTS):
             await self.send_json(
                 {
@@ -129,6 +151,8 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "history_end", "cursor": self.cursor, "downsampled": downsampled})
 
     async def disconnect(self, code: int) -> None:
+        if getattr(self, "catching_up", None) is not None:
+            self.catching_up.cancel()
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -141,16 +165,30 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
 
     async def _send_logs(self) -> None:
         for task_id, lines in (await _new_log_lines(self.job_id, self.logs_sent)).items():
-            await self.send_json({"type": "log", "task": task_id, "lines": lines})
+            await self.send_json({"type": "log", "task": task_id, "lines": lines, "cursor": self.logs_sent[task_id]})
+
+    async def _catch_up(self) -> None:
+        """Answer the stale hints, one read at a time, until none is left."""
+        try:
+            while self.stale:
+                stale, self.stale = self.stale, set()
+                if JOB_CHANGED in stale:
+                    await self._send_state()
+                await self._send_logs()  # a new placement's tasks have their own lines
+        except Job.DoesNotExist:
+            await self.close(code=FORBIDDEN)
+        except Exception:
+            # The page reconnects from its cursors and reads the truth again.
+            log.exception("job %s: could not send the job's state or log lines", self.job_id)
+            await self.close()
 
     async def live_frame(self, event: dict[str, Any]) -> None:
         frame = event["frame"]
         kind = frame.get("type")
-        if kind == JOB_CHANGED:
-            await self._send_state()
-            await self._send_logs()  # a new placement's tasks have their own lines
-        elif kind == LOGS_STORED:
-            await self._send_logs()
+        if kind in (JOB_CHANGED, LOGS_STORED):
+            self.stale.add(kind)
+            if self.catching_up is None or self.catching_up.done():
+                self.catching_up = asyncio.create_task(self._catch_up())
         elif kind == "metrics":
             fresh = [p for p in frame["points"] if p[0] > self.cursor]
             if fresh:

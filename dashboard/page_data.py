@@ -166,7 +166,24 @@ def log_tail(job: Job, tasks: list[Task] | None, chosen: int | None) -> dict[str
     lines = []
     if task is not None:
         lines = list(reversed(task.log_lines.order_by("-seq").values_list("seq", "stream", "text")[:LOG_TAIL_LINES]))
-    return {"tail_tasks": tasks, "tail_task": task, "tail_lines": lines}
+    cursor = log_cursor(None, [seq for seq, _stream, _text in lines]) if lines else None
+    return {"tail_tasks": tasks, "tail_task": task, "tail_lines": lines, "tail_cursor": cursor}
+
+
+def log_cursor(after: int | None, seqs: list[int]) -> int:
+    """A task's log cursor once a reader holds `seqs` (ascending, a non-empty read of the lines above `after`, at most
+    LOG_TAIL_LINES of them): the highest seq below which nothing it will still be sent is missing.
+
+    Lines of one task may commit out of order, so the cursor stops below a hole and the late line is sent when it
+    comes. A read that filled the tail starts a new floor: lines below it are older than anything the tail shows and
+    are never sent, so they must not hold the cursor back (else every later read would send the same tail again).
+    """
+    cursor = seqs[0] - 1 if after is None or len(seqs) >= LOG_TAIL_LINES else after
+    for seq in seqs:
+        if seq > cursor + 1:
+            break
+        cursor = max(cursor, seq)
+    return cursor
 
 
 def job_facts(job: Job) -> list[tuple[str, str]]:

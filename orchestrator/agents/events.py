@@ -57,7 +57,7 @@ def handle_task_logs(payload: Any) -> int:
     rows = [TaskLogLine(task=task, seq=seq, stream=stream, text=text) for seq, stream, text in lines]
     # Redelivered batches carry the same (task, seq): stored once.
     TaskLogLine.objects.bulk_create(rows[:MAX_LINES_PER_BATCH], ignore_conflicts=True)
-    live.logs_stored(task.job_id, task.pk)
+    live.logs_stored(task.job_id)
     return len(rows)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 from django.db import transaction
@@ -178,8 +178,10 @@ def _start(job: Job, where: placement.Placement, hosts: dict[str, Host]) -> None
     job.placed_at = timezone.now()
     job.save(update_fields=["attempt", "state", "placed_at", "reason"])
     configs = tf_configs(job, where)
-    # Job.restarts counts gang restarts and in-place relaunches (each relaunch is a row with restart > 0).
-    gang_restarts = job.restarts - Task.objects.filter(job=job, restart__gt=0).count()
+    # How often each slot's process was started again: every gang restart, plus the slot's own in-place relaunches
+    # (each a row with restart > 0; Job.restarts counts both kinds). A re-placement after a port conflict is neither.
+    relaunched = Counter(Task.objects.filter(job=job, restart__gt=0).values_list("type", "index"))
+    gang_restarts = job.restarts - relaunched.total()
     tasks = Task.objects.bulk_create(
         [
             Task(
@@ -191,7 +193,7 @@ def _start(job: Job, where: placement.Placement, hosts: dict[str, Host]) -> None
                 port=tf_config.task_port(t, job.strategy),
                 devices=list(t.devices),
                 tf_config=configs[(t.type, t.index)],
-                restarts=gang_restarts,
+                restarts=gang_restarts + relaunched[(t.type, t.index)],
             )
             for t in where.tasks
         ]

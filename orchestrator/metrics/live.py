@@ -4,7 +4,9 @@ What travels on a job's group: metric batches ("metrics", never one point each),
 facts ("facts"), and two hints that carry no data: "job.changed" (the job or one of its tasks changed state) and
 "logs.stored" (lines of one of its tasks were stored). Each socket answers a hint by reading the rows itself
 (dashboard/consumers.py), so a hint lost or doubled costs nothing: the next one, or a reconnect, reads the truth.
-Hints go out after the transaction that made the change commits.
+Hints go out after the transaction that made the change commits, at most one of each kind per job and transaction:
+a placement or a gang restart saves the job and many tasks, and the channel layer drops what a socket has not read
+past its capacity, so a burst of identical hints would only crowd out metric frames.
 
 A failure to publish never breaks the caller: the rows are stored, and a page that missed a frame catches up when it
 reconnects.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -66,9 +69,31 @@ def publish(job_id: int, frame: dict[str, Any]) -> None:
 def job_changed(job_id: int, using: str | None = None) -> None:
     """Tell the job's pages, once the current transaction (on database `using`) commits, that its state or its tasks
     changed."""
-    transaction.on_commit(lambda: publish(job_id, {"type": JOB_CHANGED}), using=using)
+    _hint_after_commit(_Hint(job_id, JOB_CHANGED), using)
 
 
-def logs_stored(job_id: int, task_id: int) -> None:
-    """Tell the job's pages, once the current transaction commits, that a task has new log lines."""
-    transaction.on_commit(lambda: publish(job_id, {"type": LOGS_STORED, "task": task_id}))
+def logs_stored(job_id: int, using: str | None = None) -> None:
+    """Tell the job's pages, once the current transaction commits, that one of its tasks has new log lines."""
+    _hint_after_commit(_Hint(job_id, LOGS_STORED), using)
+
+
+@dataclass(frozen=True)
+class _Hint:
+    """An after-commit callback that knows which hint it sends (equal to the same hint), so a transaction queues each
+    hint once."""
+
+    job_id: int
+    kind: str
+
+    def __call__(self) -> None:
+        publish(self.job_id, {"type": self.kind})
+
+
+def _hint_after_commit(hint: _Hint, using: str | None) -> None:
+    connection = transaction.get_connection(using)
+    # A hint already queued in this transaction covers this change too: it is sent after the same commit. Django
+    # drops a queued callback with the savepoint it was queued in when that savepoint rolls back, so a hint is never
+    # skipped for one that will not be sent.
+    if connection.in_atomic_block and any(hint == queued for _sids, queued, _robust in connection.run_on_commit):
+        return
+    transaction.on_commit(hint, using=using)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
+from dashboard.page_data import LOG_TAIL_LINES, log_cursor
 from orchestrator.models import Job, JobArtifact, Task, TaskLogLine
 from tests import factories
 
@@ -81,6 +82,23 @@ def test_the_log_tail_shows_the_last_lines_of_a_task_escaped_and_numbered_for_th
     assert f'id="log-tab-{task.pk}"' in tail and 'aria-pressed="true"' in tail
     assert f'href="/api/jobs/{job.pk}/logs/{task.pk}/?download=1"' in tail
     assert 'id="log-tail"' in page and "line 100" in page
+    assert 'data-log-cursor="101"' in page  # the socket sends this task's lines after it (`log_since`)
+
+
+@pytest.mark.parametrize(
+    ("after", "seqs", "cursor"),
+    [
+        (None, [4, 5, 6], 6),  # a fresh tail starts where it starts
+        (3, [4, 5, 6], 6),
+        (3, [4, 6], 4),  # 5 commits later: the cursor waits below it
+        (4, [5, 6], 6),  # ... and moves on once it came
+        (None, list(range(100, 100 + LOG_TAIL_LINES)), 99 + LOG_TAIL_LINES),
+        (10, list(range(100, 100 + LOG_TAIL_LINES)), 99 + LOG_TAIL_LINES),  # a full tail: older lines are never sent
+        (10, [100, 101], 10),  # a short read above a gap: the gap may still fill
+    ],
+)
+def test_the_log_cursor_stops_below_a_line_still_to_come(after, seqs, cursor):
+    assert log_cursor(after, seqs) == cursor
 
 
 def test_the_log_tail_of_a_task_without_output_says_so(client, alice):

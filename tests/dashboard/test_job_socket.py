@@ -4,6 +4,7 @@ from a real running job reaching a subscribed client, and the job's state, tasks
 from __future__ import annotations
 
 import time
+from urllib.parse import urlencode
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -47,8 +48,9 @@ def batch(host, token, task, steps):
     return {"host": host.name, "token": token, "body": body, "sent_at": time.time(), "protocol": 1}
 
 
-async def connect(user, job_id, since=None):
-    path = f"/ws/jobs/{job_id}/" + (f"?since={since}" if since is not None else "")
+async def connect(user, job_id, since=None, log_since=None):
+    query = urlencode({k: v for k, v in (("since", since), ("log_since", log_since)) if v is not None})
+    path = f"/ws/jobs/{job_id}/" + (f"?{query}" if query else "")
     communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), path)
     communicator.scope["user"] = user
     connected, code = await communicator.connect()
@@ -199,7 +201,8 @@ async def test_the_socket_carries_the_jobs_state_its_tasks_and_their_log_lines(a
     assert by_type["task"]["tasks"] == [
         {"id": task.pk, "label": "worker 0", "host": "node-0", "state": "running", "exit_code": None, "restarts": 0}
     ]
-    assert by_type["log"] == {"type": "log", "task": task.pk, "lines": [[s, "stdout", f"line {s}"] for s in range(3)]}
+    lines = [[s, "stdout", f"line {s}"] for s in range(3)]
+    assert by_type["log"] == {"type": "log", "task": task.pk, "lines": lines, "cursor": 2}
 
     # A task's state changes: the page hears of it at once, the whole state, rendered.
     def succeed() -> None:
@@ -223,4 +226,76 @@ async def test_the_socket_carries_the_jobs_state_its_tasks_and_their_log_lines(a
     second = await next_frame(socket, "log")
     assert [line[0] for line in first["lines"]] == [6]
     assert [line[0] for line in second["lines"]] == [5, 6]  # the page keeps each seq once
+    await socket.disconnect()
+
+
+async def test_a_reconnect_with_its_log_cursors_gets_exactly_the_lines_it_missed(alice):
+    from orchestrator.agents import events
+
+    host, token, job, task = await sync_to_async(make_job)(alice)
+    store_logs = sync_to_async(events.handle_task_logs)
+    await store_logs(log_batch(host, token, task, range(3)))
+
+    socket, _connected, _ = await connect(alice, job.pk)
+    state: list[dict] = []
+    await read_history(socket, state)
+    [first] = [frame for frame in state if frame["type"] == "log"]
+    assert [line[0] for line in first["lines"]] == [0, 1, 2] and first["cursor"] == 2
+    await socket.disconnect()
+
+    await store_logs(log_batch(host, token, task, range(6)))  # 3-5 while the page is away, 0-2 delivered again
+    again, _connected, _ = await connect(alice, job.pk, log_since=f"{task.pk}:{first['cursor']}")
+    state = []
+    await read_history(again, state)
+    [missed] = [frame for frame in state if frame["type"] == "log"]
+    assert missed == {
+        "type": "log",
+        "task": task.pk,
+        "lines": [[s, "stdout", f"line {s}"] for s in (3, 4, 5)],
+        "cursor": 5,
+    }
+    await again.disconnect()
+
+    # A page that has it all gets no log frame; a cursor that does not parse counts as none (the whole tail).
+    current, _connected, _ = await connect(alice, job.pk, log_since=f"{task.pk}:5")
+    state = []
+    await read_history(current, state)
+    assert [frame["type"] for frame in state] == ["job", "task"]
+    await current.disconnect()
+    garbled, _connected, _ = await connect(alice, job.pk, log_since=f"{task.pk}:x,,oops")
+    state = []
+    await read_history(garbled, state)
+    assert [line[0] for frame in state if frame["type"] == "log" for line in frame["lines"]] == list(range(6))
+    await garbled.disconnect()
+
+
+async def test_a_burst_longer_than_the_tail_sends_its_last_lines_and_the_next_line_alone(alice):
+    from dashboard.page_data import LOG_TAIL_LINES
+    from orchestrator.agents import events
+
+    host, token, job, task = await sync_to_async(make_job)(alice)
+    store_logs = sync_to_async(events.handle_task_logs)
+    socket, _connected, _ = await connect(alice, job.pk)
+    await read_history(socket)
+
+    await store_logs(log_batch(host, token, task, range(200)))
+    burst = await next_frame(socket, "log")
+    assert [line[0] for line in burst["lines"]] == list(range(200 - LOG_TAIL_LINES, 200)) and burst["cursor"] == 199
+    await store_logs(log_batch(host, token, task, [200]))
+    assert (await next_frame(socket, "log"))["lines"] == [[200, "stdout", "line 200"]]
+    await socket.disconnect()
+
+
+async def test_a_cancel_reaches_the_page_as_the_jobs_and_its_tasks_new_state(alice):
+    from orchestrator.control import lifecycle
+
+    _host, _token, job, _task = await sync_to_async(make_job)(alice)
+    socket, _connected, _ = await connect(alice, job.pk)
+    await read_history(socket)
+
+    assert await sync_to_async(lifecycle.cancel)(job.pk, by="alice")
+    frame = await next_frame(socket, "job", lambda frame: frame["state"] != "queued")
+    assert frame["state"] == "cancelled" and frame["terminal"] is True and "cancelled by alice" in frame["html"]
+    tasks = await next_frame(socket, "task")
+    assert [t["state"] for t in tasks["tasks"]] == ["stopping"]
     await socket.disconnect()

@@ -160,6 +160,31 @@ def test_the_job_page_counts_restarts_per_task_from_what_happened(alice, client)
     assert restarts_shown(client.get(f"/jobs/{gang.pk}/").content.decode()) == {"worker 0": "1", "worker 1": "1"}
 
 
+def test_a_relaunched_slot_keeps_its_count_through_a_gang_restart_and_a_port_conflict_adds_nothing(alice, client):
+    client.force_login(alice)
+    job = running_job(alice, strategy="parameter_server", workers=2, ps=1, max_restarts=2)
+    apply(task_of(job, "worker", 1), TaskEventKind.EXITED, exit_code=-9)  # relaunched in place: restart 1 of 2
+    apply(task_of(job, "chief", 0), TaskEventKind.EXITED, exit_code=-9)  # the gang: restart 2 of 2
+    for task in Task.objects.filter(job=job, attempt=1):
+        apply(task, TaskEventKind.EXITED, exit_code=-9)
+    scheduling.schedule_cluster(job.cluster_id)
+    job.refresh_from_db()
+    assert (job.attempt, job.restarts) == (2, 2)
+    # Worker 1's slot was started again twice (in place, then with the gang); every other slot once.
+    rows = restarts_shown(client.get(f"/jobs/{job.pk}/").content.decode())
+    assert rows == {"chief 0": "1", "worker 0": "1", "worker 1": "2", "ps 0": "1"}
+
+    # A port taken on a host: the whole gang is placed again, and no process of it was restarted.
+    fresh = running_job(alice, max_restarts=1)
+    apply(task_of(fresh, "worker", 1), TaskEventKind.PORT_CONFLICT, detail="Address already in use")
+    scheduling.schedule_cluster(fresh.cluster_id)
+    fresh.refresh_from_db()
+    assert (fresh.attempt, fresh.restarts, fresh.state) == (2, 0, JobState.STARTING)
+    page = client.get(f"/jobs/{fresh.pk}/").content.decode()
+    assert restarts_shown(page) == {"worker 0": "0", "worker 1": "0"}
+    assert "<dt>Restarts</dt><dd>0 of 1 allowed</dd>" in page
+
+
 def restarts_shown(page: str) -> dict[str, str]:
     """Task label -> the Restarts cell of its row in the job page's task table."""
     rows = re.findall(r'data-task-label="([^"]+)".*?<td class="restarts">(\d+)</td>', page, flags=re.S)

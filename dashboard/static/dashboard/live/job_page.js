@@ -4,8 +4,9 @@
 //
 // No gap, no duplicate: point ids grow in commit order, so the page keeps `cursor`, the highest id it has seen, and
 // after a lost connection asks for `?since=<cursor>`: the server sends exactly the points after it. A point at or
-// below the cursor is counted and dropped. Job and task frames carry the whole current state; log lines are kept
-// once by their seq.
+// below the cursor is counted and dropped. Log lines have a cursor per task (each `log` frame says it; the page
+// starts from the one it was served with) and a reconnect passes them as `log_since`; a line is kept once by its
+// seq all the same. Job and task frames carry the whole current state.
 //
 // State for tests and curious people: window.tfdashLive (read-only). `firstDrawMs` is the time, from navigation
 // start (performance.now()), at which the first chart finished drawing.
@@ -122,7 +123,12 @@ function start(root) {
   const conn = keepConnected({
     path: root.dataset.wsPath,
     probeUrl: root.dataset.probeUrl,
-    cursor: () => store.cursor,
+    query() {
+      const params = new URLSearchParams({ since: String(store.cursor) });
+      const logSince = logs.cursorParam();
+      if (logSince) params.set("log_since", logSince);
+      return params.toString();
+    },
     statusEl: document.getElementById("live-status"),
     onFrame(frame) {
       switch (frame.type) {
@@ -149,7 +155,7 @@ function start(root) {
           onTasks(frame);
           break;
         case "log":
-          logs.onLines(frame.task, frame.lines || []);
+          logs.onLines(frame.task, frame.lines || [], frame.cursor);
           break;
         default:
           return;

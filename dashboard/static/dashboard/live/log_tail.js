@@ -1,6 +1,7 @@
 // The log panel: a button per task of the current placement and the chosen task's last lines, kept live from the
-// socket's `task` and `log` frames. Lines are kept once per task by their seq (the agent numbers them), so a line
-// sent twice (a reconnect, an out-of-order commit) shows once.
+// socket's `task` and `log` frames. Each task's cursor (the server's, from its `log` frames, or the one the page was
+// served with) goes back to the server on a reconnect (`log_since`), so only what the page lacks is sent; lines are
+// kept once per task by their seq (the agent numbers them) all the same, so an out-of-order commit shows once.
 
 export class LogTail {
   constructor(panel, jobId, keep) {
@@ -9,6 +10,7 @@ export class LogTail {
     this.keep = keep; // lines per task
     this.tasks = []; // [{id, label, host}], the current placement's
     this.lines = new Map(); // task id -> Map(seq -> [stream, text])
+    this.cursors = new Map(); // task id -> log cursor: the server has sent every line up to it that the tail shows
     this.chosen = panel.dataset.taskId ? Number(panel.dataset.taskId) : null;
     this.linesReceived = 0;
     // What the page was served with: the buttons and the chosen task's lines.
@@ -19,6 +21,7 @@ export class LogTail {
         held.set(Number(span.dataset.seq), [span.className, span.textContent]);
       }
       this.lines.set(this.chosen, held);
+      if (panel.dataset.logCursor) this.cursors.set(this.chosen, Number(panel.dataset.logCursor));
     }
     panel.addEventListener("click", (event) => {
       const button = event.target.closest(".log-tabs button");
@@ -31,13 +34,15 @@ export class LogTail {
   onTasks(tasks) {
     const same = tasks.length === this.tasks.length && tasks.every((t, i) => t.id === this.tasks[i].id);
     this.tasks = tasks.map((t) => ({ id: t.id, label: t.label, host: t.host }));
+    for (const task of this.cursors.keys()) if (!tasks.some((t) => t.id === task)) this.cursors.delete(task);
     if (!tasks.some((t) => t.id === this.chosen)) this.chosen = tasks.length ? tasks[0].id : null;
     if (!same) this.renderButtons();
     this.renderText();
   }
 
-  /** A `log` frame: lines [seq, stream, text] of one task. */
-  onLines(task, lines) {
+  /** A `log` frame: lines [seq, stream, text] of one task, and the task's cursor after them. */
+  onLines(task, lines, cursor) {
+    if (typeof cursor === "number" && !(this.cursors.get(task) >= cursor)) this.cursors.set(task, cursor);
     let held = this.lines.get(task);
     if (!held) {
       held = new Map();
@@ -52,6 +57,11 @@ export class LogTail {
       for (const seq of order.slice(0, held.size - this.keep)) held.delete(seq);
     }
     if (task === this.chosen) this.renderText();
+  }
+
+  /** What a reconnect passes as `log_since`: `<task>:<cursor>` per task, comma-separated. */
+  cursorParam() {
+    return [...this.cursors].map(([task, cursor]) => `${task}:${cursor}`).join(",");
   }
 
   choose(task) {

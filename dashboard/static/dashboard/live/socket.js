@@ -11,10 +11,11 @@ const RETRY_MAX_MS = 5000;
 const STATUS_TEXT = { connecting: "connecting…", loading: "loading…", live: "live", reconnecting: "reconnecting…" };
 
 /**
- * Open the socket at `path` (`?since=` from `cursor()` on every connect) and keep it open.
- * `onFrame(frame)` gets every parsed frame; `statusEl` shows the status. Returns the connection's counters.
+ * Open the socket at `path` and keep it open; every connect asks for what comes after the page's cursors, the query
+ * string `query()` returns (`since=...&log_since=...`). `onFrame(frame)` gets every parsed frame; `statusEl` shows
+ * the status. Returns the connection's counters.
  */
-export function keepConnected({ path, probeUrl, cursor, onFrame, statusEl }) {
+export function keepConnected({ path, probeUrl, query, onFrame, statusEl }) {
   const conn = {
     status: "connecting",
     reconnects: 0,
@@ -46,7 +47,7 @@ export function keepConnected({ path, probeUrl, cursor, onFrame, statusEl }) {
     if (stopped) return;
     const scheme = location.protocol === "https:" ? "wss:" : "ws:";
     conn.connectAttempts += 1;
-    const ws = new WebSocket(`${scheme}//${location.host}${path}?since=${cursor()}`);
+    const ws = new WebSocket(`${scheme}//${location.host}${path}?${query()}`);
     socket = ws;
     let opened = false;
     ws.onopen = () => {

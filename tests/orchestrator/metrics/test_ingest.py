@@ -8,25 +8,10 @@ import pytest
 from rest_framework.test import APIClient
 
 from orchestrator.metrics import ingest
-from orchestrator.models import Job, MetricPoint, Task
-from tests import factories
+from orchestrator.models import Job, MetricPoint
+from tests.orchestrator.metrics.conftest import envelope
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def running(django_user_model):
-    owner = django_user_model.objects.create_user("alice", password="pw-alice-123")
-    host, token = factories.host("node-0")
-    job = Job.objects.create(
-        owner=owner, cluster=host.cluster, name="j", strategy="multi_worker_mirrored", program_kind="script", attempt=1
-    )
-    task = Task.objects.create(job=job, attempt=1, type="worker", index=0, host=host, state="running")
-    return owner, host, token, job, task
-
-
-def envelope(host, token, body):
-    return {"host": host.name, "token": token, "body": body, "sent_at": time.time(), "protocol": 1}
 
 
 def metric(step, **values):

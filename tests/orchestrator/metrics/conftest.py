@@ -1,0 +1,28 @@
+"""What the metrics tests share: a job with one running task on a registered host, and an agent's envelope."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from orchestrator.models import Job, Task
+from tests import factories
+
+
+@pytest.fixture
+def running(django_user_model):  # type: ignore[no-untyped-def]
+    """(owner, host, token, job, task): a MultiWorkerMirrored job whose worker 0 runs on host node-0."""
+    owner = django_user_model.objects.create_user("alice", password="pw-alice-123")
+    host, token = factories.host("node-0")
+    job = Job.objects.create(
+        owner=owner, cluster=host.cluster, name="j", strategy="multi_worker_mirrored", program_kind="script", attempt=1
+    )
+    task = Task.objects.create(job=job, attempt=1, type="worker", index=0, host=host, state="running")
+    return owner, host, token, job, task
+
+
+def envelope(host: Any, token: str, body: dict[str, Any]) -> dict[str, Any]:
+    """What an agent's outbox sends: the body wrapped with the host's name and token."""
+    return {"host": host.name, "token": token, "body": body, "sent_at": time.time(), "protocol": 1}

@@ -172,6 +172,9 @@ SPECTACULAR_SETTINGS = {
 # Agent liveness: a host is `offline` once no heartbeat arrived for this long; the watchdog looks this often.
 TFDASH_HEARTBEAT_TIMEOUT_S = env_float("TFDASH_HEARTBEAT_TIMEOUT_S", 15.0)
 TFDASH_WATCHDOG_INTERVAL_S = env_float("TFDASH_WATCHDOG_INTERVAL_S", 1.0)
+# A launch or kill order the agent's reports show was not acted on is sent again after this long (the agent applies
+# each launch once, so a resend of one that was merely slow costs nothing).
+TFDASH_ORDER_RESEND_S = env_float("TFDASH_ORDER_RESEND_S", 10.0)
 
 CELERY_BEAT_SCHEDULE = {
     "host-watchdog": {

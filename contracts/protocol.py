@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 ORCHESTRATOR_QUEUE = "orchestrator"
 
@@ -60,28 +60,41 @@ class RunningTask:
     job_id: int
     task_id: int
     attempt: int
+    pid: int = 0
 
 
 @dataclass(frozen=True)
-class ReclaimedTask:
-    """A task process the agent's previous life started and this one found on start: killed if it still ran
-    (nobody reads its output any more), either way over."""
+class RecordedExit:
+    """A task attempt the agent saw end and keeps (in its workdir) until the orchestrator acknowledges it with
+    AGENT_ACK_EXITS. `lost`: the exit code is unknown (the agent restarted under it, or it never started), so the
+    orchestrator treats it as a lost task rather than a failure of the program."""
 
     job_id: int
     task_id: int
     attempt: int
-    pid: int
-    detail: str
+    seq: int
+    pid: int = 0
+    exit_code: int | None = None
+    detail: str = ""
+    lost: bool = False
 
 
 @dataclass(frozen=True)
 class TaskReport:
-    """Sent with hello, so the orchestrator can reconcile: what runs on the host now (task ids), and what the agent
-    found left over from its previous life. An agent reclaims before it takes any order, so `running` is empty
-    unless the hello had to be sent again after the first orders arrived."""
+    """The agent's truth, sent with the hello and every heartbeat, from which the orchestrator converges
+    (orchestrator/agents/reconcile.py): the task processes it runs now, the exits it recorded and has not had
+    acknowledged, and `events_upto`, the sequence number of the last task event it had emitted when it wrote the
+    report (both taken under one lock), so the orchestrator can tell a report that predates what it knows of a task
+    from one that says the task is gone."""
 
     running: list[RunningTask] = field(default_factory=list)
-    reclaimed: list[ReclaimedTask] = field(default_factory=list)
+    exits: list[RecordedExit] = field(default_factory=list)
+    events_upto: int = 0
+
+
+# A report lists at most this many exits (the oldest first); the rest follow once those are acknowledged.
+MAX_REPORTED_EXITS = 500
+MAX_REPORTED_RUNNING = 4096
 
 
 @dataclass(frozen=True)
@@ -93,7 +106,6 @@ class AgentMessage:
     facts: HostFacts
     sent_at: float = field(default_factory=time.time)
     protocol: int = PROTOCOL_VERSION
-    # Hello only (None in heartbeats and from agents that predate reconciling; additive, so the protocol stays 1).
     tasks: TaskReport | None = None
 
     def to_payload(self) -> dict[str, Any]:
@@ -129,27 +141,47 @@ def parse_facts(raw: dict[str, Any]) -> HostFacts:
 
 
 def parse_task_report(raw: Any) -> TaskReport | None:
-    """A hello's task report, None when the agent sent none; ValueError when it is malformed."""
+    """A report's task section, None when the agent sent none; ValueError when it is malformed or too long."""
     if raw is None:
         return None
     try:
+        running_raw, exits_raw = raw.get("running", []), raw.get("exits", [])
+        if len(running_raw) > MAX_REPORTED_RUNNING or len(exits_raw) > MAX_REPORTED_EXITS:
+            raise ValueError("too many tasks in one report")
         running = [
-            RunningTask(job_id=_count(r["job_id"]), task_id=_count(r["task_id"]), attempt=_count(r["attempt"]))
-            for r in raw.get("running", [])
-        ]
-        reclaimed = [
-            ReclaimedTask(
+            RunningTask(
                 job_id=_count(r["job_id"]),
                 task_id=_count(r["task_id"]),
                 attempt=_count(r["attempt"]),
-                pid=_count(r["pid"]),
-                detail=str(r.get("detail", ""))[:500],
+                pid=_count(r.get("pid", 0)),
             )
-            for r in raw.get("reclaimed", [])
+            for r in running_raw
         ]
+        exits = [
+            RecordedExit(
+                job_id=_count(r["job_id"]),
+                task_id=_count(r["task_id"]),
+                attempt=_count(r["attempt"]),
+                seq=_count(r["seq"]),
+                pid=_count(r.get("pid", 0)),
+                exit_code=_exit_code(r.get("exit_code")),
+                detail=str(r.get("detail", ""))[:500],
+                lost=bool(r.get("lost", False)),
+            )
+            for r in exits_raw
+        ]
+        events_upto = _count(raw.get("events_upto", 0))
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"malformed task report: {exc!r}") from exc
-    return TaskReport(running=running, reclaimed=reclaimed)
+    return TaskReport(running=running, exits=exits, events_upto=events_upto)
+
+
+def _exit_code(value: Any) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not -255 <= value <= 255:
+        raise ValueError(f"{value!r} is not an exit code")
+    return value
 
 
 def _count(value: Any) -> int:
@@ -162,6 +194,8 @@ def _count(value: Any) -> int:
 # orchestrator -> agent (on agent_queue(host)); the payload is a SignedMessage whose body is a LaunchSpec / KillOrder.
 AGENT_LAUNCH = "agent.launch"
 AGENT_KILL = "agent.kill"
+# The exits the orchestrator has stored (body: {"exits": [[task_id, attempt], ...]}): the agent may forget them.
+AGENT_ACK_EXITS = "agent.ack_exits"
 
 # agent -> orchestrator: an AgentMessage-like envelope (host, token) around a TaskEvent or a TaskLogBatch.
 TASK_EVENT = "orchestrator.task_event"
@@ -224,6 +258,10 @@ class TaskEvent:
     exit_code: int | None = None
     detail: str = ""
     at: float = field(default_factory=time.time)
+    # The agent's event clock (worker_agent/ledger.py): grows with every event of the agent, across its restarts.
+    # The orchestrator applies an event only when it is newer than the last one it applied to the task, so a
+    # redelivered event changes nothing. 0: not numbered (always applied, state checks permitting).
+    seq: int = 0
 
 
 @dataclass(frozen=True)
@@ -318,6 +356,17 @@ def verify(message: Any, key: str) -> dict[str, Any]:
 
 def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def exit_acks_from(body: dict[str, Any]) -> list[tuple[int, int]]:
+    """The (task_id, attempt) pairs of an AGENT_ACK_EXITS body; ValueError when it is malformed."""
+    try:
+        pairs = body["exits"]
+        if len(pairs) > MAX_REPORTED_EXITS:
+            raise ValueError("too many exits in one acknowledgement")
+        return [(_count(task_id), _count(attempt)) for task_id, attempt in pairs]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"malformed exit acknowledgement: {exc!r}") from exc
 
 
 def launch_spec_from(body: dict[str, Any]) -> LaunchSpec:

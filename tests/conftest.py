@@ -91,6 +91,7 @@ def service_env(django_db_setup: None, redis_url: str) -> dict[str, str]:
         "REDIS_URL": redis_url,
         "TFDASH_HEARTBEAT_TIMEOUT_S": str(settings.TFDASH_HEARTBEAT_TIMEOUT_S),
         "TFDASH_WATCHDOG_INTERVAL_S": str(settings.TFDASH_WATCHDOG_INTERVAL_S),
+        "TFDASH_ORDER_RESEND_S": str(settings.TFDASH_ORDER_RESEND_S),
         "PYTHONUNBUFFERED": "1",
     }
 

@@ -12,6 +12,7 @@ os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tfdash
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("TFDASH_HEARTBEAT_TIMEOUT_S", "4")
 os.environ.setdefault("TFDASH_WATCHDOG_INTERVAL_S", "0.5")
+os.environ.setdefault("TFDASH_ORDER_RESEND_S", "2")
 
 from config.settings import *  # noqa: F403
 

@@ -14,16 +14,15 @@ from typing import Any, Protocol
 from celery import Celery
 
 from contracts.protocol import (
+    AGENT_ACK_EXITS,
     AGENT_KILL,
     AGENT_LAUNCH,
     AGENT_PING,
     ORCHESTRATOR_QUEUE,
     KillOrder,
     LaunchSpec,
-    ReclaimedTask,
-    RunningTask,
-    TaskReport,
     agent_queue,
+    exit_acks_from,
     launch_spec_from,
     token_digest,
     verify,
@@ -41,6 +40,8 @@ class TaskRunner(Protocol):
     def launch(self, spec: LaunchSpec) -> None: ...
 
     def kill(self, order: KillOrder) -> None: ...
+
+    def acknowledge_exits(self, keys: list[tuple[int, int]]) -> None: ...
 
 
 def make_app(server: str, host: str, token: str, runner: TaskRunner) -> Celery:
@@ -86,6 +87,18 @@ def make_app(server: str, host: str, token: str, runner: TaskRunner) -> Celery:
             log.warning("dropping %s: malformed kill order: %s", AGENT_KILL, exc)
             return
         _hand_over(runner.kill, order)
+
+    @app.task(name=AGENT_ACK_EXITS, ignore_result=True, shared=False)
+    def ack_exits(message: Any = None) -> None:
+        body = accept(message, key, AGENT_ACK_EXITS)
+        if body is None:
+            return
+        try:
+            keys = exit_acks_from(body)
+        except ValueError as exc:
+            log.warning("dropping %s: %s", AGENT_ACK_EXITS, exc)
+            return
+        _hand_over(runner.acknowledge_exits, keys)
 
     return app
 
@@ -136,31 +149,26 @@ class Agent:
             token=token,
             interval_s=heartbeat_interval_s,
             facts=facts.RefreshingFacts(port_range),
-            tasks=self.task_report,
+            tasks=self.supervisor.report,
         )
         self.sampler = Sampler(self.outbox.send, interval_s=sample_interval_s)
         self._shut_down = False
         self._shutdown_lock = threading.Lock()
-        self.reclaimed: list[ReclaimedTask] = []
 
     def _report(self, task_name: str, body: dict[str, Any], queue: str = ORCHESTRATOR_QUEUE) -> None:
         # The supervisor sends events and logs as (name, body): the orchestrator queue; its metrics pipes name
         # METRICS_QUEUE.
         self.outbox.send(task_name, body, queue=queue)
 
-    def task_report(self) -> TaskReport:
-        """For the hello: what runs here now, and what this agent found left over from its previous life."""
-        running = [RunningTask(r["job_id"], r["task_id"], r["attempt"]) for r in self.supervisor.running()]
-        return TaskReport(running=running, reclaimed=list(self.reclaimed))
-
     def run(self, loglevel: str = "INFO") -> int:
         """Reclaim what a previous agent left running, then consume `agent.<host>` until the worker stops
         (SIGTERM/SIGINT), then stop every task and report it."""
-        # Before the hello and before any order: the hello then says "nothing runs here" truthfully, and a task the
-        # orchestrator relaunches on this host cannot collide with its orphan on the same port.
-        self.reclaimed = self.supervisor.reclaim()
-        if self.reclaimed:
-            log.warning("reclaimed %d task(s) a previous agent left behind", len(self.reclaimed))
+        # Before the hello and before any order: the hello then says "nothing runs here" truthfully (and lists what
+        # was reclaimed as lost exits), and a task the orchestrator relaunches on this host cannot collide with its
+        # orphan on the same port.
+        reclaimed = self.supervisor.reclaim()
+        if reclaimed:
+            log.warning("reclaimed %d task(s) a previous agent left behind", len(reclaimed))
         self.heartbeat.start()
         self.sampler.start()
         log.info("agent %s for host %s consuming %s", __version__, self.host, agent_queue(self.host))

@@ -1,7 +1,8 @@
 """A thread that says hello once, then reports the host's facts every few seconds.
 
-The hello also carries the agent's task report (what runs here, what a previous agent left behind), from which the
-orchestrator reconciles its view of the host (orchestrator/reconcile.py).
+Every report (hello and heartbeat) also carries the agent's task report: what runs here, the exits not yet
+acknowledged and its last event number, from which the orchestrator converges its view of the host on every beat
+(orchestrator/agents/reconcile.py).
 
 It survives a broker outage: a failed send is logged and the next tick tries again, so a host turns `online` again
 by itself once Redis is back.
@@ -57,8 +58,7 @@ class Heartbeat(threading.Thread):
             self.stopped.wait(self.interval_s)
 
     def send(self, name: str) -> bool:
-        # Built at send time: a hello sent again after the first orders arrived lists what runs by then.
-        tasks = self.tasks() if name == AGENT_HELLO and self.tasks is not None else None
+        tasks = self.tasks() if self.tasks is not None else None
         message = AgentMessage(host=self.host, token=self.token, facts=self.facts(), tasks=tasks)
         try:
             self.app.send_task(

@@ -25,8 +25,6 @@ from pathlib import Path
 
 import psutil
 
-from contracts.protocol import ReclaimedTask
-
 log = logging.getLogger(__name__)
 
 # psutil derives a start time from boot time + clock ticks (1/100 s on Linux): the same process always gives the
@@ -34,6 +32,18 @@ log = logging.getLogger(__name__)
 START_TIME_TOLERANCE_S = 0.005
 KILL_WAIT_S = 10.0
 _POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class ReclaimedTask:
+    """A task process the agent's previous life started and this one found on start: killed if it still ran
+    (nobody reads its output any more), either way over."""
+
+    job_id: int
+    task_id: int
+    attempt: int
+    pid: int
+    detail: str
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Task events and log lines from agents: authenticated, then applied to the job's state machine or stored.
 
-A task event is applied with its job row locked (then the task's), the order every lifecycle handler locks in.
+A task event is applied with its job row locked (then the task's), the order every lifecycle handler locks in, and
+at most once: it carries the agent's event number, and the task keeps the newest number it applied.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from orchestrator import counters
 from orchestrator.agents.auth import authenticated_body
 from orchestrator.control.lifecycle import apply_event
 from orchestrator.metrics import live
-from orchestrator.models import Host, Job, Task, TaskLogLine
+from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task, TaskLogLine
 
 log = logging.getLogger(__name__)
 
 DROPPED = "task_messages_dropped"
+REPLAYED = "task_events_replayed"
 MAX_LINES_PER_BATCH = 2000
 
 
@@ -35,8 +37,29 @@ def handle_task_event(payload: Any) -> bool:
             log.warning("task event for unknown task %s/%s from %s dropped", event.task_id, event.attempt, host.name)
             counters.incr(DROPPED)
             return False
-        apply_event(task, event)
+        return apply_once(task, event)
+
+
+def apply_once(task: Task, event: TaskEvent) -> bool:
+    """Apply an event to its task (job and task rows locked by the caller) unless it is a replay: not newer than the
+    newest event applied to the task, or about a task already final. Returns whether it was applied.
+
+    Every event says enough on its own (LISTENING and EXITED carry the pid too), so an older event overtaken by a
+    newer one (two orchestrator workers, a redelivery) may be dropped without losing anything."""
+    seq = _number(event.seq)
+    if task.state not in ACTIVE_TASK_STATES or (seq and seq <= task.event_seq):
+        log.info("replayed %s of task %s ignored", event.kind, task.pk)
+        counters.incr(REPLAYED)
+        return False
+    if seq:
+        task.event_seq = seq
+        task.save(update_fields=["event_seq"])
+    apply_event(task, event)
     return True
+
+
+def _number(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63 else 0
 
 
 def handle_task_logs(payload: Any) -> int:

@@ -1,94 +1,169 @@
-"""An agent said hello: make the orchestrator's view of its host agree with what really runs there.
+"""Every hello and heartbeat: make the orchestrator's view of a host agree with what its agent reports.
 
-A (re)started agent first kills whatever its previous life left running (worker_agent/records.py), then says hello
-with a task report: the tasks it runs now and the ones it reclaimed. From that:
+Level-triggered, like a Kubernetes controller: each report carries the agent's whole truth (the task processes it
+runs, the exits it recorded and has not had acknowledged, the number of its last event; see TaskReport), and each
+one is compared with the database afresh, so a lost event or order is made good by the next beat and a report
+applied twice, or late, changes nothing wrong. For each task of the host:
 
-- a task the orchestrator thinks is active on the host, but which the agent does not run, is over: `lost` (and the
-  job goes through its restart policy, as for a lost host), or `killed` when it was being stopped anyway;
-- a task the agent runs but the orchestrator does not consider active there (finished, lost, unknown) is killed.
+- a recorded exit of an active task ends it, as its EXITED event would have (`lost` exits as a lost task); every
+  exit the database now holds as final is acknowledged, so the agent forgets it;
+- an active task the agent neither runs nor recorded, in a report written after the newest event applied to it
+  (`events_upto >= task.event_seq`), has no process any more: it is lost (or killed, if it was being stopped). A
+  report older than what the orchestrator knows of the task judges nothing;
+- a task never heard of (pending, or stopped before it started) whose order went out more than `resend_after` ago
+  gets it again: its launch (the agent applies a launch once per attempt), or a kill, after which the agent records
+  it as over without ever starting it;
+- a stopping task the agent still runs gets its kill again after `resend_after`;
+- a process the agent runs that is not an active task of this host (finished, lost, unknown) is killed.
 
-Not judged here: a `pending` task the agent never confirmed (its launch order may still be waiting in the host's
-queue, and runs after the hello; if it was lost with the old agent, the job's start-up deadline ends it) unless the
-agent reclaimed it; and a task whose STARTED the orchestrator stored after the hello was written (its launch
-overtook the hello). Applying a report twice changes nothing: only active tasks are touched.
+Judging never needs the two machines' clocks to agree: it compares the agent's own event numbers.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from contracts.protocol import TaskReport
+from contracts.protocol import RecordedExit, TaskEvent, TaskEventKind, TaskReport
 from orchestrator.control import dispatch, lifecycle
 from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task, TaskState
 
 log = logging.getLogger(__name__)
 
+Key = tuple[int, int]  # (task_id, attempt)
+
 
 @dataclass
-class Reconciled:
-    lost: list[int] = field(default_factory=list)  # task ids marked lost (or killed, when they were stopping)
-    killed: list[int] = field(default_factory=list)  # task ids the agent was told to kill
+class Converged:
+    ended: list[int] = field(default_factory=list)  # ended by a recorded exit
+    lost: list[int] = field(default_factory=list)  # process gone with nothing recorded
+    killed: list[int] = field(default_factory=list)  # stray processes told to die
+    resent: list[int] = field(default_factory=list)  # launch or kill orders sent again
+    acknowledged: list[Key] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.ended or self.lost or self.killed or self.resent)
 
 
-def reconcile_host(host: Host, report: TaskReport, sent_at: float) -> Reconciled:
-    """Apply one hello's task report (written by the agent at `sent_at`, wall seconds) to the host's tasks."""
-    result = Reconciled()
+def converge(host: Host, report: TaskReport) -> Converged:
+    result = Converged()
     running = {(r.task_id, r.attempt) for r in report.running}
-    reclaimed = {(r.task_id, r.attempt): r.detail for r in report.reclaimed}
-    written_at = datetime.fromtimestamp(sent_at, tz=timezone.get_current_timezone())
-    job_ids = set(Task.objects.filter(host=host, state__in=ACTIVE_TASK_STATES).values_list("job_id", flat=True))
-    for job_id in sorted(job_ids):
-        with transaction.atomic():
-            # Job row first, then its tasks: the order every lifecycle handler locks in.
-            job = Job.objects.select_for_update().get(pk=job_id)
-            tasks = job.tasks.select_for_update().filter(host=host, state__in=ACTIVE_TASK_STATES).select_related("host")
-            gone = []
-            for task in tasks:
-                key = (task.pk, task.attempt)
-                if key in running:
-                    continue
-                if key in reclaimed:
-                    gone.append((task, reclaimed[key]))
-                elif task.state != TaskState.PENDING and task.started_at is not None and task.started_at < written_at:
-                    gone.append((task, f"the agent on {host.name} restarted and no longer runs it"))
-            if gone:
-                _tasks_gone(job, gone, host)
-                result.lost.extend(task.pk for task, _ in gone)
-    result.killed = _kill_strays(host, report)
-    return result
-
-
-def _tasks_gone(job: Job, gone: list[tuple[Task, str]], host: Host) -> None:
-    """The agent is back, so unlike a lost host a ParameterServer worker may be relaunched in place; a task being
-    stopped is where the orchestrator wanted it: killed."""
-    for task, detail in gone:
-        log.warning("task %s (%s) of job %s is over: %s", task.pk, task.label, job.pk, detail)
-    lifecycle.lose_tasks(
-        job, gone, f"the agent on {host.name} restarted", host_gone=False, stopping_as=TaskState.KILLED
-    )
-
-
-def _kill_strays(host: Host, report: TaskReport) -> list[int]:
-    """Kill orders for what the agent runs but the orchestrator does not consider active on this host."""
-    if not report.running:
-        return []
-    active = set(
-        Task.objects.filter(
-            host=host, state__in=ACTIVE_TASK_STATES, pk__in=[r.task_id for r in report.running]
-        ).values_list("pk", "attempt")
-    )
-    # Unsaved rows carrying just what a kill order needs: the task may not exist any more at all.
+    exits = {(e.task_id, e.attempt): e for e in report.exits}
+    named = {key[0] for key in running | exits.keys()}
+    rows = {
+        (t.pk, t.attempt): t
+        for t in Task.objects.filter(host=host)
+        .filter(Q(state__in=ACTIVE_TASK_STATES) | Q(pk__in=named))
+        .select_related("host")
+    }
+    resend_before = timezone.now() - timedelta(seconds=settings.TFDASH_ORDER_RESEND_S)
+    to_end: dict[int, list[Key]] = {}  # job id -> tasks to settle under the job's lock
+    relaunch, rekill = [], []
+    for key, task in rows.items():
+        if task.state not in ACTIVE_TASK_STATES:
+            continue
+        if key in exits:
+            to_end.setdefault(task.job_id, []).append(key)
+        elif key in running:
+            if task.state == TaskState.STOPPING and _order_unanswered(task, resend_before):
+                rekill.append(task)
+        elif task.event_seq:
+            if task.event_seq <= report.events_upto:
+                to_end.setdefault(task.job_id, []).append(key)
+        elif _order_unanswered(task, resend_before):
+            (rekill if task.state == TaskState.STOPPING else relaunch).append(task)
+    for job_id, keys in sorted(to_end.items()):
+        _settle(job_id, keys, exits, report.events_upto, host, result)
+    # Every exit the database now holds as final (or that names nothing here): the agent may forget it.
+    result.acknowledged = [
+        key
+        for key in exits
+        if key not in rows or key[0] in result.ended or rows[key].state not in ACTIVE_TASK_STATES
+    ]
     strays = [
         Task(pk=r.task_id, job_id=r.job_id, attempt=r.attempt, host=host)
         for r in report.running
-        if (r.task_id, r.attempt) not in active
+        if (r.task_id, r.attempt) not in rows or rows[(r.task_id, r.attempt)].state not in ACTIVE_TASK_STATES
     ]
+    _send_orders(host, result, relaunch, rekill, strays)
+    if result.changed:
+        log.warning(
+            "converged %s: ended %s, lost %s, killed strays %s, resent orders for %s",
+            host.name, result.ended, result.lost, result.killed, result.resent,
+        )  # fmt: skip
+    return result
+
+
+def _order_unanswered(task: Task, resend_before: object) -> bool:
+    return task.ordered_at is None or task.ordered_at < resend_before  # type: ignore[operator]
+
+
+def _settle(
+    job_id: int, keys: list[Key], exits: dict[Key, RecordedExit], events_upto: int, host: Host, result: Converged
+) -> None:
+    """End the job's tasks that the report shows are over, rechecked under the job's and the tasks' locks."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        tasks = job.tasks.select_for_update(of=("self",)).filter(pk__in=[k[0] for k in keys]).select_related("host")
+        gone, restarted = [], False
+        for task in tasks:
+            key = (task.pk, task.attempt)
+            if task.state not in ACTIVE_TASK_STATES or key not in keys:
+                continue  # settled meanwhile (its event arrived)
+            task.job = job  # the locked row
+            recorded = exits.get(key)
+            if recorded is not None and not recorded.lost:
+                _apply_exit(task, recorded)
+                result.ended.append(task.pk)
+            elif recorded is not None:  # only a restarted agent records an exit as lost (it reclaimed the task)
+                gone.append((task, recorded.detail or f"the agent on {host.name} restarted"))
+                restarted = True
+                result.ended.append(task.pk)
+            elif task.event_seq and task.event_seq <= events_upto:
+                gone.append((task, f"the agent on {host.name} no longer runs it and recorded no exit"))
+                result.lost.append(task.pk)
+        if gone:
+            for task, detail in gone:
+                log.warning("task %s (%s) of job %s is over: %s", task.pk, task.label, job.pk, detail)
+            why = "restarted" if restarted else "no longer runs them"
+            lifecycle.lose_tasks(
+                job, gone, f"the agent on {host.name} {why}", host_gone=False, stopping_as=TaskState.KILLED
+            )
+
+
+def _apply_exit(task: Task, recorded: RecordedExit) -> None:
+    """The recorded exit is the truth about a process that is over: applied even if its number is not newer."""
+    task.event_seq = max(task.event_seq, recorded.seq)
+    task.save(update_fields=["event_seq"])
+    lifecycle.apply_event(
+        task,
+        TaskEvent(
+            task_id=task.pk,
+            attempt=task.attempt,
+            kind=TaskEventKind.EXITED,
+            pid=recorded.pid or None,
+            exit_code=recorded.exit_code,
+            detail=recorded.detail,
+            seq=recorded.seq,
+        ),
+    )
+
+
+def _send_orders(host: Host, result: Converged, relaunch: list[Task], rekill: list[Task], strays: list[Task]) -> None:
+    """After the settling transactions committed: orders name only what is stored."""
+    if relaunch:
+        dispatch.launch_tasks([t.pk for t in relaunch])
+    if rekill:
+        dispatch.kill_tasks(rekill, "stopping (order sent again)")
+    result.resent = [t.pk for t in relaunch + rekill]
     if strays:
-        log.warning("agent on %s runs tasks %s that are not active there: killing them", host, [t.pk for t in strays])
-        transaction.on_commit(lambda: dispatch.kill_tasks(strays, "not active on this host (reconciled on hello)"))
-    return [t.pk for t in strays]
+        dispatch.kill_tasks(strays, "not an active task of this host")
+        result.killed = [t.pk for t in strays]
+    dispatch.acknowledge_exits(host, result.acknowledged)

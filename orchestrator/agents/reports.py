@@ -1,4 +1,4 @@
-"""Hello and heartbeat: drop what is stale, record the host's facts and liveness, reconcile on hello."""
+"""Hello and heartbeat: drop what is stale, record the host's facts and liveness, converge on its tasks."""
 
 from __future__ import annotations
 
@@ -60,23 +60,20 @@ def handle_report(payload: Any, *, hello: bool) -> bool:
             log.warning("host %s: %.1f s since its previous heartbeat (%.2f s in transit)", host.name, gap, age)
     if hello:
         log.info("agent on %s started (pid %s, version %s)", host.name, facts.pid, facts.agent_version)
-        _reconcile(host, payload)
     if host.record_heartbeat(facts, hello=hello):
         log.info("host %s is online", host.name)
         passes.schedule_soon(host.cluster_id)  # a queued job may fit now
+    _converge(host, payload)
     return True
 
 
-def _reconcile(host: Host, payload: dict[str, Any]) -> None:
-    """What the hello says runs on the host against what this side believes runs there (orchestrator/reconcile.py)."""
+def _converge(host: Host, payload: dict[str, Any]) -> None:
+    """What the agent says about its tasks against what this side believes (orchestrator/agents/reconcile.py)."""
     try:
         report = parse_task_report(payload.get("tasks"))
     except ValueError as exc:
         log.warning("agent %s sent a malformed task report: %s", host.name, exc)
         counters.incr(MALFORMED)
         return
-    if report is None:  # an agent from before reconciling: it cannot say
-        return
-    done = reconcile.reconcile_host(host, report, float(payload["sent_at"]))
-    if done.lost or done.killed:
-        log.warning("reconciled agent on %s: tasks %s are over, tasks %s killed", host.name, done.lost, done.killed)
+    if report is not None:
+        reconcile.converge(host, report)

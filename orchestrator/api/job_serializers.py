@@ -122,6 +122,9 @@ class TaskSerializer(serializers.ModelSerializer):
     host = serializers.CharField(source="host.name", default=None, allow_null=True, read_only=True)
     address = serializers.CharField(source="host.address", default=None, allow_null=True, read_only=True)
     logs_url = serializers.SerializerMethodField()
+    pid = serializers.IntegerField(
+        source="live_pid", read_only=True, allow_null=True, help_text="the process id while the task is active"
+    )
 
     class Meta:
         model = Task

@@ -1,4 +1,8 @@
-"""Orders to agents: one signed Celery message per task on the host's own queue, carrying ids and a small spec."""
+"""Orders to agents: one signed Celery message per task on the host's own queue, carrying ids and a small spec.
+
+Every order may be lost or delivered twice: each stamps `Task.ordered_at`, and the heartbeat's convergence
+(orchestrator/agents/reconcile.py) sends it again when the agent's report shows it was not acted on; the agent
+applies a launch once per (task, attempt) however often it arrives."""
 
 from __future__ import annotations
 
@@ -6,9 +10,22 @@ import base64
 import logging
 from dataclasses import asdict
 
+from django.utils import timezone
+
 from config.celery import app
-from contracts.protocol import AGENT_KILL, AGENT_LAUNCH, KillOrder, LaunchSpec, ProgramSpec, agent_queue, sign
-from orchestrator.models import Job, ProgramKind, Task
+from contracts.protocol import (
+    AGENT_ACK_EXITS,
+    AGENT_KILL,
+    AGENT_LAUNCH,
+    KillOrder,
+    LaunchSpec,
+    ProgramSpec,
+    agent_queue,
+    sign,
+)
+from contracts.strategies import Strategy
+from orchestrator.core import tf_config
+from orchestrator.models import Host, Job, ProgramKind, Task, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +68,37 @@ def job_dir(job: Job) -> str:
     return f"{shared}/jobs/{job.pk}" if shared else ""
 
 
-def launch_tasks(env_by_task: dict[int, dict[str, str]]) -> None:
-    tasks = Task.objects.filter(pk__in=env_by_task).select_related("host", "job", "job__script", "job__cluster")
+def launch_tasks(task_ids: list[int]) -> None:
+    """Send each task's launch order (again, when an earlier one went unanswered: the agent applies it once)."""
+    tasks = list(
+        # Only pending ones: a task stopped meanwhile must not be started by a late resend.
+        Task.objects.filter(pk__in=task_ids, state=TaskState.PENDING).select_related(
+            "host", "job", "job__script", "job__cluster"
+        )
+    )
+    _stamp(tasks)
     for task in tasks:
-        spec = launch_spec(task, env_by_task[task.pk])
+        job = task.job
+        env = tf_config.environment(task.tf_config, Strategy(job.strategy), legacy_keras=job.legacy_keras)
+        spec = launch_spec(task, env)
         app.send_task(AGENT_LAUNCH, args=[sign(asdict(spec), task.host.token_hash)], queue=agent_queue(task.host.name))
 
 
 def kill_tasks(tasks: list[Task], reason: str) -> None:
+    tasks = [task for task in tasks if task.host is not None]
+    _stamp(tasks)
     for task in tasks:
-        if task.host is None:
-            continue
         order = KillOrder(job_id=task.job_id, task_id=task.pk, attempt=task.attempt, reason=reason)
         app.send_task(AGENT_KILL, args=[sign(asdict(order), task.host.token_hash)], queue=agent_queue(task.host.name))
+
+
+def acknowledge_exits(host: Host, keys: list[tuple[int, int]]) -> None:
+    """Tell the agent these exits are stored, so its heartbeat stops carrying them."""
+    if keys:
+        body = {"exits": [list(key) for key in keys]}
+        app.send_task(AGENT_ACK_EXITS, args=[sign(body, host.token_hash)], queue=agent_queue(host.name))
+
+
+def _stamp(tasks: list[Task]) -> None:
+    # Before sending: an order that is lost after this line is sent again by the heartbeat's convergence.
+    Task.objects.filter(pk__in=[t.pk for t in tasks]).update(ordered_at=timezone.now())

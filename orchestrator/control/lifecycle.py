@@ -17,7 +17,7 @@ from django.utils import timezone
 from contracts.protocol import TaskEvent, TaskEventKind
 from contracts.strategies import speaks_for_job
 from orchestrator.control import dispatch, passes
-from orchestrator.core import restarts, tf_config
+from orchestrator.core import restarts
 from orchestrator.metrics import live
 from orchestrator.models import (
     ACTIVE_TASK_STATES,
@@ -70,7 +70,10 @@ def apply_event(task: Task, event: TaskEvent) -> None:
         if task.state in (TaskState.PENDING, TaskState.STARTING):
             task.state = TaskState.RUNNING
         task.listening_at = now
-        task.save(update_fields=["state", "listening_at"])
+        # STARTED may have been overtaken (and is then dropped as older): this event says as much.
+        task.pid = task.pid or event.pid
+        task.started_at = task.started_at or now
+        task.save(update_fields=["state", "listening_at", "pid", "started_at"])
         _maybe_running(job)
     elif event.kind == TaskEventKind.EXITED:
         _exited(task, event.exit_code, event.detail, now)
@@ -192,10 +195,10 @@ def _relaunch_in_place(job: Job, task: Task, reason: str) -> None:
         port=task.port,
         devices=task.devices,
         tf_config=task.tf_config,
+        ordered_at=timezone.now(),  # its launch goes out on commit
     )
-    env = tf_config.environment(task.tf_config, job.strategy, legacy_keras=job.legacy_keras)
     log.warning("job %s: %s; relaunching it in place", job.pk, reason)
-    transaction.on_commit(lambda: dispatch.launch_tasks({again.pk: env}))
+    transaction.on_commit(lambda: dispatch.launch_tasks([again.pk]))
 
 
 def _finish_task(task: Task, state: str, code: int | None, detail: str, now: Any) -> None:

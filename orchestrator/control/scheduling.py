@@ -194,6 +194,7 @@ def _start(job: Job, where: placement.Placement, hosts: dict[str, Host]) -> None
                 devices=list(t.devices),
                 tf_config=configs[(t.type, t.index)],
                 restarts=gang_restarts + relaunched[(t.type, t.index)],
+                ordered_at=job.placed_at,  # its launch goes out on commit
             )
             for t in where.tasks
         ]
@@ -204,12 +205,5 @@ def _start(job: Job, where: placement.Placement, hosts: dict[str, Host]) -> None
         job.attempt,
         ", ".join(f"{t.type}:{t.index}@{t.host}:{t.port}" for t in where.tasks),
     )
-    by_key = {(t.type, t.index): t for t in where.tasks}
-    env_by_task = {
-        task.pk: tf_config.task_environment(
-            where, by_key[(task.type, task.index)], placement.Strategy(job.strategy), legacy_keras=job.legacy_keras
-        )
-        for task in tasks
-    }
-    # Orders go out only once the rows they name are committed.
-    transaction.on_commit(lambda: dispatch.launch_tasks(env_by_task))
+    ids = [task.pk for task in tasks]
+    transaction.on_commit(lambda: dispatch.launch_tasks(ids))

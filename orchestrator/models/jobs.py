@@ -175,6 +175,11 @@ class Task(models.Model):
     # How many times this slot's process was started again: the gang restarts it took part in plus its in-place
     # relaunches (a re-placement after a port conflict is neither).
     restarts = models.PositiveIntegerField(default=0)
+    # The number (the agent's event clock) of the newest event applied to this task: an event not newer is a
+    # replay; a heartbeat written after it that lists the task nowhere means its process is gone.
+    event_seq = models.BigIntegerField(default=0)
+    # When the latest launch or kill order for it went out: an order nobody acted on is sent again after a while.
+    ordered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["job", "attempt", "type", "index", "restart"]
@@ -187,6 +192,11 @@ class Task(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} {self.index}" + (f" (restart {self.restart})" if self.restart else "")
+
+    @property
+    def live_pid(self) -> int | None:
+        """The process id while the task is active; a final task's pid names no process any more (or someone else's)."""
+        return self.pid if self.state in ACTIVE_TASK_STATES else None
 
     @property
     def label(self) -> str:

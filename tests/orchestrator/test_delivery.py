@@ -3,30 +3,48 @@ and the isolated test database, events published as an agent publishes them.
 
 - SIGKILLed while it holds events it has taken but not finished: they are not lost, and a restarted orchestrator takes
   them back at once (not after the broker's visibility timeout, which is set to an hour here to prove it);
-- a handler that meets a database error (a lock it cannot get in time) is retried with backoff and applied once.
+- a handler that meets a database error (a lock it cannot get in time) is retried with backoff and applied once;
+- the same event delivered again changes nothing;
+- an agent SIGKILLed after its task exited, whose EXITED event was lost on the broker, reports the recorded exit
+  from its workdir when it comes back, and the task ends with its real exit code.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 import redis
 from celery import Celery
 from django.db import connections, transaction
 
-from contracts.protocol import ORCHESTRATOR_QUEUE, PROTOCOL_VERSION, TASK_EVENT, TaskEvent, TaskEventKind
-from orchestrator.models import Cluster, Host, Job, JobState, Task, TaskState
+from contracts.protocol import (
+    AGENT_LAUNCH,
+    ORCHESTRATOR_QUEUE,
+    PROTOCOL_VERSION,
+    TASK_EVENT,
+    TaskEvent,
+    TaskEventKind,
+    agent_queue,
+    sign,
+    token_digest,
+)
+from orchestrator.control import dispatch
+from orchestrator.models import Cluster, Host, HostStatus, Job, JobState, Script, Task, TaskState
 from tests.orchestrator.test_redis_restart import (  # noqa: F401 - the fixtures are used by name
     DB,
     Deployment,
     deployment,
     private_redis,
 )
-from tests.support.processes import wait_until
+from tests.support.processes import ManagedProcess, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=[DB])
 
@@ -51,10 +69,12 @@ def running_job() -> Iterator[tuple[Job, Task, str]]:
     yield job, task, token
 
 
-def _publish_exit(redis_url: str, host: str, token: str, task: Task, code: int) -> None:
+def _publish_exit(redis_url: str, host: str, token: str, task: Task, code: int, seq: int = 0) -> None:
     """What an agent's outbox sends when the task's process exits."""
     app = Celery("delivery-test", broker=redis_url, set_as_current=False)
-    event = TaskEvent(task_id=task.pk, attempt=task.attempt, kind=TaskEventKind.EXITED, pid=4242, exit_code=code)
+    event = TaskEvent(
+        task_id=task.pk, attempt=task.attempt, kind=TaskEventKind.EXITED, pid=4242, exit_code=code, seq=seq
+    )
     envelope = {
         "host": host,
         "token": token,
@@ -136,3 +156,86 @@ def test_an_event_whose_handler_meets_a_database_error_is_retried_and_applied_on
     assert (job.state, task.state, task.exit_code) == (JobState.FAILED, TaskState.FAILED, 3)
     assert job.reason == f"{task.label} exited with code 3"
     assert "lock timeout" in deployment.output("orchestrator")
+
+
+def test_the_same_event_delivered_twice_changes_nothing(
+    deployment: Deployment,  # noqa: F811
+    running_job: tuple[Job, Task, str],
+) -> None:
+    job, task, token = running_job
+    Job.objects.using(DB).filter(pk=job.pk).update(max_restarts=5)  # a killed worker is retryable: one restart
+    _start_orchestrator(deployment)
+
+    for _ in range(3):  # the broker redelivers it, or the agent's outbox sent it twice across a reconnect
+        _publish_exit(deployment.redis_url, "delivery-0", token, task, code=-9, seq=77)
+    wait_until(lambda: deployment.output("orchestrator").count(f"replayed exited of task {task.pk} ignored") == 2,
+               60, what="both repeats handled")  # fmt: skip
+
+    job.refresh_from_db(using=DB)
+    task.refresh_from_db(using=DB)
+    assert (task.state, task.exit_code, task.event_seq) == (TaskState.FAILED, -9, 77)
+    assert (job.state, job.restarts) in {(JobState.RESTARTING, 1), (JobState.STARTING, 1), (JobState.QUEUED, 1)}
+
+
+def test_an_agent_restarted_after_its_exit_event_was_lost_reports_the_exit_and_the_task_ends_right(
+    deployment: Deployment,  # noqa: F811
+    running_job: tuple[Job, Task, str],
+    tmp_path: Path,
+) -> None:
+    job, task, token = running_job
+    host = task.host
+    # The orchestrator is down for now: nothing reads what the agent reports.
+    Host.objects.using(DB).filter(pk=host.pk).update(status=HostStatus.OFFLINE, cpu_slots=2)
+    script = Script.objects.using(DB).create(
+        sha256=hashlib.sha256(EXIT_3).hexdigest(), content=EXIT_3, size=len(EXIT_3), filename="exit3.py"
+    )
+    Job.objects.using(DB).filter(pk=job.pk).update(strategy="mirrored", program_kind="script", script=script)
+    Task.objects.using(DB).filter(pk=task.pk).update(
+        state=TaskState.PENDING, pid=None, port=None, devices=[0], event_seq=0
+    )
+    task.refresh_from_db(using=DB)
+    agent = _start_agent(deployment, "delivery-0", token, tmp_path / "agent")
+    _send_launch(deployment.redis_url, task, token)
+    ledger_entry = tmp_path / "agent" / "ledger" / f"{task.pk}-{task.attempt}.json"
+    wait_until(lambda: ledger_entry.exists() and '"exited"' in ledger_entry.read_text(), 30, what="the exit recorded")
+
+    agent.kill()  # SIGKILL, and its STARTED and EXITED events are lost on the broker
+    broker = redis.Redis.from_url(deployment.redis_url)
+    wait_until(lambda: broker.llen(ORCHESTRATOR_QUEUE) > 0, 10, what="the agent's events queued")
+    broker.delete(ORCHESTRATOR_QUEUE)
+
+    _start_agent(deployment, "delivery-0", token, tmp_path / "agent")  # its next life, same workdir
+    _start_orchestrator(deployment)
+
+    task = wait_until(lambda: (t := Task.objects.using(DB).get(pk=task.pk)).state == TaskState.FAILED and t, 60,
+                      what="the recorded exit applied")  # fmt: skip
+    assert task.exit_code == 3 and task.live_pid is None
+    job.refresh_from_db(using=DB)
+    assert (job.state, job.reason) == (JobState.FAILED, f"{task.label} exited with code 3")
+    # Acknowledged: the agent forgets it, and its reports stop carrying it.
+    wait_until(lambda: '"acked"' in ledger_entry.read_text(), 30, what="the exit acknowledged")
+
+
+EXIT_3 = b"import sys\nprint('about to fail', flush=True)\nsys.exit(3)\n"
+
+
+def _start_agent(stack: Deployment, host: str, token: str, workdir: Path) -> ManagedProcess:
+    env = {**os.environ, "TFDASH_AGENT_TOKEN": token, "PYTHONUNBUFFERED": "1"}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    proc = ManagedProcess(
+        f"agent-{host}",
+        [sys.executable, "-m", "worker_agent", "--server", stack.redis_url, "--host", host,
+         "--heartbeat-interval", "0.5", "--workdir", str(workdir)],
+        env,
+    )  # fmt: skip
+    stack.procs[f"agent-{host}-{len(stack.procs)}"] = proc  # stopped (and its log kept) with the deployment
+    return proc
+
+
+def _send_launch(redis_url: str, task: Task, token: str) -> None:
+    """The launch order as the orchestrator signs and queues it."""
+    task = Task.objects.using(DB).select_related("host", "job", "job__script", "job__cluster").get(pk=task.pk)
+    spec = dispatch.launch_spec(task, {})
+    app = Celery("delivery-test", broker=redis_url, set_as_current=False)
+    app.send_task(AGENT_LAUNCH, args=[sign(asdict(spec), token_digest(token))], queue=agent_queue(task.host.name))
+    app.close()

@@ -16,7 +16,7 @@ from contracts.protocol import (
     AGENT_HELLO,
     HostFacts,
     KillOrder,
-    ReclaimedTask,
+    RecordedExit,
     RunningTask,
     TaskEventKind,
     TaskReport,
@@ -26,7 +26,7 @@ from tests.support.processes import wait_until
 from tests.worker_agent.recording import Recorder, gone
 from tests.worker_agent.supervision.specs import PROGRAMS, spec_for
 from worker_agent.heartbeat import Heartbeat
-from worker_agent.records import TaskRecord, TaskRecords, reclaim
+from worker_agent.records import ReclaimedTask, TaskRecord, TaskRecords, reclaim
 from worker_agent.supervision import Supervisor
 
 
@@ -115,6 +115,14 @@ def test_a_new_supervisor_kills_what_a_dead_one_left_running_and_reports_it(supe
     assert gone(leader) and gone(grandchild)  # the whole group, with SIGKILL (both ignore SIGTERM)
     assert successor.records.load() == []
     assert successor.running() == []
+    # The new life reports it as a lost exit on every beat until the orchestrator acknowledges it.
+    report = successor.report()
+    assert report.running == []
+    (lost,) = report.exits
+    assert (lost.task_id, lost.attempt, lost.pid, lost.lost, lost.exit_code) == (
+        spec.task_id, spec.attempt, leader, True, None
+    )  # fmt: skip
+    assert lost.detail == reclaimed[0].detail
 
 
 def test_it_leaves_alone_a_process_that_got_a_recorded_pid_later(tmp_path):
@@ -178,10 +186,11 @@ class _Broker:
         self.sent.append((name, args[0]))
 
 
-def test_the_hello_carries_the_task_report_and_heartbeats_do_not():
+def test_every_report_carries_the_task_report_and_it_survives_the_wire():
     report = TaskReport(
-        running=[RunningTask(job_id=1, task_id=2, attempt=1)],
-        reclaimed=[ReclaimedTask(job_id=1, task_id=3, attempt=1, pid=99, detail="killed")],
+        running=[RunningTask(job_id=1, task_id=2, attempt=1, pid=321)],
+        exits=[RecordedExit(job_id=1, task_id=3, attempt=1, seq=17, pid=99, exit_code=-9, detail="killed")],
+        events_upto=18,
     )
     broker = _Broker()
     beat = Heartbeat(
@@ -199,5 +208,5 @@ def test_the_hello_carries_the_task_report_and_heartbeats_do_not():
     (hello_name, hello), (beat_name, heartbeat) = broker.sent
     assert (hello_name, beat_name) == (AGENT_HELLO, AGENT_HEARTBEAT)
     assert parse_task_report(json.loads(json.dumps(hello["tasks"]))) == report
-    assert heartbeat["tasks"] is None
+    assert parse_task_report(json.loads(json.dumps(heartbeat["tasks"]))) == report
     assert parse_task_report(None) is None

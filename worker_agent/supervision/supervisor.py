@@ -6,6 +6,10 @@ two readers (stdout, stderr) number lines into one sequence, a flusher batches t
 forwards what the task writes to its metrics pipe (see metrics_pipe.py), a watcher reports LISTENING once the task's
 port accepts connections, and a waiter reports EXITED after the last log batch and the last metrics.
 `launch` and `kill` return at once; nothing here blocks a Celery consumer for the length of a run.
+
+The ledger (worker_agent/ledger.py) makes orders and exits survive loss and restarts: a launch is applied once per
+(task, attempt) however often it arrives, an exit is kept until the orchestrator acknowledges it, and `report()`
+gives the heartbeat the agent's whole truth in one consistent snapshot.
 """
 
 from __future__ import annotations
@@ -27,11 +31,14 @@ from contracts.protocol import (
     TASK_EVENT,
     KillOrder,
     LaunchSpec,
-    ReclaimedTask,
+    RecordedExit,
+    RunningTask,
     TaskEvent,
     TaskEventKind,
+    TaskReport,
 )
 from worker_agent import records
+from worker_agent.ledger import Ledger
 from worker_agent.metrics_pipe import MetricsPipe, SendFn
 from worker_agent.supervision import programs
 from worker_agent.supervision.launch import Refused, check_port, child_env, validate
@@ -43,7 +50,7 @@ log = logging.getLogger(__name__)
 Key = tuple[int, int]  # (task_id, attempt)
 
 
-KEEP_FINISHED = 1_000  # remembered finished attempts (redelivered launches) and tails of exited tasks
+KEEP_FINISHED = 1_000  # tails of exited tasks kept for debugging
 LISTEN_POLL_S = 0.25
 READER_JOIN_S = 5.0  # a process that escaped the group (setsid) may hold a pipe open forever
 MAX_GRACE_S = 600.0
@@ -73,10 +80,10 @@ class Supervisor:
         self.workdir = Path(workdir).expanduser().resolve()
         self._lock = threading.Lock()
         self._children: dict[Key, _Child] = {}
-        self._finished: OrderedDict[Key, None] = OrderedDict()
         self._tails: OrderedDict[int, deque[LogLine]] = OrderedDict()
         self._closing = False
         self.records = records.TaskRecords(self.workdir)
+        self.ledger = Ledger(self.workdir)
 
     # --- public API -------------------------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> None:
@@ -102,10 +109,38 @@ class Supervisor:
             return
         self._run(child, proc, metrics)
 
+    def acknowledge_exits(self, keys: list[Key]) -> None:
+        """The orchestrator stored these exits: they no longer ride on the heartbeat."""
+        done = self.ledger.acknowledge(keys)
+        log.debug("%d exit(s) acknowledged", done)
+
+    def report(self) -> TaskReport:
+        """What runs here, the exits not yet acknowledged and the last event number, as one snapshot: an exit moves
+        from `running` to `exits` under the same lock, so no report can miss a task in between."""
+        with self._lock:
+            running = [
+                RunningTask(c.spec.job_id, c.spec.task_id, c.spec.attempt, c.proc.pid)
+                for c in self._children.values()
+                if c.proc is not None  # still listed while its last output drains: its exit is not recorded yet
+            ]
+            return TaskReport(running=running, exits=self.ledger.unacknowledged(), events_upto=self.ledger.events_upto)
+
     def kill(self, order: KillOrder) -> None:
         """SIGTERM the task's process group, then SIGKILL after its grace period; returns at once."""
         with self._lock:
             child = self._children.get((order.task_id, order.attempt))
+            if child is None and self.ledger.accept(order.job_id, order.task_id, order.attempt):
+                # Its launch never arrived (lost, or still queued behind this kill): it never may run now, and the
+                # orchestrator hears that it is over like any other exit.
+                ended = self.ledger.record_exit(
+                    order.job_id, order.task_id, order.attempt, detail="killed before it started"
+                )
+            else:
+                ended = None
+        if ended is not None:
+            log.info("task %s attempt %s killed before it started", order.task_id, order.attempt)
+            self._send_exit(ended)
+            return
         if child is None or child.spec.job_id != order.job_id:
             log.info(
                 "kill for task %s attempt %s of job %s: not running here", order.task_id, order.attempt, order.job_id
@@ -127,9 +162,23 @@ class Supervisor:
                     "task %s attempt %s did not report its exit in time", child.spec.task_id, child.spec.attempt
                 )
 
-    def reclaim(self) -> list[ReclaimedTask]:
-        """Kill what a previous agent with this workdir left running (see records.py); call before any launch."""
-        return records.reclaim(self.records)
+    def reclaim(self) -> list[records.ReclaimedTask]:
+        """Kill what a previous agent with this workdir left running (see records.py) and record each such task as
+        lost, like every attempt the previous life took but never started; call before any launch."""
+        reclaimed = records.reclaim(self.records)
+        for task in reclaimed:
+            self.ledger.record_exit(
+                task.job_id, task.task_id, task.attempt, pid=task.pid, detail=task.detail, lost=True
+            )
+        for entry in self.ledger.accepted():
+            self.ledger.record_exit(
+                entry.job_id,
+                entry.task_id,
+                entry.attempt,
+                detail="the agent restarted before the task's process started",
+                lost=True,
+            )
+        return reclaimed
 
     def running(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -154,18 +203,16 @@ class Supervisor:
         with self._lock:
             if self._closing:
                 raise Refused(TaskEventKind.LAUNCH_FAILED, "the agent is shutting down")
-            if key in self._children:
-                raise Refused(
-                    TaskEventKind.LAUNCH_FAILED, f"task {spec.task_id} attempt {spec.attempt} is already running"
-                )
-            if key in self._finished:
-                # A redelivered message: the orchestrator already had STARTED and EXITED for this attempt.
-                log.warning("dropping a repeated launch of task %s attempt %s: it already ran", *key)
+            if key in self._children or not self.ledger.accept(spec.job_id, *key):
+                # Sent again (the orchestrator had not heard of it yet) or redelivered: applied once. What became of
+                # the first one reaches the orchestrator by its events and the heartbeat.
+                log.info("dropping a repeated launch of task %s attempt %s", *key)
                 return None
             holder = next(
                 (c for c in self._children.values() if spec.port is not None and c.spec.port == spec.port), None
             )
             if holder is not None:
+                self.ledger.forget(*key)
                 raise Refused(
                     TaskEventKind.PORT_CONFLICT,
                     f"port {spec.port} is held by task {holder.spec.task_id} attempt {holder.spec.attempt}",
@@ -175,8 +222,10 @@ class Supervisor:
             return child
 
     def _release(self, child: _Child) -> None:
+        """A launch refused before its process started: forgotten, so the same order sent again is judged again."""
         with self._lock:
             self._children.pop((child.spec.task_id, child.spec.attempt), None)
+            self.ledger.forget(child.spec.task_id, child.spec.attempt)
         child.done.set()
 
     def _start(self, spec: LaunchSpec) -> tuple[subprocess.Popen[bytes], MetricsPipe]:
@@ -265,18 +314,21 @@ class Supervisor:
         child.logs.flush()
         if child.watcher is not None:
             child.watcher.join()  # no LISTENING may follow EXITED
-        self._forget(child)
+        ended = self._forget(child, proc.pid, returncode)
         log.info("task %s attempt %s exited: %s", child.spec.task_id, child.spec.attempt, returncode)
-        self._event(child.spec, TaskEventKind.EXITED, pid=proc.pid, exit_code=returncode, detail=child.kill_reason)
+        self._send_exit(ended)
+        # After the exit is in the ledger: an agent killed in between finds both and reports the recorded exit.
         self.records.remove(child.spec.task_id, child.spec.attempt)
         child.done.set()
 
-    def _forget(self, child: _Child) -> None:
-        key = (child.spec.task_id, child.spec.attempt)
+    def _forget(self, child: _Child, pid: int, returncode: int) -> RecordedExit:
+        spec = child.spec
         with self._lock:
-            self._children.pop(key, None)
-            _remember(self._finished, key, None)
-            _remember(self._tails, child.spec.task_id, child.logs.tail)
+            self._children.pop((spec.task_id, spec.attempt), None)
+            _remember(self._tails, spec.task_id, child.logs.tail)
+            return self.ledger.record_exit(
+                spec.job_id, spec.task_id, spec.attempt, pid=pid, exit_code=returncode, detail=child.kill_reason
+            )
 
     # --- killing ----------------------------------------------------------------------------------------------
     def _kill(self, child: _Child, reason: str, *, graceful: bool) -> None:
@@ -309,13 +361,29 @@ class Supervisor:
 
     # --- reporting --------------------------------------------------------------------------------------------
     def _event(self, spec: LaunchSpec, kind: str, **fields: Any) -> None:
-        event = TaskEvent(task_id=spec.task_id, attempt=spec.attempt, kind=kind, **fields)
+        event = TaskEvent(task_id=spec.task_id, attempt=spec.attempt, kind=kind, seq=self.ledger.next_seq(), **fields)
         if kind in (TaskEventKind.LAUNCH_FAILED, TaskEventKind.PORT_CONFLICT):
             log.warning("task %s attempt %s: %s: %s", spec.task_id, spec.attempt, kind, event.detail)
+        self._hand_on(event)
+
+    def _send_exit(self, ended: RecordedExit) -> None:
+        """The EXITED event of a recorded exit, numbered as in the ledger (heartbeats repeat it until acknowledged)."""
+        event = TaskEvent(
+            task_id=ended.task_id,
+            attempt=ended.attempt,
+            kind=TaskEventKind.EXITED,
+            pid=ended.pid or None,
+            exit_code=ended.exit_code,
+            detail=ended.detail,
+            seq=ended.seq,
+        )
+        self._hand_on(event)
+
+    def _hand_on(self, event: TaskEvent) -> None:
         try:
             self._send(TASK_EVENT, asdict(event))
         except Exception:  # the outbox never raises; an injected sender might, and must not kill a waiter thread
-            log.exception("could not hand on %s for task %s", kind, spec.task_id)
+            log.exception("could not hand on %s for task %s", event.kind, event.task_id)
 
 
 # --- helpers ----------------------------------------------------------------------------------------------------

@@ -1,14 +1,13 @@
-"""An agent says hello: the orchestrator reconciles what it believes runs on the host with what the agent reports.
+"""Every hello and heartbeat: the orchestrator converges what it believes runs on a host on what the agent reports.
 
-The first test is end to end (real orchestrator, real agents, a real orphaned process); the others apply hellos to
-rows directly.
+The first tests are end to end (real orchestrator, real agents, a real orphaned process); the others apply reports
+to rows directly.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -18,7 +17,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from contracts.protocol import AGENT_HEARTBEAT, AgentMessage, HostFacts, ReclaimedTask, RunningTask, TaskReport
+from contracts.protocol import AGENT_HEARTBEAT, AgentMessage, HostFacts, RecordedExit, RunningTask, TaskReport
 from orchestrator.agents import reconcile, reports
 from orchestrator.models import Host, HostStatus, Job, JobState, Task, TaskState
 from tests import factories
@@ -120,10 +119,13 @@ def test_an_agent_back_after_its_host_was_declared_lost_still_kills_the_orphan(l
     assert Job.objects.get(pk=job.pk).reason == job.reason
 
 
-# --- hellos applied to rows ----------------------------------------------------------------------------------------
+# --- reports applied to rows ---------------------------------------------------------------------------------------
+SEQ = 1_000_000  # the agent's event clock when the workers' latest events were applied
+
+
 @pytest.fixture
 def placed(django_user_model):
-    """A running two-worker job on one online host, as the scheduler and the agent's STARTED left it."""
+    """A running two-worker job on one online host, as the scheduler and the agent's events left it."""
     owner = django_user_model.objects.create_user("alice", password="pw-alice-123")
     host, token = factories.host("node-0")
     Host.objects.filter(pk=host.pk).update(status=HostStatus.ONLINE)  # no "came online" scheduling pass
@@ -142,19 +144,34 @@ def placed(django_user_model):
             state=TaskState.RUNNING,
             pid=1000 + i,
             started_at=started,
+            event_seq=SEQ + i,
+            ordered_at=started,
         )
         for i in range(2)
     ]
     return host, token, job, tasks
 
 
-def hello(host: Host, token: str, tasks: TaskReport | None, sent_at: float | None = None) -> dict:
-    message = AgentMessage(
+@pytest.fixture
+def orders(monkeypatch):
+    """The orders convergence sends, captured instead of queued: {"launch": [ids], "kill": [ids], "ack": [keys]}."""
+    sent: dict[str, list] = {"launch": [], "kill": [], "ack": []}
+    monkeypatch.setattr(reconcile.dispatch, "launch_tasks", sent["launch"].extend)
+    monkeypatch.setattr(
+        reconcile.dispatch, "kill_tasks", lambda tasks, reason: sent["kill"].extend(t.pk for t in tasks)
+    )
+    monkeypatch.setattr(reconcile.dispatch, "acknowledge_exits", lambda host, keys: sent["ack"].extend(keys))
+    return sent
+
+
+def report_of(host: Host, token: str, tasks: TaskReport | None) -> dict:
+    return AgentMessage(
         host=host.name, token=token, facts=HostFacts(cpu_count=2, memory_total_mb=1024), tasks=tasks
     ).to_payload()
-    if sent_at is not None:
-        message["sent_at"] = sent_at
-    return message
+
+
+def running(job: Job, *tasks: Task) -> list[RunningTask]:
+    return [RunningTask(job_id=job.pk, task_id=t.pk, attempt=t.attempt, pid=t.pid or 1) for t in tasks]
 
 
 def fresh(row):  # type: ignore[no-untyped-def]
@@ -162,111 +179,153 @@ def fresh(row):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.django_db
-def test_tasks_the_restarted_agent_does_not_run_are_lost_and_the_job_fails(placed, django_capture_on_commit_callbacks):
+def test_recorded_exits_end_their_tasks_once_and_are_acknowledged(placed, orders):
     host, token, job, (w0, w1) = placed
-    reclaimed = ReclaimedTask(job_id=job.pk, task_id=w0.pk, attempt=1, pid=1000, detail="the agent restarted; killed")
+    exits = [RecordedExit(job_id=job.pk, task_id=w0.pk, attempt=1, seq=SEQ + 5, pid=1000, exit_code=0)]
+    report = TaskReport(running=running(job, w1), exits=exits, events_upto=SEQ + 5)
+
+    assert reports.handle_report(report_of(host, token, report), hello=False)
+    assert reports.handle_report(report_of(host, token, report), hello=False)  # the next beat, before the ack landed
+
+    w0 = fresh(w0)
+    assert (w0.state, w0.exit_code, w0.event_seq) == (TaskState.SUCCEEDED, 0, SEQ + 5)
+    assert fresh(job).state == JobState.SUCCEEDED  # worker 0 speaks for a MultiWorkerMirrored job
+    assert orders["ack"] == [(w0.pk, 1), (w0.pk, 1)]
+    assert fresh(w1).state == TaskState.RUNNING
+
+
+@pytest.mark.django_db
+def test_a_failed_exit_heard_twice_restarts_the_job_once(placed, orders, django_capture_on_commit_callbacks):
+    host, token, job, (w0, w1) = placed
+    Job.objects.filter(pk=job.pk).update(max_restarts=3)
+    exits = [RecordedExit(job_id=job.pk, task_id=w1.pk, attempt=1, seq=SEQ + 5, pid=1001, exit_code=-9)]
+    report = TaskReport(running=running(job, w0), exits=exits, events_upto=SEQ + 5)
 
     with django_capture_on_commit_callbacks():
-        assert reports.handle_report(hello(host, token, TaskReport(reclaimed=[reclaimed])), hello=True)
+        for _ in range(3):
+            reports.handle_report(report_of(host, token, report), hello=False)
 
-    assert (fresh(w0).state, fresh(w0).detail) == (TaskState.LOST, "the agent restarted; killed")
+    job = fresh(job)
+    assert (job.state, job.restarts) == (JobState.RESTARTING, 1)
+    assert (fresh(w1).state, fresh(w1).exit_code) == (TaskState.FAILED, -9)
+
+
+@pytest.mark.django_db
+def test_a_restarted_agents_lost_exits_send_the_job_through_its_policy(placed, orders):
+    host, token, job, (w0, w1) = placed
+    detail = "the agent restarted; its process (pid 1000) was still running and was killed"
+    exits = [RecordedExit(job_id=job.pk, task_id=w0.pk, attempt=1, seq=SEQ + 9, pid=1000, detail=detail, lost=True)]
+
+    reports.handle_report(report_of(host, token, TaskReport(exits=exits, events_upto=SEQ + 9)), hello=True)
+
+    assert (fresh(w0).state, fresh(w0).detail) == (TaskState.LOST, detail)
     assert fresh(w1).state == TaskState.LOST
-    assert fresh(w1).detail == "the agent on node-0 restarted and no longer runs it"
+    assert fresh(w1).detail == "the agent on node-0 no longer runs it and recorded no exit"
     job = fresh(job)
     assert job.state == JobState.FAILED
     assert job.reason == "the agent on node-0 restarted; lost worker 0, worker 1"
+    assert orders["ack"] == [(w0.pk, 1)]
 
 
 @pytest.mark.django_db
-def test_a_lost_task_goes_through_the_jobs_restart_policy(placed, django_capture_on_commit_callbacks):
-    host, token, job, _tasks = placed
+def test_a_task_the_agent_no_longer_has_is_lost_only_by_a_report_written_after_its_last_event(placed, orders):
+    host, token, job, (w0, w1) = placed
     Job.objects.filter(pk=job.pk).update(max_restarts=1)
 
-    with django_capture_on_commit_callbacks():
-        reports.handle_report(hello(host, token, TaskReport()), hello=True)
-
-    job = fresh(job)
-    assert job.state == JobState.RESTARTING
-    assert job.restarts == 1
-    assert job.restart_reason == "the agent on node-0 restarted; lost worker 0, worker 1"
-
-
-@pytest.mark.django_db
-def test_what_the_agent_runs_or_may_still_launch_is_left_alone(placed, django_capture_on_commit_callbacks):
-    host, token, job, (w0, w1) = placed
-    # w1's launch order is still queued for the new agent: never confirmed started, so not judged.
-    Task.objects.filter(pk=w1.pk).update(state=TaskState.PENDING, pid=None, started_at=None)
-    report = TaskReport(running=[RunningTask(job_id=job.pk, task_id=w0.pk, attempt=1)])
-
-    with django_capture_on_commit_callbacks() as callbacks:
-        reports.handle_report(hello(host, token, report), hello=True)
-
-    assert fresh(w0).state == TaskState.RUNNING
-    assert fresh(w1).state == TaskState.PENDING
-    assert fresh(job).state == JobState.RUNNING
-    assert callbacks == []
-
-
-@pytest.mark.django_db
-def test_a_task_started_after_the_hello_was_written_is_not_lost(placed):
-    host, token, job, (w0, w1) = placed
-    # Its launch overtook the hello: STARTED was stored after the agent wrote the (empty) report.
-    Task.objects.filter(pk=w1.pk).update(started_at=timezone.now())
-    report = TaskReport(running=[RunningTask(job_id=job.pk, task_id=w0.pk, attempt=1)])
-
-    reports.handle_report(hello(host, token, report, sent_at=time.time() - 2), hello=True)
-
+    # Written before w1's newest event was emitted: it says nothing about w1.
+    reports.handle_report(report_of(host, token, TaskReport(running=running(job, w0), events_upto=SEQ)), hello=False)
     assert fresh(w1).state == TaskState.RUNNING
-    assert fresh(job).state == JobState.RUNNING
+
+    reports.handle_report(
+        report_of(host, token, TaskReport(running=running(job, w0), events_upto=SEQ + 1)), hello=False
+    )
+    assert fresh(w1).state == TaskState.LOST
+    job = fresh(job)
+    assert (job.state, job.restarts) == (JobState.RESTARTING, 1)
+    assert job.restart_reason == "the agent on node-0 no longer runs them; lost worker 1"
 
 
 @pytest.mark.django_db
-def test_a_task_that_was_being_stopped_is_killed_and_the_job_is_untouched(placed):
+def test_unanswered_orders_are_sent_again_and_fresh_ones_are_left_alone(placed, orders):
+    host, token, _job, (w0, w1) = placed
+    long_ago = timezone.now() - timedelta(minutes=5)
+    # w0: its launch went out just now (still queued for the agent); w1: its launch went out long ago and was lost.
+    Task.objects.filter(pk=w0.pk).update(state=TaskState.PENDING, pid=None, event_seq=0, ordered_at=timezone.now())
+    Task.objects.filter(pk=w1.pk).update(state=TaskState.PENDING, pid=None, event_seq=0, ordered_at=long_ago)
+
+    reports.handle_report(report_of(host, token, TaskReport(events_upto=SEQ + 50)), hello=False)
+
+    assert orders["launch"] == [w1.pk]
+    assert {fresh(w0).state, fresh(w1).state} == {TaskState.PENDING}
+
+
+@pytest.mark.django_db
+def test_a_lost_kill_is_sent_again_while_the_agent_still_runs_the_task(placed, orders):
+    host, token, job, (w0, w1) = placed
+    Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED, reason="cancelled by alice")
+    Task.objects.filter(pk=w0.pk).update(state=TaskState.STOPPING, ordered_at=timezone.now() - timedelta(minutes=1))
+    Task.objects.filter(pk=w1.pk).update(state=TaskState.STOPPING, ordered_at=timezone.now())
+
+    reports.handle_report(
+        report_of(host, token, TaskReport(running=running(job, w0, w1), events_upto=SEQ + 9)), hello=False
+    )
+
+    assert orders["kill"] == [w0.pk]
+    assert {fresh(w0).state, fresh(w1).state} == {TaskState.STOPPING}
+
+
+@pytest.mark.django_db
+def test_stopping_tasks_the_agent_no_longer_runs_are_killed_and_the_job_is_untouched(placed, orders):
     host, token, job, (w0, w1) = placed
     Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED, reason="cancelled by alice")
     Task.objects.filter(job=job).update(state=TaskState.STOPPING)
 
-    reports.handle_report(hello(host, token, TaskReport()), hello=True)
+    reports.handle_report(report_of(host, token, TaskReport(events_upto=SEQ + 9)), hello=False)
 
     assert {fresh(w0).state, fresh(w1).state} == {TaskState.KILLED}
     assert (fresh(job).state, fresh(job).reason) == (JobState.CANCELLED, "cancelled by alice")
+    assert fresh(w0).live_pid is None
 
 
 @pytest.mark.django_db
-def test_tasks_the_agent_runs_but_that_are_over_here_are_killed(
-    placed, django_capture_on_commit_callbacks, monkeypatch
-):
+def test_a_task_stopped_before_it_ever_started_gets_its_kill_so_the_agent_can_close_it(placed, orders):
     host, token, job, (w0, w1) = placed
-    Task.objects.filter(pk=w1.pk).update(state=TaskState.LOST)
-    orders = []
-    monkeypatch.setattr(reconcile.dispatch, "kill_tasks", lambda tasks, reason: orders.extend(tasks))
-    report = TaskReport(
-        running=[
-            RunningTask(job_id=job.pk, task_id=w0.pk, attempt=1),
-            RunningTask(job_id=job.pk, task_id=w1.pk, attempt=1),  # lost here (a partition, say)
-            RunningTask(job_id=999, task_id=99999, attempt=3),  # no such task at all
-        ]
+    Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED)
+    Task.objects.filter(pk=w0.pk).update(
+        state=TaskState.STOPPING, pid=None, event_seq=0, ordered_at=timezone.now() - timedelta(minutes=1)
     )
 
-    with django_capture_on_commit_callbacks(execute=True):
-        reports.handle_report(hello(host, token, report), hello=True)
+    reports.handle_report(
+        report_of(host, token, TaskReport(running=running(job, w1), events_upto=SEQ + 9)), hello=False
+    )
 
-    assert [(t.pk, t.job_id, t.attempt, t.host_id) for t in orders] == [
-        (w1.pk, job.pk, 1, host.pk),
-        (99999, 999, 3, host.pk),
-    ]
+    assert orders["kill"] == [w0.pk]
+    assert fresh(w0).state == TaskState.STOPPING  # until the agent's "killed before it started" exit arrives
+
+
+@pytest.mark.django_db
+def test_processes_that_are_not_active_tasks_here_are_killed(placed, orders):
+    host, token, job, (w0, w1) = placed
+    Task.objects.filter(pk=w1.pk).update(state=TaskState.LOST)
+    stray = [RunningTask(job_id=999, task_id=99999, attempt=3, pid=4242)]  # no such task at all
+
+    reports.handle_report(
+        report_of(host, token, TaskReport(running=running(job, w0, w1) + stray, events_upto=SEQ + 9)), hello=False
+    )
+
+    assert sorted(orders["kill"]) == sorted([w1.pk, 99999])
     assert fresh(w0).state == TaskState.RUNNING
 
 
 @pytest.mark.django_db
-def test_heartbeats_and_hellos_without_a_report_reconcile_nothing(placed):
+def test_reports_without_tasks_or_malformed_ones_converge_nothing(placed, orders):
     host, token, job, (w0, _w1) = placed
 
-    reports.handle_report(hello(host, token, TaskReport()), hello=False)  # a heartbeat never reconciles
-    reports.handle_report(hello(host, token, None), hello=True)  # an agent from before reconciling
-    bad = hello(host, token, None)
+    reports.handle_report(report_of(host, token, None), hello=True)
+    bad = report_of(host, token, None)
     bad["tasks"] = {"running": [{"task_id": "w0"}]}
-    assert reports.handle_report(bad, hello=True)  # a malformed report is logged; the hello still counts
+    assert reports.handle_report(bad, hello=False)  # a malformed report is logged; the heartbeat still counts
 
     assert fresh(w0).state == TaskState.RUNNING
     assert fresh(job).state == JobState.RUNNING
+    assert orders == {"launch": [], "kill": [], "ack": []}

@@ -1,0 +1,581 @@
+"""Chaos soak: the whole product on this machine, with its parts SIGKILLed at random, and then the truth checked.
+
+    .venv/bin/python bench/chaos.py [--minutes 10] [--fault-every 8] [--seed N] [--json FILE]
+
+A stack of its own under a temporary folder: an embedded PostgreSQL and an embedded Redis (append-only file) on free
+ports, the web server, the orchestrator (Celery worker + beat), the metrics ingest and three agents. For `--minutes`
+it keeps a stream of mixed jobs in flight (all three strategies, user scripts and a built-in TF program, jobs that
+fail, jobs cancelled midway, restart policies on) while a monkey SIGKILLs, every few seconds, one of: an agent, a
+task process, the orchestrator, the ingest, the web server, Redis, PostgreSQL, and starts it again (task processes are
+the product's to restart). Then it stops the faults, waits for every job to end, and checks:
+
+- every job final, its tasks final and consistent with how their processes ended (`events lost`: a task whose
+  process recorded its own exit code, under an agent that lived through it, stored with another);
+- no task in an active state (`stuck tasks`), no task process alive (`orphans`), no port of the hosts' ranges held;
+- every log line and metric point a task printed (the soak scripts number them and keep a ground-truth file)
+  stored exactly once (`lost` / `duplicated`).
+
+Output a task printed while its agent was dead, or that sat in a killed agent's memory, dies with that agent (its
+pipes end with it; see docs/architecture.md): those tasks are counted apart (`under a killed agent`) and left out of
+the line and point counts. Prints the table; exits 1 when an invariant does not hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from local_services import EmbeddedPostgres, EmbeddedRedis, wait_for  # noqa: E402
+from run_local import Child  # noqa: E402
+
+PY = sys.executable
+HOSTS = 3
+DATABASES = ("redis", "postgres")
+AGENT_HEARTBEAT_S = 1.0
+T = TypeVar("T")
+
+# One soak program for every role: numbered lines and points, a ground-truth file, then its exit code; a
+# ParameterServer ps or worker serves on its TF_CONFIG port until it is stopped, as TF's servers do.
+SOAK_SCRIPT = b"""
+import json, os, socket, sys, time
+truth_dir, lines, code = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+me = f"{os.environ['TFDASH_TASK_ID']}-{os.environ['TFDASH_ATTEMPT']}"
+config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+task = config.get("task", {})
+serves = "chief" in config.get("cluster", {}) and task.get("type") in ("ps", "worker")
+if serves:
+    port = int(config["cluster"][task["type"]][task["index"]].rsplit(":", 1)[1])
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("0.0.0.0", port))
+    server.listen()
+metrics = os.fdopen(int(os.environ["TFDASH_METRICS_FD"]), "w", buffering=1)
+truth = open(os.path.join(truth_dir, me), "a", buffering=1)
+i = 0
+while serves or i < lines:
+    print(f"line {i}", flush=True)
+    point = {"kind": "metric", "ts": time.time(), "mono": time.monotonic(), "step": i, "epoch": None,
+             "phase": "train", "metrics": {"loss": 1.0 / (i + 1)}}
+    metrics.write(json.dumps(point) + "\\n")
+    metrics.flush()
+    truth.write(f"{i}\\n")
+    i += 1
+    time.sleep(0.5 if serves else 0.1)
+truth.write(f"exit {code}\\n")
+sys.exit(code)
+"""
+
+
+# --- the stack -------------------------------------------------------------------------------------------------------
+class Stack:
+    """Every process of the product, each restartable after a SIGKILL."""
+
+    def __init__(self, var: Path) -> None:
+        self.var = var
+        self.logs = var / "log"
+        self.logs.mkdir(parents=True)
+        self.pg = EmbeddedPostgres(var, port=_free_port())
+        self.redis = EmbeddedRedis(var, port=_free_port())
+        self.web_port = _free_port()
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "PYTHONUNBUFFERED": "1",
+            "TFDASH_VAR_DIR": str(var),
+            "DATABASE_URL": self.pg.url,
+            "REDIS_URL": self.redis.url("0"),
+            "LOG_LEVEL": "INFO",
+        }
+        self.children: dict[str, Child] = {}
+        self.agents: dict[str, dict[str, str]] = {}  # host -> {"token", "port_range"}
+        self.lock = threading.Lock()
+
+    def start(self, name: str) -> None:
+        argv, env, options = self._command(name)
+        with self.lock:
+            self.children[name] = Child(name, argv, env, self.logs, **options)
+
+    def _command(self, name: str) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+        if name == "postgres":
+            return self.pg.argv(), self.env, self.pg.popen_options()
+        if name == "redis":
+            return self.redis.argv(), self.env, {}
+        if name == "web":
+            return (
+                [PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port), "config.asgi:application"],
+                self.env,
+                {},
+            )
+        if name == "orchestrator":
+            return (
+                [PY, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B", "--pool", "threads", "-c",
+                 "4", "-l", "INFO", "--hostname", "orchestrator@%h", "-s", str(self.var / "celerybeat-schedule")],
+                self.env,
+                {},
+            )  # fmt: skip
+        if name == "ingest":
+            return [PY, "manage.py", "ingest_metrics"], self.env, {}
+        host = name.removeprefix("agent-")
+        agent = self.agents[host]
+        env = {**self.env, "TFDASH_AGENT_TOKEN": agent["token"]}
+        for secret in ("DATABASE_URL",):  # an agent needs none of the control plane's secrets
+            env.pop(secret, None)
+        return (
+            [PY, "-m", "worker_agent", "--server", self.env["REDIS_URL"], "--host", host, "--port-range",
+             agent["port_range"], "--heartbeat-interval", str(AGENT_HEARTBEAT_S), "--workdir",
+             str(self.var / "agents" / host)],
+            env,
+            {},
+        )  # fmt: skip
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the service's whole process group (an agent's task processes have sessions of their own)."""
+        with self.lock:
+            child = self.children[name]
+        child.signal(signal.SIGKILL)
+        child.proc.wait()
+        child.log.close()
+
+    def alive(self, name: str) -> bool:
+        with self.lock:
+            return self.children[name].proc.poll() is None
+
+    def stop_all(self) -> None:
+        """The product first (agents kill their tasks and report it), then the servers it was talking to."""
+        with self.lock:
+            children = dict(self.children)
+        for group in ([c for n, c in children.items() if n not in DATABASES], [children[n] for n in DATABASES]):
+            for child in group:
+                child.signal(signal.SIGTERM)
+            deadline = time.monotonic() + 20
+            for child in group:
+                child.stop(deadline)
+
+    def start_databases(self) -> None:
+        self.pg.prepare()
+        self.start("postgres")
+        wait_for(self.pg.answers, 60, "PostgreSQL", self.logs / "postgres.log")
+        self.pg.ensure_database()
+        self.start("redis")
+        wait_for(self._redis_answers, 30, "Redis", self.logs / "redis.log")
+
+    def _redis_answers(self) -> bool:
+        import redis
+
+        try:
+            return bool(redis.Redis.from_url(self.env["REDIS_URL"], socket_connect_timeout=1).ping())
+        except redis.RedisError:
+            return False
+
+
+# --- the workload ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    weight: int
+    shape: dict[str, Any]
+    lines: int = 40
+    code: int = 0
+    cancel_after_s: float | None = None
+    builtin: str = ""
+
+
+KINDS = [
+    Kind("mirrored script", 3, {"strategy": "mirrored", "workers": 1, "devices_per_worker": 1}),
+    Kind("mirrored script that fails", 1, {"strategy": "mirrored", "workers": 1, "devices_per_worker": 1}, code=3),
+    Kind("multi-worker script", 3, {"strategy": "multi_worker_mirrored", "workers": 2, "devices_per_worker": 1}),
+    Kind("parameter-server script", 2, {"strategy": "parameter_server", "workers": 2, "ps": 1,
+                                        "devices_per_worker": 1}),
+    Kind("multi-worker script, cancelled", 1, {"strategy": "multi_worker_mirrored", "workers": 2,
+                                               "devices_per_worker": 1}, lines=400, cancel_after_s=6),
+    Kind("built-in digits_mlp", 1, {"strategy": "mirrored", "workers": 1, "devices_per_worker": 1},
+         builtin="digits_mlp"),
+]  # fmt: skip
+
+
+@dataclass
+class Tally:
+    faults: Counter[str] = field(default_factory=Counter)
+    agent_kills: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    jobs: dict[int, Kind] = field(default_factory=dict)
+    cancelled: set[int] = field(default_factory=set)
+
+
+def with_retry(what: str, action: Callable[[], T], timeout_s: float = 120) -> T:
+    """Run a database action, waiting out PostgreSQL restarts (the monkey kills it too)."""
+    from django.db import InterfaceError, OperationalError, close_old_connections
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return action()
+        except (OperationalError, InterfaceError):
+            if time.monotonic() > deadline:
+                raise
+            close_old_connections()
+            time.sleep(0.5)
+
+
+class Workload:
+    def __init__(self, truth: Path, tally: Tally, rng: random.Random) -> None:
+        from django.contrib.auth import get_user_model
+
+        self.truth = truth
+        self.tally = tally
+        self.rng = rng
+        self.owner = with_retry("user", lambda: get_user_model().objects.get_or_create(username="chaos")[0])
+
+    def submit(self) -> int:
+        from orchestrator.control import submission
+        from orchestrator.models import Cluster
+
+        kind = self.rng.choices(KINDS, weights=[k.weight for k in KINDS])[0]
+        data: dict[str, Any] = {"name": kind.name, "max_restarts": 2, **kind.shape}
+        upload = None
+        if kind.builtin:
+            data |= {"builtin": kind.builtin, "builtin_config": {"epochs": 2, "steps_per_epoch": 20}}
+        else:
+            data["args"] = [str(self.truth), str(kind.lines), str(kind.code)]
+            upload = submission.Upload(filename="soak.py", content=SOAK_SCRIPT)
+
+        def submit() -> int:
+            cluster = Cluster.objects.get(name="local")
+            job, _ = submission.new_job(self.owner, cluster, data)
+            return submission.submit(job, upload).pk
+
+        job_id = with_retry("submit", submit)
+        self.tally.jobs[job_id] = kind
+        return job_id
+
+    def in_flight(self) -> list[int]:
+        from orchestrator.models import TERMINAL_JOB_STATES, Job
+
+        return with_retry(
+            "jobs", lambda: list(Job.objects.exclude(state__in=TERMINAL_JOB_STATES).values_list("pk", flat=True))
+        )
+
+    def cancel_due(self) -> None:
+        from orchestrator.control import lifecycle
+        from orchestrator.models import Job, JobState
+
+        for job_id, kind in self.tally.jobs.items():
+            if kind.cancel_after_s is None or job_id in self.tally.cancelled:
+                continue
+            job = with_retry("job", lambda job_id=job_id: Job.objects.get(pk=job_id))
+            if (
+                job.state == JobState.RUNNING
+                and job.started_at
+                and time.time() - job.started_at.timestamp() > (kind.cancel_after_s)
+            ):
+                with_retry("cancel", lambda job_id=job_id: lifecycle.cancel(job_id, "the chaos soak"))
+                self.tally.cancelled.add(job_id)
+
+
+# --- the monkey ------------------------------------------------------------------------------------------------------
+SERVICES = ["orchestrator", "ingest", "web", "redis", "postgres"]
+
+
+class Monkey(threading.Thread):
+    def __init__(self, stack: Stack, tally: Tally, rng: random.Random, every_s: float) -> None:
+        super().__init__(name="monkey", daemon=True)
+        self.stack = stack
+        self.tally = tally
+        self.rng = rng
+        self.every_s = every_s
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.rng.uniform(0.5, 1.5) * self.every_s):
+            victim = self.rng.choice([*SERVICES, "agent", "task", "task"])
+            if victim == "task":
+                pid = self._a_task_process()
+                if pid is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pid, signal.SIGKILL)
+                    self.tally.faults["task process"] += 1
+                continue
+            name = f"agent-{self.rng.choice(list(self.stack.agents))}" if victim == "agent" else victim
+            self.stack.kill(name)
+            if victim == "agent":
+                self.tally.agent_kills[name.removeprefix("agent-")].append(time.time())
+            self.tally.faults[victim] += 1
+            # Down for a moment: long enough for clients to notice, short of the 15 s heartbeat timeout.
+            if self.stopped.wait(self.rng.uniform(1, 3)):
+                self.stack.start(name)
+                return
+            self.stack.start(name)
+
+    def _a_task_process(self) -> int | None:
+        leaders = [p.pid for p in _task_processes(self.stack.var) if _is_leader(p)]
+        return self.rng.choice(leaders) if leaders else None
+
+
+def _task_processes(var: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline", "environ"]):
+        with contextlib.suppress(psutil.Error, TypeError):
+            if (proc.info["environ"] or {}).get("TFDASH_TASK_ID") and str(var) in " ".join(proc.info["cmdline"]):
+                found.append(proc)
+    return found
+
+
+def _is_leader(proc: psutil.Process) -> bool:
+    try:
+        return os.getpgid(proc.pid) == proc.pid
+    except OSError:
+        return False
+
+
+# --- the checks ------------------------------------------------------------------------------------------------------
+def check(stack: Stack, truth: Path, tally: Tally) -> dict[str, int]:
+    from contracts.strategies import speaks_for_job
+    from orchestrator.models import ACTIVE_TASK_STATES, Job, JobState, MetricPoint, Task, TaskLogLine
+
+    jobs = {job.pk: job for job in Job.objects.all()}
+    tasks = list(Task.objects.select_related("host"))
+    counts: dict[str, int] = Counter()
+    counts["jobs submitted"] = len(jobs)
+    counts["jobs not final"] = sum(not job.is_terminal for job in jobs.values())
+    for state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+        counts[f"jobs {state}"] = sum(job.state == state for job in jobs.values())
+    counts["stuck tasks"] = sum(task.state in ACTIVE_TASK_STATES for task in tasks)
+    counts["orphans"] = len(_task_processes(stack.var))
+    counts["ports held"] = _ports_held(stack)
+    counts["jobs inconsistent"] = 0
+    for job in jobs.values():
+        if job.state == JobState.SUCCEEDED and job.strategy != "parameter_server":
+            speaker = speaks_for_job(job.strategy)
+            if not any(
+                (t.type, t.index) == speaker and t.exit_code == 0 and t.job_id == job.pk and t.attempt == job.attempt
+                for t in tasks
+            ):
+                counts["jobs inconsistent"] += 1
+    lines = defaultdict(Counter)
+    for task_id, text in TaskLogLine.objects.values_list("task_id", "text"):
+        if text.startswith("line "):
+            lines[task_id][int(text.split()[1])] += 1
+    points = defaultdict(Counter)
+    for task_id, step in MetricPoint.objects.filter(name="loss", phase="train").values_list("task_id", "step"):
+        points[task_id][step] += 1
+    for key in ("events lost", "log lines lost", "log lines duplicated", "points lost", "points duplicated",
+                "tasks under a killed agent", "tasks checked"):  # fmt: skip
+        counts[key] = 0
+    for task in tasks:
+        recorded = _truth(truth / f"{task.pk}-{task.attempt}")
+        if recorded is None:
+            continue  # a built-in program, or a soak task that never started
+        printed, exit_code = recorded
+        if _under_killed_agent(task, tally):
+            counts["tasks under a killed agent"] += 1
+            continue
+        counts["tasks checked"] += 1
+        if exit_code is not None and task.exit_code != exit_code and not (task.exit_code or 0) < 0:
+            counts["events lost"] += 1
+            print(f"  task {task.pk}: exited {exit_code}, stored {task.state} {task.exit_code}: {task.detail}")
+        for name, stored in (("log lines", lines[task.pk]), ("points", points[task.pk])):
+            # A process killed between printing a line and writing its truth has one more stored than written.
+            lost = sum(1 for i in range(printed) if stored[i] == 0)
+            counts[f"{name} lost"] += lost
+            counts[f"{name} duplicated"] += sum(n - 1 for n in stored.values() if n > 1)
+            if lost:
+                print(f"  task {task.pk} ({task.state}): {lost} of {printed} {name} missing")
+    return counts
+
+
+def _truth(path: Path) -> tuple[int, int | None] | None:
+    if not path.exists():
+        return None
+    printed, code = 0, None
+    for line in path.read_text().splitlines():
+        if line.startswith("exit "):
+            code = int(line.split()[1])
+        elif line.strip():
+            printed = max(printed, int(line) + 1)
+    return printed, code
+
+
+def _under_killed_agent(task: Any, tally: Tally) -> bool:
+    if task.host is None or task.started_at is None:
+        return False
+    start = task.started_at.timestamp() - 2
+    end = (task.finished_at.timestamp() if task.finished_at else time.time()) + 2
+    return any(start <= at <= end for at in tally.agent_kills.get(task.host.name, []))
+
+
+def _ports_held(stack: Stack) -> int:
+    """Sockets listening on a port of the hosts' ranges (a task's TF server, or anything else that took one)."""
+    ranges = [tuple(map(int, agent["port_range"].split("-"))) for agent in stack.agents.values()]
+    return sum(
+        1
+        for conn in psutil.net_connections(kind="tcp")
+        if conn.status == psutil.CONN_LISTEN and any(low <= conn.laddr.port <= high for low, high in ranges)
+    )
+
+
+# --- main ------------------------------------------------------------------------------------------------------------
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=10)
+    parser.add_argument("--fault-every", type=float, default=8.0, help="seconds between faults, on average")
+    parser.add_argument("--in-flight", type=int, default=3, help="jobs kept queued or running")
+    parser.add_argument("--settle", type=float, default=300, help="seconds to wait for every job to end afterwards")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, data)")
+    args = parser.parse_args()
+    seed = args.seed if args.seed is not None else random.randrange(1_000_000)
+    rng = random.Random(seed)
+    var = Path(tempfile.mkdtemp(prefix="tfdash-chaos-"))
+    os.chmod(var, 0o755)  # noqa: S103 - the embedded PostgreSQL runs as its own user when we are root
+    truth = var / "truth"
+    truth.mkdir(mode=0o777)
+    os.chmod(truth, 0o777)  # noqa: S103 - task processes write their ground truth here
+    stack = Stack(var)
+    tally = Tally()
+    print(f"[chaos] seed {seed}; stack under {var}", flush=True)
+    monkey = None
+    try:
+        stack.start_databases()
+        os.environ.update({k: stack.env[k] for k in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")})
+        os.environ["LOG_LEVEL"] = "WARNING"
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", "--noinput", verbosity=0)
+        out = io.StringIO()
+        call_command("local_cluster", hosts=HOSTS, first_port=_free_port_block(), shared_dir=str(var / "shared"),
+                     stdout=out)  # fmt: skip
+        for host in json.loads(out.getvalue())["hosts"]:
+            stack.agents[host["host"]] = {"token": host["token"], "port_range": host["port_range"]}
+        for name in ["web", "orchestrator", "ingest", *(f"agent-{h}" for h in stack.agents)]:
+            stack.start(name)
+        _wait_online(len(stack.agents))
+        print(f"[chaos] stack up; soaking {args.minutes:g} min with a fault every ~{args.fault_every:g} s", flush=True)
+
+        workload = Workload(truth, tally, rng)
+        monkey = Monkey(stack, tally, rng, args.fault_every)
+        monkey.start()
+        soak_end = time.monotonic() + args.minutes * 60
+        while time.monotonic() < soak_end:
+            if len(workload.in_flight()) < args.in_flight:
+                workload.submit()
+            workload.cancel_due()
+            time.sleep(0.5)
+        monkey.stopped.set()
+        monkey.join()
+        for name in list(stack.children):
+            if not stack.alive(name):
+                stack.start(name)
+        print(f"[chaos] soak over: {sum(tally.faults.values())} faults; waiting for every job to end", flush=True)
+        deadline = time.monotonic() + args.settle
+        while workload.in_flight() and time.monotonic() < deadline:
+            workload.cancel_due()
+            time.sleep(1)
+        _settle_tasks(deadline)
+        counts = check(stack, truth, tally)
+    finally:
+        if monkey is not None:
+            monkey.stopped.set()
+        stack.stop_all()
+    results: dict[str, Any] = {"seed": seed, "minutes": args.minutes, "faults": dict(tally.faults), **counts}
+    _print_table(results)
+    failed = [key for key in INVARIANTS if results.get(key)]
+    if args.json:
+        args.json.write_text(json.dumps({**results, "invariants": list(INVARIANTS), "failed": failed}, indent=2))
+    if args.keep:
+        print(f"[chaos] kept {var}")
+    else:
+        shutil.rmtree(var, ignore_errors=True)
+    if failed:
+        print(f"[chaos] FAILED: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+INVARIANTS = ("jobs not final", "jobs inconsistent", "stuck tasks", "orphans", "ports held", "events lost",
+              "log lines lost", "log lines duplicated", "points lost", "points duplicated")  # fmt: skip
+
+
+def _wait_online(hosts: int) -> None:
+    from orchestrator.models import Host, HostStatus
+
+    deadline = time.monotonic() + 90
+    while with_retry("hosts", lambda: Host.objects.filter(status=HostStatus.ONLINE).count()) < hosts:
+        if time.monotonic() > deadline:
+            raise SystemExit("the agents did not come online within 90 s")
+        time.sleep(0.5)
+
+
+def _settle_tasks(deadline: float) -> None:
+    """After the jobs: their last tasks are stopped (ParameterServer servers, a gang's stragglers)."""
+    from orchestrator.models import ACTIVE_TASK_STATES, Task
+
+    while time.monotonic() < deadline:
+        if not with_retry("tasks", lambda: Task.objects.filter(state__in=ACTIVE_TASK_STATES).exists()):
+            return
+        time.sleep(1)
+
+
+def _print_table(results: dict[str, Any]) -> None:
+    faults = results["faults"]
+    print(f"\nchaos soak: {results['minutes']:g} min, seed {results['seed']}")
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(faults.items()))
+    print(f"  {'faults injected':<28} {sum(faults.values()):>6}  ({kinds})")
+    for key, value in results.items():
+        if key in ("seed", "minutes", "faults"):
+            continue
+        mark = "  <-- must be 0" if key in INVARIANTS and value else ""
+        print(f"  {key:<28} {value:>6}{mark}")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _free_port_block(size: int = HOSTS * 100) -> int:
+    """The first of `size` free ports in a row, for the hosts' TF port ranges (checked, not reserved), below the
+    kernel's range for outgoing connections (whose local ports would look taken)."""
+    rng = random.Random()
+    for _ in range(50):
+        low = rng.randrange(10000, 20000)
+        if all(_bindable(port) for port in range(low, low + size)):
+            return low
+    raise SystemExit("no block of free ports for the hosts")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("0.0.0.0", port))  # noqa: S104 - probing
+        except OSError:
+            return False
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())

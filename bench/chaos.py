@@ -56,8 +56,8 @@ DATABASES = ("redis", "postgres")
 AGENT_HEARTBEAT_S = 1.0
 T = TypeVar("T")
 
-# One soak program for every role: numbered lines and points, a ground-truth file, then its exit code; a
-# ParameterServer ps or worker serves on its TF_CONFIG port until it is stopped, as TF's servers do.
+# One soak program for every role: numbered lines and points, a ground-truth file, then its exit code. Like TF, a
+# task of a multi-process job listens on its TF_CONFIG port, and a ParameterServer ps or worker serves until stopped.
 SOAK_SCRIPT = b"""
 import json, os, socket, sys, time
 truth_dir, lines, code = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -65,7 +65,7 @@ me = f"{os.environ['TFDASH_TASK_ID']}-{os.environ['TFDASH_ATTEMPT']}"
 config = json.loads(os.environ.get("TF_CONFIG") or "{}")
 task = config.get("task", {})
 serves = "chief" in config.get("cluster", {}) and task.get("type") in ("ps", "worker")
-if serves:
+if task:  # every task of a multi-process job opens its port, as TF's server does
     port = int(config["cluster"][task["type"]][task["index"]].rsplit(":", 1)[1])
     server = socket.socket()
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -284,10 +284,11 @@ class Workload:
             if kind.cancel_after_s is None or job_id in self.tally.cancelled:
                 continue
             job = with_retry("job", lambda job_id=job_id: Job.objects.get(pk=job_id))
+            placed = job.placed_at.timestamp() if job.placed_at else None
             if (
-                job.state == JobState.RUNNING
-                and job.started_at
-                and time.time() - job.started_at.timestamp() > (kind.cancel_after_s)
+                job.state in (JobState.STARTING, JobState.RUNNING)
+                and placed
+                and time.time() - placed > kind.cancel_after_s
             ):
                 with_retry("cancel", lambda job_id=job_id: lifecycle.cancel(job_id, "the chaos soak"))
                 self.tally.cancelled.add(job_id)

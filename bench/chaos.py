@@ -497,6 +497,7 @@ def main() -> int:
             workload.cancel_due()
             time.sleep(1)
         _settle_tasks(deadline)
+        _settle_processes(stack)
         counts = check(stack, truth, tally)
     finally:
         if monkey is not None:
@@ -538,6 +539,14 @@ def _settle_tasks(deadline: float) -> None:
         if not with_retry("tasks", lambda: Task.objects.filter(state__in=ACTIVE_TASK_STATES).exists()):
             return
         time.sleep(1)
+
+
+def _settle_processes(stack: Stack, bound_s: float = 30) -> None:
+    """Processes of tasks that are final by now (a stray an agent was told to kill after its task was declared lost)
+    go within a few heartbeats and a kill grace: give them that bound before they count as orphans."""
+    deadline = time.monotonic() + bound_s
+    while (_task_processes(stack.var) or _ports_held(stack)) and time.monotonic() < deadline:
+        time.sleep(0.5)
 
 
 def _print_table(results: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import logging
 from dataclasses import asdict
+from typing import Any
 
 from django.utils import timezone
 
@@ -24,6 +25,7 @@ from contracts.protocol import (
     sign,
 )
 from contracts.strategies import Strategy
+from orchestrator.control.passes import BROKER_ERRORS
 from orchestrator.core import tf_config
 from orchestrator.models import Host, Job, ProgramKind, Task, TaskState
 
@@ -81,7 +83,7 @@ def launch_tasks(task_ids: list[int]) -> None:
         job = task.job
         env = tf_config.environment(task.tf_config, Strategy(job.strategy), legacy_keras=job.legacy_keras)
         spec = launch_spec(task, env)
-        app.send_task(AGENT_LAUNCH, args=[sign(asdict(spec), task.host.token_hash)], queue=agent_queue(task.host.name))
+        _send(AGENT_LAUNCH, sign(asdict(spec), task.host.token_hash), task.host.name)
 
 
 def kill_tasks(tasks: list[Task], reason: str) -> None:
@@ -89,14 +91,21 @@ def kill_tasks(tasks: list[Task], reason: str) -> None:
     _stamp(tasks)
     for task in tasks:
         order = KillOrder(job_id=task.job_id, task_id=task.pk, attempt=task.attempt, reason=reason)
-        app.send_task(AGENT_KILL, args=[sign(asdict(order), task.host.token_hash)], queue=agent_queue(task.host.name))
+        _send(AGENT_KILL, sign(asdict(order), task.host.token_hash), task.host.name)
 
 
 def acknowledge_exits(host: Host, keys: list[tuple[int, int]]) -> None:
     """Tell the agent these exits are stored, so its heartbeat stops carrying them."""
     if keys:
         body = {"exits": [list(key) for key in keys]}
-        app.send_task(AGENT_ACK_EXITS, args=[sign(body, host.token_hash)], queue=agent_queue(host.name))
+        _send(AGENT_ACK_EXITS, sign(body, host.token_hash), host.name)
+
+
+def _send(order: str, message: dict[str, Any], host: str) -> None:
+    try:
+        app.send_task(order, args=[message], queue=agent_queue(host))
+    except BROKER_ERRORS as exc:  # stamped already: the heartbeat's convergence sends it again
+        log.warning("could not send %s to %s (it will be sent again): %r", order, host, exc)
 
 
 def _stamp(tasks: list[Task]) -> None:

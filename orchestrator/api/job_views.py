@@ -74,9 +74,15 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
     def tasks(self, request: Request, pk: str | None = None) -> Response:
         job = self.get_object()
         tasks = job.tasks.select_related("host")
-        attempt = request.query_params.get("attempt")
+        attempt = request.query_params.get("attempt") or ""
         if attempt != "all":
-            tasks = tasks.filter(attempt=int(attempt) if attempt and attempt.isdigit() else job.attempt)
+            # ASCII digits only: "²".isdigit() is true and int() refuses it.
+            if attempt and not (attempt.isascii() and attempt.isdigit()):
+                return Response(
+                    {"attempt": [f"{attempt[:20]!r} is not an attempt number (or 'all')."]},
+                    status=status.HTTP_400_BAD_REQUEST,
+                )
+            tasks = tasks.filter(attempt=int(attempt) if attempt else job.attempt)
         return Response(TaskSerializer(tasks, many=True).data)
 
     @extend_schema(request=None, responses={200: JobSerializer, 409: OpenApiResponse(description="already ended")})

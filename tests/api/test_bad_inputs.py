@@ -89,6 +89,12 @@ ROWS = [
         "metrics ?since=10**30", "GET", "/api/jobs/{job}/metrics/?since=" + str(10**30), status=200, says='"points":[]'
     ),
     Row("tasks ?attempt=10**30", "GET", "/api/jobs/{job}/tasks/?attempt=" + str(10**30), status=200, says="[]"),
+    Row(
+        "tasks ?attempt=² (a digit int() refuses)",
+        "GET",
+        "/api/jobs/{job}/tasks/?attempt=%C2%B2",
+        says="is not an attempt number (or 'all').",
+    ),
     Row("job id 10**30", "GET", f"/api/jobs/{10**30}/", status=404, says="No Job matches the given query."),
     Row(
         "host port_min = 10**12 (staff)",
@@ -201,6 +207,14 @@ ROWS = [
         upload(script=script(content=b"def broken(:\n")),
         format="multipart",
         says="Syntax error in train.py line 1",
+    ),
+    Row(
+        "a .py nested too deeply to compile (x=-----...1, 200,000 signs)",
+        "POST",
+        "/api/jobs/",
+        upload(script=script(content=b"x=" + b"-" * 200_000 + b"1\n")),
+        format="multipart",
+        says="train.py is nested too deeply to compile.",
     ),
     Row(
         "builtin_config as text that is not JSON",

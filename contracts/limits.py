@@ -16,3 +16,9 @@ MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
 
 # A task's output line: the agent cuts longer lines here, the orchestrator stores at most this much of one.
 MAX_LOG_LINE_CHARS = 10_000
+
+# What one host may report about itself (more is a lie or a bug; the report is refused): nothing the control plane
+# builds from a report (device lists, placement state) may grow past these.
+MAX_HOST_CPUS = 4096
+MAX_HOST_GPUS = 64
+MAX_HOST_MEMORY_MB = 2**40  # a petabyte and then some

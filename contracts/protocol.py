@@ -16,6 +16,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from contracts.limits import MAX_HOST_CPUS, MAX_HOST_GPUS, MAX_HOST_MEMORY_MB
+
 PROTOCOL_VERSION = 2
 
 ORCHESTRATOR_QUEUE = "orchestrator"
@@ -113,31 +115,42 @@ class AgentMessage:
 
 
 def parse_facts(raw: dict[str, Any]) -> HostFacts:
-    """Rebuild facts from a payload, rejecting anything malformed with ValueError (never trust the wire)."""
+    """Rebuild facts from a payload, rejecting anything malformed or out of bounds with ValueError (never trust the
+    wire: a host claiming 2**31 CPUs would otherwise attract every task of its cluster)."""
     try:
+        raw_gpus = raw.get("gpus", [])
+        if len(raw_gpus) > MAX_HOST_GPUS:
+            raise ValueError(f"{len(raw_gpus)} GPUs reported; at most {MAX_HOST_GPUS}")
         gpus = [
             GpuInfo(
-                index=int(g["index"]),
+                index=_bounded(g["index"], 0, MAX_HOST_GPUS * 16),
                 name=str(g["name"])[:200],
-                memory_total_mb=int(g["memory_total_mb"]),
+                memory_total_mb=_bounded(g["memory_total_mb"], 0, MAX_HOST_MEMORY_MB),
                 uuid=str(g.get("uuid", ""))[:100],
             )
-            for g in raw.get("gpus", [])
+            for g in raw_gpus
         ]
         port_range = raw.get("port_range")
         return HostFacts(
-            cpu_count=int(raw["cpu_count"]),
-            memory_total_mb=int(raw["memory_total_mb"]),
+            cpu_count=_bounded(raw["cpu_count"], 1, MAX_HOST_CPUS),
+            memory_total_mb=_bounded(raw["memory_total_mb"], 0, MAX_HOST_MEMORY_MB),
             gpus=gpus,
             tf_version=str(raw.get("tf_version", ""))[:50],
             agent_version=str(raw.get("agent_version", ""))[:50],
             hostname=str(raw.get("hostname", ""))[:255],
-            pid=int(raw.get("pid", 0)),
-            port_range=(int(port_range[0]), int(port_range[1])) if port_range else None,
+            pid=_bounded(raw.get("pid", 0), 0, 2**31),
+            port_range=(_bounded(port_range[0], 0, 65535), _bounded(port_range[1], 0, 65535)) if port_range else None,
             gpu_error=str(raw.get("gpu_error", ""))[:500],
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ValueError(f"malformed host facts: {exc!r}") from exc
+
+
+def _bounded(value: Any, low: int, high: int) -> int:
+    number = int(value)
+    if not low <= number <= high:
+        raise ValueError(f"{number} is outside {low}..{high}")
+    return number
 
 
 def parse_task_report(raw: Any) -> TaskReport | None:

@@ -83,9 +83,7 @@ def converge(host: Host, report: TaskReport) -> Converged:
         _settle(job_id, keys, exits, report.events_upto, host, result)
     # Every exit the database now holds as final (or that names nothing here): the agent may forget it.
     result.acknowledged = [
-        key
-        for key in exits
-        if key not in rows or key[0] in result.ended or rows[key].state not in ACTIVE_TASK_STATES
+        key for key in exits if key not in rows or key[0] in result.ended or rows[key].state not in ACTIVE_TASK_STATES
     ]
     strays = [
         Task(pk=r.task_id, job_id=r.job_id, attempt=r.attempt, host=host)

@@ -22,7 +22,13 @@ def test_it_round_trips_the_facts_an_agent_collects():
         {},
         {"cpu_count": "many", "memory_total_mb": 1},
         {"cpu_count": 1, "memory_total_mb": 1, "gpus": [{"index": 0}]},
+        {"cpu_count": 2**31, "memory_total_mb": 1},  # a host lying its way into every placement
+        {"cpu_count": 0, "memory_total_mb": 1},
+        {"cpu_count": 2, "memory_total_mb": 1, "gpus": [{"index": 0, "name": "g", "memory_total_mb": 1}] * 10**6},
+        {"cpu_count": 2, "memory_total_mb": 10**30},
+        {"cpu_count": 2, "memory_total_mb": 1, "pid": -1},
     ],
+    ids=["empty", "text", "gpu without fields", "2**31 CPUs", "no CPU", "10**6 GPUs", "10**30 MB", "negative pid"],
 )
 def test_it_rejects_malformed_facts(raw):
     with pytest.raises(ValueError, match="malformed host facts"):

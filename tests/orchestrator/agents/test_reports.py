@@ -1,0 +1,37 @@
+"""Reports a host makes about itself are bounded: a host that lies about its size is refused, not believed."""
+
+from __future__ import annotations
+
+import pytest
+
+from contracts.protocol import AgentMessage, HostFacts
+from orchestrator.agents import reports
+from orchestrator.models import Host, HostStatus
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [HostFacts(cpu_count=2**31, memory_total_mb=1024), HostFacts(cpu_count=2, memory_total_mb=10**30)],
+    ids=["2**31 CPUs", "10**30 MB"],
+)
+def test_a_host_claiming_an_impossible_size_is_refused_and_changes_nothing(facts, caplog):
+    host, token = factories.host("liar-0")
+    payload = AgentMessage(host=host.name, token=token, facts=facts).to_payload()
+
+    assert not reports.handle_report(payload, hello=True)
+
+    host.refresh_from_db()
+    assert (host.status, host.cpu_count, host.device_slots) == (HostStatus.UNKNOWN, None, 0)
+    assert "sent malformed facts" in caplog.text and "is outside" in caplog.text
+
+
+def test_a_host_claiming_a_million_gpus_is_refused_before_any_list_is_built():
+    host, token = factories.host("liar-1")
+    payload = AgentMessage(host=host.name, token=token, facts=HostFacts(cpu_count=2, memory_total_mb=1)).to_payload()
+    payload["facts"]["gpus"] = [{"index": 0, "name": "fake", "memory_total_mb": 1}] * 10**6
+
+    assert not reports.handle_report(payload, hello=False)
+    assert Host.objects.get(pk=host.pk).gpus == []

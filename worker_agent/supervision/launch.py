@@ -14,7 +14,15 @@ from contracts.protocol import LaunchSpec, TaskEventKind
 
 HOOKS_DIR = Path(__file__).resolve().parent.parent / "hooks"
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # the folder holding `worker_agent`, for `-m worker_agent`
-SECRET_MARKERS = ("TOKEN", "PASSWORD", "SECRET")
+# What a task inherits from the agent's environment: what any process needs (paths, locale, temp, the Python the
+# agent runs), and what TF and the accelerator stack read. Nothing else: the agent's environment may hold its token,
+# the broker URL, a database URL. Even an allowed name is dropped when it names a secret (HF_TOKEN, ...).
+INHERITED = frozenset({
+    "PATH", "HOME", "LANG", "LANGUAGE", "TZ", "USER", "LOGNAME", "TMPDIR", "TEMP", "TMP", "PYTHONPATH",
+    "PYTHONHASHSEED", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "SSL_CERT_FILE", "SSL_CERT_DIR",
+})  # fmt: skip
+INHERITED_PREFIXES = ("LC_", "TF_", "CUDA_", "NVIDIA_", "NCCL_", "XLA_", "OMP_", "MKL_", "KMP_", "OPENBLAS_")
+SECRET_MARKERS = ("TOKEN", "PASSWORD", "SECRET", "KEY", "CREDENTIAL")
 log = logging.getLogger(__name__)
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 
@@ -29,8 +37,8 @@ class Refused(Exception):
 
 
 def child_env(spec: LaunchSpec) -> dict[str, str]:
-    """The agent's environment without its secrets, plus the task's own variables and device selection."""
-    env = {name: value for name, value in os.environ.items() if not _is_secret(name)}
+    """The allowed part of the agent's environment, plus the task's own variables and device selection."""
+    env = {name: value for name, value in os.environ.items() if _inherited(name)}
     env.update(spec.env)
     env.update(
         PYTHONUNBUFFERED="1",
@@ -53,9 +61,10 @@ def child_env(spec: LaunchSpec) -> dict[str, str]:
     return env
 
 
-def _is_secret(name: str) -> bool:
+def _inherited(name: str) -> bool:
     upper = name.upper()
-    return any(marker in upper for marker in SECRET_MARKERS)
+    allowed = upper in INHERITED or upper.startswith(INHERITED_PREFIXES)
+    return allowed and not any(marker in upper for marker in SECRET_MARKERS)
 
 
 def validate(spec: LaunchSpec) -> None:

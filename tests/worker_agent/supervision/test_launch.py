@@ -138,6 +138,10 @@ def child_report(sent: Recorder, task_id: int) -> dict[str, Any]:
 def test_a_cpu_task_gets_its_tf_config_and_devices_but_not_the_agent_secrets(supervisor, sent, monkeypatch, tmp_path):
     monkeypatch.setenv("TFDASH_AGENT_TOKEN", "tfa_secret")
     monkeypatch.setenv("SOME_PASSWORD", "hunter2")
+    monkeypatch.setenv("DATABASE_URL", "postgres://tfdash:pw@db/tfdash")  # no marker in the name: not allowed either
+    monkeypatch.setenv("REDIS_URL", "redis://:pw@redis:6379/0")
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")  # what TF reads passes
+    monkeypatch.setenv("TF_API_TOKEN", "x")  # but never a secret, even under an allowed prefix
     monkeypatch.setenv("PYTHONPATH", "/opt/existing")
     tf_config = json.dumps({"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 1}})
     spec = spec_for("show_env.py", env={"TF_CONFIG": tf_config}, task_index=1, attempt=2)
@@ -147,7 +151,8 @@ def test_a_cpu_task_gets_its_tf_config_and_devices_but_not_the_agent_secrets(sup
 
     env = report["env"]
     assert env["TF_CONFIG"] == tf_config
-    assert "TFDASH_AGENT_TOKEN" not in env and "SOME_PASSWORD" not in env
+    assert not {"TFDASH_AGENT_TOKEN", "SOME_PASSWORD", "DATABASE_URL", "REDIS_URL", "TF_API_TOKEN"} & env.keys()
+    assert env["TF_CPP_MIN_LOG_LEVEL"] == "2" and env["PATH"] == os.environ["PATH"]
     assert env["CUDA_VISIBLE_DEVICES"] == ""
     assert env["TFDASH_LOGICAL_CPU_DEVICES"] == "1"
     assert env["PYTHONUNBUFFERED"] == "1"

@@ -11,9 +11,12 @@ import json
 import os
 import sys
 
+import pytest
+
 from tests.support.processes import ROOT, ManagedProcess
 
 
+@pytest.mark.timeout(900)  # two minutes of soak, then every job must end: more than the suite's 300 s per test
 def test_two_minutes_of_faults_lose_nothing_and_leave_nothing_behind(tmp_path, artifacts_dir):
     results_file = tmp_path / "chaos.json"
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")}

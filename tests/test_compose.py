@@ -2,23 +2,35 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import compose
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = Path(compose.__file__).resolve().parent / "docker-compose"
 
 
-def compose_config(path: Path) -> subprocess.CompletedProcess[str]:
+SECRETS = {
+    "SECRET_KEY": "k" * 50,
+    "POSTGRES_PASSWORD": "pg-pw",
+    "REDIS_PASSWORD": "redis-pw",
+    "DJANGO_SUPERUSER_PASSWORD": "admin-pw",
+}
+
+
+def compose_config(path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    # Only what the test gives: no .env, no variable of the machine's own.
     return subprocess.run(
         [str(COMPOSE), "-f", str(path), "config", "--format", "json"],
         capture_output=True,
         text=True,
         check=False,
         cwd=path.parent,
+        env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), **(SECRETS if env is None else env)},
     )
 
 
@@ -31,6 +43,16 @@ def test_the_compose_file_validates_with_every_service():
     services = json.loads(result.stdout)["services"]
     assert set(services) == {"redis", "postgres", "web", "orchestrator", "ingest", "agent-1", "agent-2"}
     assert services["agent-1"]["command"][:3] == ["python", "-m", "worker_agent"]
+    assert services["web"]["ports"][0]["host_ip"] == "127.0.0.1"  # not published on every interface by default
+    assert services["web"]["environment"]["SECRET_KEY"] == SECRETS["SECRET_KEY"]
+
+
+@pytest.mark.parametrize("missing", sorted(SECRETS))
+def test_it_refuses_to_start_without_each_secret(missing: str):
+    result = compose_config(ROOT / "docker-compose.yml", {k: v for k, v in SECRETS.items() if k != missing})
+
+    assert result.returncode != 0
+    assert f"set {missing} in .env" in result.stderr
 
 
 def test_the_check_fails_on_a_broken_file(tmp_path: Path):

@@ -23,6 +23,7 @@ from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, ORCHESTRATOR_QUEUE,
 from orchestrator.agents import events, liveness, reports
 from orchestrator.control import lifecycle, passes, scheduling
 from orchestrator.control.scheduling import WAITING_STATES
+from orchestrator.metrics import ingest
 from orchestrator.models import Job
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,8 @@ def task_event(payload: Any) -> None:
 
 @entry(TASK_LOGS)
 def task_logs(payload: Any) -> None:
-    events.handle_task_logs(payload)
+    """Log lines from an agent of the previous protocol (they travel on the metrics stream now)."""
+    ingest.handle_task_logs(payload)
 
 
 # Metric traffic (TASK_METRICS, HOST_SAMPLES, TASK_ARTIFACT) is not a Celery task: see orchestrator/metrics/stream.py.

@@ -11,19 +11,16 @@ from typing import Any
 
 from django.db import transaction
 
-from contracts.limits import MAX_LOG_LINE_CHARS
-from contracts.protocol import TaskEvent, TaskLogBatch
+from contracts.protocol import TaskEvent
 from orchestrator import counters
 from orchestrator.agents.auth import authenticated_body
 from orchestrator.control.lifecycle import apply_event
-from orchestrator.metrics import live
-from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task, TaskLogLine
+from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task
 
 log = logging.getLogger(__name__)
 
 DROPPED = "task_messages_dropped"
 REPLAYED = "task_events_replayed"
-MAX_LINES_PER_BATCH = 2000
 
 
 def handle_task_event(payload: Any) -> bool:
@@ -60,28 +57,6 @@ def apply_once(task: Task, event: TaskEvent) -> bool:
 
 def _number(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63 else 0
-
-
-def handle_task_logs(payload: Any) -> int:
-    found = authenticated_body(payload, TaskLogBatch)
-    if found is None:
-        return 0
-    host, batch = found
-    try:
-        lines = [(int(seq), str(stream)[:6], str(text)[:MAX_LOG_LINE_CHARS]) for seq, stream, text in batch.lines]
-    except (KeyError, TypeError, ValueError) as exc:
-        log.warning("malformed log batch from %s: %r", host.name, exc)
-        counters.incr(DROPPED)
-        return 0
-    task = Task.objects.filter(pk=batch.task_id, attempt=batch.attempt, host=host).first()
-    if task is None:
-        counters.incr(DROPPED)
-        return 0
-    rows = [TaskLogLine(task=task, seq=seq, stream=stream, text=text) for seq, stream, text in lines]
-    # Redelivered batches carry the same (task, seq): stored once.
-    TaskLogLine.objects.bulk_create(rows[:MAX_LINES_PER_BATCH], ignore_conflicts=True)
-    live.logs_stored(task.job_id)
-    return len(rows)
 
 
 def _lock_task(task_id: int, host: Host) -> Task | None:

@@ -1,4 +1,4 @@
-"""What TF processes report through their agents: metric points, facts, host samples and artifacts, stored
+"""What TF processes report through their agents: metric points, facts, log lines, host samples and artifacts, stored
 idempotently, in bulk.
 
 `store_reports` takes what the metrics stream consumer drained (often hundreds of reports) and stores every point and
@@ -18,11 +18,14 @@ from typing import Any
 
 from django.db import DatabaseError, DataError, IntegrityError, transaction
 
+from contracts.limits import MAX_LOG_LINE_CHARS
 from contracts.protocol import (
     HOST_SAMPLES,
     TASK_ARTIFACT,
+    TASK_LOGS,
     TASK_METRICS,
     HostSampleBatch,
+    TaskLogBatch,
     TaskMetricsBatch,
 )
 from contracts.strategies import speaks_for_job
@@ -32,9 +35,11 @@ from orchestrator.metrics import live
 from orchestrator.metrics.artifacts import handle_task_artifact
 from orchestrator.metrics.lookups import DROPPED, lookups, task_of
 from orchestrator.metrics.points import MAX_EVENTS_PER_BATCH, PointRow, metric_rows, upsert_points
-from orchestrator.models import ACTIVE_TASK_STATES, Host, HostSample, Job, Task
+from orchestrator.models import ACTIVE_TASK_STATES, Host, HostSample, Job, Task, TaskLogLine
 
 log = logging.getLogger(__name__)
+
+MAX_LOG_LINES = 2000  # per report: an agent sends at most 200 (worker_agent/supervision/output.py)
 
 
 @dataclass
@@ -43,6 +48,7 @@ class Stored:
     samples: int = 0
     artifacts: int = 0
     dropped: int = 0
+    lines: int = 0
 
 
 @dataclass
@@ -50,6 +56,8 @@ class _Batch:
     points: list[PointRow] = field(default_factory=list)
     facts: dict[int, tuple[Task, dict[str, Any]]] = field(default_factory=dict)
     samples: dict[int, tuple[Host, list[HostSample]]] = field(default_factory=dict)
+    lines: list[TaskLogLine] = field(default_factory=list)
+    log_jobs: set[int] = field(default_factory=set)
     stored_points: dict[int, list[list[Any]]] = field(default_factory=dict)  # per job, once written
 
     @classmethod
@@ -66,10 +74,8 @@ def store_reports(reports: Iterable[tuple[str, Any]]) -> Stored:
     batch = _Batch.empty()
     artifacts = []
     for name, payload in reports:
-        if name == TASK_METRICS:
-            stored.dropped += not _collect_metrics(payload, batch)
-        elif name == HOST_SAMPLES:
-            stored.dropped += not _collect_samples(payload, batch)
+        if name in _COLLECTORS:
+            stored.dropped += not _COLLECTORS[name](payload, batch)
         elif name == TASK_ARTIFACT:
             artifacts.append(payload)
         else:
@@ -92,7 +98,7 @@ def _store_one_by_one(reports: list[tuple[str, Any]], artifacts: list[Any], stor
         if name == TASK_ARTIFACT:
             continue
         single = _Batch.empty()
-        if not (_collect_metrics(payload, single) if name == TASK_METRICS else _collect_samples(payload, single)):
+        if name not in _COLLECTORS or not _COLLECTORS[name](payload, single):
             continue
         try:
             with transaction.atomic():
@@ -110,6 +116,7 @@ def _stored(batch: _Batch, stored: Stored) -> None:
     """A committed batch: counted, then pushed to the pages watching its jobs."""
     stored.points += sum(len(points) for points in batch.stored_points.values())
     stored.samples += sum(len(rows) for _host, rows in batch.samples.values())
+    stored.lines += len(batch.lines)
     _publish(batch)
 
 
@@ -155,6 +162,27 @@ def _collect_samples(payload: Any, batch: _Batch) -> bool:
     return True
 
 
+def _collect_logs(payload: Any, batch: _Batch) -> bool:
+    found = task_of(payload, TaskLogBatch)
+    if found is None:
+        return False
+    task, body = found
+    try:
+        lines = [(int(seq), str(stream)[:6], str(text)[:MAX_LOG_LINE_CHARS]) for seq, stream, text in body.lines]
+    except (TypeError, ValueError) as exc:
+        log.warning("malformed log batch for task %s: %r", task.pk, exc)
+        counters.incr(DROPPED)
+        return False
+    batch.lines.extend(
+        TaskLogLine(task_id=task.pk, seq=seq, stream=stream, text=text) for seq, stream, text in lines[:MAX_LOG_LINES]
+    )
+    batch.log_jobs.add(task.job_id)
+    return True
+
+
+_COLLECTORS = {TASK_METRICS: _collect_metrics, HOST_SAMPLES: _collect_samples, TASK_LOGS: _collect_logs}
+
+
 def _write(batch: _Batch) -> None:
     if batch.points:
         batch.stored_points = upsert_points(batch.points)
@@ -165,6 +193,9 @@ def _write(batch: _Batch) -> None:
     rows = [row for _host, host_rows in batch.samples.values() for row in host_rows]
     if rows:
         HostSample.objects.bulk_create(rows, ignore_conflicts=True)
+    if batch.lines:
+        # A re-read entry carries the same (task, seq): stored once.
+        TaskLogLine.objects.bulk_create(batch.lines, ignore_conflicts=True)
 
 
 def _publish(batch: _Batch) -> None:
@@ -173,6 +204,8 @@ def _publish(batch: _Batch) -> None:
         live.publish(job_id, {"type": "metrics", "points": points, "cursor": points[-1][0]})
     for task, facts in batch.facts.values():
         live.publish(task.job_id, {"type": "facts", "task": task.pk, "facts": facts})
+    for job_id in batch.log_jobs:
+        live.logs_stored(job_id)
     if not any(rows for _host, rows in batch.samples.values()):
         return
     watching: dict[int, set[int]] = defaultdict(set)  # host -> jobs with a live process there
@@ -208,6 +241,11 @@ def _publish(batch: _Batch) -> None:
 def handle_task_metrics(payload: Any) -> int:
     """One TASK_METRICS report on its own (tests, tools); the stream consumer stores many at once."""
     return store_reports([(TASK_METRICS, payload)]).points
+
+
+def handle_task_logs(payload: Any) -> int:
+    """One TASK_LOGS report on its own (tests, tools, and any sent through the orchestrator queue by an older agent)."""
+    return store_reports([(TASK_LOGS, payload)]).lines
 
 
 def _maybe_float(value: Any) -> float | None:

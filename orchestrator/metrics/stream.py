@@ -1,4 +1,5 @@
-"""The ingest loop: reads agents' metric reports from the Redis Stream, stores them in bulk, acknowledges them.
+"""The ingest loop: reads agents' metric reports and log lines from the Redis Stream, stores them in bulk, acknowledges
+them.
 
 At-least-once, stored once: an entry is acknowledged (and deleted) only after its rows are committed, and storing is
 idempotent, so a crash between commit and acknowledgement costs a re-read, never a duplicate or a loss. On start the
@@ -97,7 +98,7 @@ class MetricsConsumer:
             return 0
         reports = [report for entry_id, fields in entries if (report := _report(entry_id, fields)) is not None]
         stored = ingest.store_reports(reports)
-        for field in ("points", "samples", "artifacts", "dropped"):
+        for field in ("points", "samples", "artifacts", "dropped", "lines"):
             setattr(self.stored, field, getattr(self.stored, field) + getattr(stored, field))
         ids = [entry_id for entry_id, _fields in entries]
         pipe = self.client.pipeline(transaction=False)

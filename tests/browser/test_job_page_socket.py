@@ -13,7 +13,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
-from orchestrator.agents import events
+from orchestrator.metrics import ingest
 from orchestrator.models import Job, Task
 from tests import factories
 from tests.browser.conftest import Orm, WebServer
@@ -40,7 +40,7 @@ def print_lines(scene: dict[str, Any], task_id: int, lines: list[tuple[int, str]
     """What an agent sends when the task prints: stored by the orchestrator's own handler."""
     body = {"task_id": task_id, "attempt": 1, "lines": [[seq, "stdout", text] for seq, text in lines]}
     envelope = {"host": scene["host"], "token": scene["token"], "body": body, "sent_at": time.time(), "protocol": 1}
-    return events.handle_task_logs(envelope)
+    return ingest.handle_task_logs(envelope)
 
 
 def fail(task_id: int) -> None:

@@ -24,9 +24,12 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 def make_job(owner):
     host, token = factories.host("node-0")
+    # Running, not queued: the session's orchestrator schedules queued jobs on every watchdog tick, and this one's
+    # host has no capacity, so a queued job could be failed as unplaceable under the test's feet.
     job = Job.objects.create(
-        owner=owner, cluster=host.cluster, name="j", strategy="multi_worker_mirrored", program_kind="script", attempt=1
-    )
+        owner=owner, cluster=host.cluster, name="j", strategy="multi_worker_mirrored", program_kind="script", attempt=1,
+        state="running",
+    )  # fmt: skip
     task = Task.objects.create(job=job, attempt=1, type="worker", index=0, host=host, state="running")
     return host, token, job, task
 
@@ -186,10 +189,10 @@ def log_batch(host, token, task, lines):
 
 
 async def test_the_socket_carries_the_jobs_state_its_tasks_and_their_log_lines(alice):
-    from orchestrator.agents import events
+    from orchestrator.metrics import ingest
 
     host, token, job, task = await sync_to_async(make_job)(alice)
-    store_logs = sync_to_async(events.handle_task_logs)
+    store_logs = sync_to_async(ingest.handle_task_logs)
     await store_logs(log_batch(host, token, task, range(3)))
 
     socket, connected, _ = await connect(alice, job.pk)
@@ -197,7 +200,7 @@ async def test_the_socket_carries_the_jobs_state_its_tasks_and_their_log_lines(a
     state: list[dict] = []
     await read_history(socket, state)
     by_type = {frame["type"]: frame for frame in state}
-    assert by_type["job"]["state"] == "queued" and 'id="job-state"' in by_type["job"]["html"]
+    assert by_type["job"]["state"] == "running" and 'id="job-state"' in by_type["job"]["html"]
     assert by_type["task"]["tasks"] == [
         {"id": task.pk, "label": "worker 0", "host": "node-0", "state": "running", "exit_code": None, "restarts": 0}
     ]
@@ -230,10 +233,10 @@ async def test_the_socket_carries_the_jobs_state_its_tasks_and_their_log_lines(a
 
 
 async def test_a_reconnect_with_its_log_cursors_gets_exactly_the_lines_it_missed(alice):
-    from orchestrator.agents import events
+    from orchestrator.metrics import ingest
 
     host, token, job, task = await sync_to_async(make_job)(alice)
-    store_logs = sync_to_async(events.handle_task_logs)
+    store_logs = sync_to_async(ingest.handle_task_logs)
     await store_logs(log_batch(host, token, task, range(3)))
 
     socket, _connected, _ = await connect(alice, job.pk)
@@ -271,10 +274,10 @@ async def test_a_reconnect_with_its_log_cursors_gets_exactly_the_lines_it_missed
 
 async def test_a_burst_longer_than_the_tail_sends_its_last_lines_and_the_next_line_alone(alice):
     from dashboard.page_data import LOG_TAIL_LINES
-    from orchestrator.agents import events
+    from orchestrator.metrics import ingest
 
     host, token, job, task = await sync_to_async(make_job)(alice)
-    store_logs = sync_to_async(events.handle_task_logs)
+    store_logs = sync_to_async(ingest.handle_task_logs)
     socket, _connected, _ = await connect(alice, job.pk)
     await read_history(socket)
 
@@ -294,7 +297,7 @@ async def test_a_cancel_reaches_the_page_as_the_jobs_and_its_tasks_new_state(ali
     await read_history(socket)
 
     assert await sync_to_async(lifecycle.cancel)(job.pk, by="alice")
-    frame = await next_frame(socket, "job", lambda frame: frame["state"] != "queued")
+    frame = await next_frame(socket, "job", lambda frame: frame["state"] != "running")
     assert frame["state"] == "cancelled" and frame["terminal"] is True and "cancelled by alice" in frame["html"]
     tasks = await next_frame(socket, "task")
     assert [t["state"] for t in tasks["tasks"]] == ["stopping"]

@@ -74,8 +74,15 @@ def test_a_job_goes_on_while_the_orchestrator_and_web_server_are_restarted(
             .values_list("epoch", flat=True)
         )
         assert epochs == set(range(1, EPOCHS + 1)), (task.label, sorted(epochs))
-        lines = set(TaskLogLine.objects.using(DB).filter(task=task).values_list("text", flat=True))
-        assert {f"Epoch {e}/{EPOCHS}" for e in range(1, EPOCHS + 1)} <= lines, task.label
+        # Lines travel on the metric stream, beside (not before) the exit: give the ingest its moment.
+        wanted = {f"Epoch {e}/{EPOCHS}" for e in range(1, EPOCHS + 1)}
+        wait_until(
+            lambda task=task, wanted=wanted: (
+                wanted <= set(TaskLogLine.objects.using(DB).filter(task=task).values_list("text", flat=True))
+            ),
+            30,
+            what=f"every epoch's line of {task.label}",
+        )
     # The new web server serves the job.
     page = requests.get(
         f"{deployment.web_url}/api/jobs/{job_id}/", headers={"Authorization": f"Token {api_token}"}, timeout=30

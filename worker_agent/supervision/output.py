@@ -12,7 +12,7 @@ from dataclasses import asdict
 from typing import IO, Any
 
 from contracts.limits import MAX_LOG_LINE_CHARS
-from contracts.protocol import TASK_LOGS, TaskLogBatch
+from contracts.protocol import METRICS_QUEUE, TASK_LOGS, TaskLogBatch
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,9 @@ class TaskLogs:
                 lines, self._pending = self._pending, []
             for chunk in _chunks(lines):
                 batch = TaskLogBatch(task_id=self.task_id, attempt=self.attempt, lines=chunk)
-                self._send(TASK_LOGS, asdict(batch))
+                # On the metrics stream, not a Celery queue: a stream entry stays pending until the ingest
+                # acknowledges it, so no consumer crash or Redis restart can lose a line in delivery.
+                self._send(TASK_LOGS, asdict(batch), queue=METRICS_QUEUE)
 
     def tail_lines(self) -> list[LogLine]:
         with self._cond:

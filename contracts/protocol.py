@@ -210,7 +210,8 @@ AGENT_KILL = "agent.kill"
 # The exits the orchestrator has stored (body: {"exits": [[task_id, attempt], ...]}): the agent may forget them.
 AGENT_ACK_EXITS = "agent.ack_exits"
 
-# agent -> orchestrator: an AgentMessage-like envelope (host, token) around a TaskEvent or a TaskLogBatch.
+# agent -> orchestrator: an AgentMessage-like envelope (host, token) around a TaskEvent (a Celery message on
+# ORCHESTRATOR_QUEUE) or a TaskLogBatch (an entry of the METRICS_QUEUE stream, like the metric traffic below).
 TASK_EVENT = "orchestrator.task_event"
 TASK_LOGS = "orchestrator.task_logs"
 
@@ -304,8 +305,9 @@ TASK_METRICS = "orchestrator.task_metrics"
 TASK_ARTIFACT = "orchestrator.task_artifact"
 
 
-# Metric traffic (TASK_METRICS, HOST_SAMPLES, TASK_ARTIFACT) does not travel as Celery messages: each report is one
-# entry of the Redis Stream METRICS_QUEUE, fields {"name": <one of those names>, "envelope": <JSON, as for Celery>}.
+# Metric traffic (TASK_METRICS, HOST_SAMPLES, TASK_ARTIFACT) and log lines (TASK_LOGS) do not travel as Celery
+# messages: each report is one entry of the Redis Stream METRICS_QUEUE, fields {"name": <one of those names>,
+# "envelope": <JSON, as for Celery>}.
 # One ingest consumer (group METRICS_GROUP) reads hundreds of entries per round trip, stores them in one transaction,
 # then acknowledges and deletes them; an entry read but not acknowledged (a crash) is read again, and storing is
 # idempotent. So point ids grow in commit order (a reconnecting browser asks "everything after id N") and a flood of

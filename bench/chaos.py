@@ -381,7 +381,7 @@ def check(stack: Stack, truth: Path, tally: Tally) -> dict[str, int]:
     for task_id, step in MetricPoint.objects.filter(name="loss", phase="train").values_list("task_id", "step"):
         points[task_id][step] += 1
     for key in ("events lost", "log lines lost", "log lines duplicated", "points lost", "points duplicated",
-                "tasks under a killed agent", "tasks checked"):  # fmt: skip
+                "tasks under a killed agent", "tasks on a host declared offline", "tasks checked"):  # fmt: skip
         counts[key] = 0
     for task in tasks:
         recorded = _truth(truth / f"{task.pk}-{task.attempt}")
@@ -392,7 +392,11 @@ def check(stack: Stack, truth: Path, tally: Tally) -> dict[str, int]:
             counts["tasks under a killed agent"] += 1
             continue
         counts["tasks checked"] += 1
-        if exit_code is not None and task.exit_code != exit_code and not (task.exit_code or 0) < 0:
+        # The watchdog's verdict on a host whose heartbeats stopped arriving in time (a loaded machine) ends its
+        # tasks as lost before their exits arrive: the liveness policy at work, not a lost event. Counted apart.
+        judged_lost = task.state == "lost" and "stopped answering" in task.detail
+        counts["tasks on a host declared offline"] += judged_lost
+        if not judged_lost and exit_code is not None and task.exit_code != exit_code and not (task.exit_code or 0) < 0:
             counts["events lost"] += 1
             print(f"  task {task.pk}: exited {exit_code}, stored {task.state} {task.exit_code}: {task.detail}")
         for name, stored in (("log lines", lines[task.pk]), ("points", points[task.pk])):

@@ -80,6 +80,18 @@ class RecordedExit:
     detail: str = ""
     lost: bool = False
 
+    def as_event(self) -> TaskEvent:
+        """The EXITED event this exit is (the agent sends it at once; a report repeats it until acknowledged)."""
+        return TaskEvent(
+            task_id=self.task_id,
+            attempt=self.attempt,
+            kind=TaskEventKind.EXITED,
+            pid=self.pid or None,
+            exit_code=self.exit_code,
+            detail=self.detail,
+            seq=self.seq,
+        )
+
 
 @dataclass(frozen=True)
 class TaskReport:
@@ -382,6 +394,13 @@ def exit_acks_from(body: dict[str, Any]) -> list[tuple[int, int]]:
         return [(_count(task_id), _count(attempt)) for task_id, attempt in pairs]
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"malformed exit acknowledgement: {exc!r}") from exc
+
+
+def kill_order_from(body: dict[str, Any]) -> KillOrder:
+    try:
+        return KillOrder(**body)
+    except TypeError as exc:
+        raise ValueError(f"malformed kill order: {exc!r}") from exc
 
 
 def launch_spec_from(body: dict[str, Any]) -> LaunchSpec:

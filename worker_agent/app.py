@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,6 +24,7 @@ from contracts.protocol import (
     LaunchSpec,
     agent_queue,
     exit_acks_from,
+    kill_order_from,
     launch_spec_from,
     token_digest,
     verify,
@@ -66,39 +68,15 @@ def make_app(server: str, host: str, token: str, runner: TaskRunner) -> Celery:
 
     @app.task(name=AGENT_LAUNCH, ignore_result=True, shared=False)
     def launch(message: Any = None) -> None:
-        body = accept(message, key, AGENT_LAUNCH)
-        if body is None:
-            return
-        try:
-            spec = launch_spec_from(body)
-        except ValueError as exc:
-            log.warning("dropping %s: %s", AGENT_LAUNCH, exc)
-            return
-        _hand_over(runner.launch, spec)
+        _carry_out(message, key, AGENT_LAUNCH, launch_spec_from, runner.launch)
 
     @app.task(name=AGENT_KILL, ignore_result=True, shared=False)
     def kill(message: Any = None) -> None:
-        body = accept(message, key, AGENT_KILL)
-        if body is None:
-            return
-        try:
-            order = KillOrder(**body)
-        except TypeError as exc:
-            log.warning("dropping %s: malformed kill order: %s", AGENT_KILL, exc)
-            return
-        _hand_over(runner.kill, order)
+        _carry_out(message, key, AGENT_KILL, kill_order_from, runner.kill)
 
     @app.task(name=AGENT_ACK_EXITS, ignore_result=True, shared=False)
     def ack_exits(message: Any = None) -> None:
-        body = accept(message, key, AGENT_ACK_EXITS)
-        if body is None:
-            return
-        try:
-            keys = exit_acks_from(body)
-        except ValueError as exc:
-            log.warning("dropping %s: %s", AGENT_ACK_EXITS, exc)
-            return
-        _hand_over(runner.acknowledge_exits, keys)
+        _carry_out(message, key, AGENT_ACK_EXITS, exit_acks_from, runner.acknowledge_exits)
 
     return app
 
@@ -113,6 +91,22 @@ def accept(message: Any, key: str, what: str) -> dict[str, Any] | None:
     except ValueError as exc:
         log.warning("dropping %s: %s", what, exc)
         return None
+
+
+def _carry_out(
+    message: Any, key: str, what: str, parse: Callable[[dict[str, Any]], Any], handler: Callable[[Any], None]
+) -> None:
+    """Verify an order, read its body, hand it to the runner; anything unsigned, forged or malformed is dropped
+    (logged), never raised into Celery."""
+    body = accept(message, key, what)
+    if body is None:
+        return
+    try:
+        order = parse(body)
+    except ValueError as exc:  # the parsers say what is malformed
+        log.warning("dropping %s: %s", what, exc)
+        return
+    _hand_over(handler, order)
 
 
 def _hand_over(handler: Any, order: Any) -> None:

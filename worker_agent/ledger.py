@@ -85,8 +85,12 @@ class Ledger:
     # --- the event clock ------------------------------------------------------------------------------------------
     def next_seq(self) -> int:
         with self._lock:
-            self._clock = max(self._clock + 1, time.time_ns() // 1000)
-            return self._clock
+            return self._tick()
+
+    def _tick(self) -> int:
+        """The next number of the clock (called holding the lock)."""
+        self._clock = max(self._clock + 1, time.time_ns() // 1000)
+        return self._clock
 
     @property
     def events_upto(self) -> int:
@@ -129,8 +133,7 @@ class Ledger:
     ) -> RecordedExit:
         """Number the attempt's exit and keep it until acknowledged; the caller sends it as its EXITED event."""
         with self._lock:
-            self._clock = max(self._clock + 1, time.time_ns() // 1000)
-            entry = Entry(job_id, task_id, attempt, State.EXITED, self._clock, pid, exit_code, detail[:500], lost)
+            entry = Entry(job_id, task_id, attempt, State.EXITED, self._tick(), pid, exit_code, detail[:500], lost)
             self._put(entry)
             return entry.as_exit()
 

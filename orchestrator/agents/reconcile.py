@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from contracts.protocol import RecordedExit, TaskEvent, TaskEventKind, TaskReport
+from contracts.protocol import RecordedExit, TaskReport
 from orchestrator.control import dispatch, lifecycle
 from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task, TaskState
 
@@ -99,8 +99,8 @@ def converge(host: Host, report: TaskReport) -> Converged:
     return result
 
 
-def _order_unanswered(task: Task, resend_before: object) -> bool:
-    return task.ordered_at is None or task.ordered_at < resend_before  # type: ignore[operator]
+def _order_unanswered(task: Task, resend_before: datetime) -> bool:
+    return task.ordered_at is None or task.ordered_at < resend_before
 
 
 def _settle(
@@ -140,18 +140,7 @@ def _apply_exit(task: Task, recorded: RecordedExit) -> None:
     """The recorded exit is the truth about a process that is over: applied even if its number is not newer."""
     task.event_seq = max(task.event_seq, recorded.seq)
     task.save(update_fields=["event_seq"])
-    lifecycle.apply_event(
-        task,
-        TaskEvent(
-            task_id=task.pk,
-            attempt=task.attempt,
-            kind=TaskEventKind.EXITED,
-            pid=recorded.pid or None,
-            exit_code=recorded.exit_code,
-            detail=recorded.detail,
-            seq=recorded.seq,
-        ),
-    )
+    lifecycle.apply_event(task, recorded.as_event())
 
 
 def _send_orders(host: Host, result: Converged, relaunch: list[Task], rekill: list[Task], strays: list[Task]) -> None:

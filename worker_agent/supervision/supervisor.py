@@ -368,16 +368,7 @@ class Supervisor:
 
     def _send_exit(self, ended: RecordedExit) -> None:
         """The EXITED event of a recorded exit, numbered as in the ledger (heartbeats repeat it until acknowledged)."""
-        event = TaskEvent(
-            task_id=ended.task_id,
-            attempt=ended.attempt,
-            kind=TaskEventKind.EXITED,
-            pid=ended.pid or None,
-            exit_code=ended.exit_code,
-            detail=ended.detail,
-            seq=ended.seq,
-        )
-        self._hand_on(event)
+        self._hand_on(ended.as_event())
 
     def _hand_on(self, event: TaskEvent) -> None:
         try:

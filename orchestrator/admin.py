@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import shlex
+from datetime import UTC, datetime
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Count, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
+from orchestrator import counters
+from orchestrator.metrics import stream as metrics_stream
 from orchestrator.models import Cluster, Host, HostStatus, Job, Task
 
 
@@ -32,6 +36,42 @@ def _show_token_once(request: HttpRequest, host: Host, token: str) -> None:
             host.name,
             token,
             command,
+        ),
+    )
+
+
+def _show_dead_letters(request: HttpRequest) -> None:
+    """Stream entries the metric ingest could not store (orchestrator/metrics/stream.py), on the hosts page: they
+    come from hosts, and a growing count means an agent or the ingest has a bug to look at."""
+    try:
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+        latest = metrics_stream.latest_dead_letters(client)
+        total = counters.get(metrics_stream.DEAD_LETTERED)
+    except redis.RedisError:
+        return  # the page works without it
+    if not latest:
+        return
+    rows = format_html_join(
+        "",
+        "<li>{} UTC: <code>{}</code> from host {}: {}</li>",
+        (
+            (
+                datetime.fromtimestamp(float(letter.get("at") or 0), UTC).strftime("%Y-%m-%d %H:%M:%S"),
+                letter.get("name", "")[:100],
+                letter.get("host") or "?",
+                letter.get("error", ""),
+            )
+            for letter in latest
+        ),
+    )
+    messages.warning(
+        request,
+        format_html(
+            "The metric ingest set aside {} stream entries it could not store (Redis stream <code>{}</code>); "
+            "the latest:<ul>{}</ul>",
+            total,
+            metrics_stream.DEAD_LETTERS,
+            rows,
         ),
     )
 
@@ -120,6 +160,11 @@ class HostAdmin(admin.ModelAdmin):
             },
         ),
     )
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if request.method == "GET":
+            _show_dead_letters(request)
+        return super().changelist_view(request, extra_context)
 
     def save_model(self, request: HttpRequest, obj: Host, form: Any, change: bool) -> None:
         token = None if change else obj.issue_token()

@@ -5,6 +5,10 @@ idempotently, in bulk.
 sample of it in one transaction, then pushes one frame per job. Reports are authenticated one by one against cached
 hosts and tasks (metrics/lookups.py); points are made and upserted in metrics/points.py, artifacts stored in
 metrics/artifacts.py.
+
+A report whose storing raises (anything: bad types, a row the database refuses, a bug) is listed in `Stored.failed`
+instead of stopping the run; the stream consumer moves it to the dead letters. Only `transient` errors (database or
+Redis unreachable) propagate, so nothing is acknowledged and the same entries are tried again.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import DatabaseError, DataError, IntegrityError, transaction
+import redis
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 
 from contracts.limits import MAX_LOG_LINE_CHARS
 from contracts.protocol import (
@@ -49,6 +54,8 @@ class Stored:
     artifacts: int = 0
     dropped: int = 0
     lines: int = 0
+    # (index in the reports, what it raised): reports that could not be stored, for the dead letters
+    failed: list[tuple[int, Exception]] = field(default_factory=list)
 
 
 @dataclass
@@ -64,52 +71,105 @@ class _Batch:
     def empty(cls) -> _Batch:
         return cls()
 
+    def add(self, other: _Batch) -> None:
+        """Take in what one report collected (into a batch of its own, so a report that fails halfway adds nothing)."""
+        self.points.extend(other.points)
+        self.facts.update(other.facts)
+        for host_id, (host, rows) in other.samples.items():
+            self.samples.setdefault(host_id, (host, []))[1].extend(rows)
+        self.lines.extend(other.lines)
+        self.log_jobs |= other.log_jobs
+
+
+# SQLSTATE classes of errors that say nothing about the data: connection, rollback (deadlock), resources, operator
+# intervention (shutdown, cancel), system.
+_TRANSIENT_SQLSTATE_CLASSES = {"08", "40", "53", "57", "58"}
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether `exc` is the infrastructure failing (retry the same entries later) rather than this data (dead letter).
+    Only some OperationalErrors qualify: psycopg files data-driven errors such as "program limit exceeded" there too,
+    and retrying those would block the stream forever."""
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | InterfaceError):
+        return True
+    if isinstance(exc, OperationalError):
+        sqlstate = getattr(exc.__cause__, "sqlstate", None)
+        return sqlstate is None or sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES  # no SQLSTATE: the connection broke
+    return False
+
 
 def store_reports(reports: Iterable[tuple[str, Any]]) -> Stored:
     """Store a drained run of agent reports (name, envelope): every point and sample in one transaction, then one
-    live frame per job. An artifact is stored on its own (it can be large). A report that cannot be trusted or read is
-    dropped and counted; one whose rows the database refuses (its task deleted meanwhile) is dropped alone."""
+    live frame per job. An artifact is stored on its own (it can be large). A report that cannot be trusted is
+    dropped and counted; one that raises is listed in `failed`. When the transaction fails, the reports are stored
+    one by one, so only the ones the database refuses fail."""
     reports = list(reports)
     stored = Stored()
     batch = _Batch.empty()
-    artifacts = []
-    for name, payload in reports:
-        if name in _COLLECTORS:
-            stored.dropped += not _COLLECTORS[name](payload, batch)
-        elif name == TASK_ARTIFACT:
-            artifacts.append(payload)
-        else:
+    collected: list[int] = []  # reports with rows in `batch`
+    artifacts: list[int] = []
+    for index, (name, payload) in enumerate(reports):
+        if name == TASK_ARTIFACT:
+            artifacts.append(index)
+        elif name not in _COLLECTORS:
             log.warning("dropped a report of unknown kind %r", str(name)[:100])
             counters.incr(auth.MALFORMED)
             stored.dropped += 1
+        else:
+            single = _Batch.empty()
+            try:
+                if not _COLLECTORS[name](payload, single):
+                    stored.dropped += 1
+                    continue
+            except Exception as exc:
+                _failed(stored, index, name, exc)
+                continue
+            batch.add(single)
+            collected.append(index)
     try:
         with transaction.atomic():
             _write(batch)
-    except (IntegrityError, DataError):
-        # Rare: a task or host deleted between lookup and insert. Store report by report, dropping the bad ones.
+    except Exception as exc:
+        if transient(exc):
+            raise
+        # One bad row (a task deleted meanwhile, a value the database refuses) fails the whole transaction: store
+        # report by report, so only the bad ones fail. Lookups are read again: a deleted task's reports are dropped.
+        log.warning("a run of %d reports failed to store (%r); storing them one by one", len(collected), exc)
         lookups.forget()
-        return _store_one_by_one(reports, artifacts, stored)
-    _stored(batch, stored)
-    return _store_artifacts(artifacts, stored)
-
-
-def _store_one_by_one(reports: list[tuple[str, Any]], artifacts: list[Any], stored: Stored) -> Stored:
-    for name, payload in reports:
-        if name == TASK_ARTIFACT:
-            continue
-        single = _Batch.empty()
-        if name not in _COLLECTORS or not _COLLECTORS[name](payload, single):
-            continue
+        _store_one_by_one(reports, collected, stored)
+    else:
+        _stored(batch, stored)
+    for index in artifacts:  # each on its own (one can be large), after the points and samples of its run
         try:
+            stored.artifacts += handle_task_artifact(reports[index][1]) is not None
+        except Exception as exc:
+            _failed(stored, index, TASK_ARTIFACT, exc)
+    return stored
+
+
+def _store_one_by_one(reports: list[tuple[str, Any]], indexes: list[int], stored: Stored) -> None:
+    for index in indexes:
+        name, payload = reports[index]
+        single = _Batch.empty()
+        try:
+            if not _COLLECTORS[name](payload, single):
+                stored.dropped += 1
+                continue
             with transaction.atomic():
                 _write(single)
-        except (IntegrityError, DataError) as exc:
-            log.warning("dropped a %s report the database refused: %s", name, exc)
-            counters.incr(DROPPED)
-            stored.dropped += 1
+        except Exception as exc:
+            _failed(stored, index, name, exc)
             continue
         _stored(single, stored)
-    return _store_artifacts(artifacts, stored)
+
+
+def _failed(stored: Stored, index: int, name: str, exc: Exception) -> None:
+    """Note a report that raised, unless the infrastructure did: that propagates, and the run is tried again."""
+    if transient(exc):
+        raise exc
+    # The traceback: what raises here is most likely a bug to fix, not just a bad report.
+    log.warning("could not store a %s report: %r", str(name)[:100], exc, exc_info=exc)
+    stored.failed.append((index, exc))
 
 
 def _stored(batch: _Batch, stored: Stored) -> None:
@@ -117,14 +177,10 @@ def _stored(batch: _Batch, stored: Stored) -> None:
     stored.points += sum(len(points) for points in batch.stored_points.values())
     stored.samples += sum(len(rows) for _host, rows in batch.samples.values())
     stored.lines += len(batch.lines)
-    _publish(batch)
-
-
-def _store_artifacts(artifacts: list[Any], stored: Stored) -> Stored:
-    """Each artifact on its own (one can be large), after the points and samples of its run."""
-    for payload in artifacts:
-        stored.artifacts += handle_task_artifact(payload) is not None
-    return stored
+    try:
+        _publish(batch)
+    except Exception:  # the rows are committed: failing now would store them again; pages catch up from history
+        log.exception("could not publish what was stored")
 
 
 def _collect_metrics(payload: Any, batch: _Batch) -> bool:

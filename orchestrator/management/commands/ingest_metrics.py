@@ -1,4 +1,4 @@
-"""Run the metrics ingest: the one consumer of the agents' metric stream (see orchestrator/metrics_stream.py)."""
+"""Run the metrics ingest: the one consumer of the agents' metric stream (see orchestrator/metrics/stream.py)."""
 
 from __future__ import annotations
 
@@ -39,5 +39,5 @@ class Command(BaseCommand):
         self.stdout.flush()
         ingest.run(stop)
         s = ingest.stored
-        log.info("ingest stopped: %d entries, %d points, %d samples, %d artifacts stored, %d dropped",
-                 ingest.entries, s.points, s.samples, s.artifacts, s.dropped)  # fmt: skip
+        log.info("ingest stopped: %d entries, %d points, %d samples, %d artifacts stored, %d dropped, %d dead-lettered",
+                 ingest.entries, s.points, s.samples, s.artifacts, s.dropped, ingest.dead)  # fmt: skip

@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import time
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
+from contracts.protocol import METRICS_QUEUE
+from orchestrator.metrics.stream import dead_letter_stream
 from orchestrator.models import Job, Task
 from tests import factories
+
+
+@pytest.fixture
+def stream(redis_url: str) -> Iterator[tuple[redis.Redis, str]]:
+    """A stream of this test's own on the test Redis (the session's ingest reads only METRICS_QUEUE)."""
+    client = redis.Redis.from_url(redis_url)
+    name = f"{METRICS_QUEUE}:test-{uuid.uuid4().hex[:8]}"
+    yield client, name
+    client.delete(name, dead_letter_stream(name))
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from orchestrator.metrics import ingest
-from orchestrator.models import Job, MetricPoint
+from orchestrator.models import Job, MetricPoint, Task
 from tests.orchestrator.metrics.conftest import envelope
 
 pytestmark = pytest.mark.django_db
@@ -107,3 +107,15 @@ def test_the_csv_export_has_every_point(running):
     assert lines[0] == "id,task_type,task_index,attempt,phase,name,step,epoch,value,ts"
     assert [line.split(",")[5:7] for line in lines[1:]] == [["loss", "1"], ["loss", "2"], ["loss", "3"]]
     assert "attachment" in response["Content-Disposition"]
+
+
+def test_a_task_unknown_when_first_named_gets_its_points_once_it_exists(running):
+    _owner, host, token, job, task = running
+    future_id = task.pk + 1000
+    report = {"task_id": future_id, "attempt": 1, "events": [metric(1, loss=1.0)]}
+
+    assert ingest.handle_task_metrics(envelope(host, token, report)) == 0  # no such task yet: dropped, not remembered
+    Task.objects.create(pk=future_id, job=job, attempt=1, type="worker", index=1, host=host, state="running")
+
+    assert ingest.handle_task_metrics(envelope(host, token, report)) == 1
+    assert list(MetricPoint.objects.filter(task_id=future_id).values_list("step", "value")) == [(1, 1.0)]

@@ -5,32 +5,21 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
-from collections.abc import Iterator
 
 import pytest
 import redis
 from celery import Celery
 
-from contracts.protocol import METRICS_GROUP, METRICS_QUEUE, TASK_METRICS
+from contracts.protocol import METRICS_GROUP, TASK_METRICS
 from orchestrator import counters
 from orchestrator.agents import auth
-from orchestrator.metrics.stream import MetricsConsumer
+from orchestrator.metrics.stream import DEAD_LETTERED, MetricsConsumer, dead_letter_stream
 from orchestrator.models import Job, MetricPoint, Task
 from tests import factories
 from tests.support.processes import wait_until
 from worker_agent.outbox import Outbox
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def stream(redis_url: str) -> Iterator[tuple[redis.Redis, str]]:
-    """A stream of this test's own on the test Redis (the session's ingest reads only METRICS_QUEUE)."""
-    client = redis.Redis.from_url(redis_url)
-    name = f"{METRICS_QUEUE}:test-{uuid.uuid4().hex[:8]}"
-    yield client, name
-    client.delete(name)
 
 
 @pytest.fixture
@@ -99,12 +88,12 @@ def test_entries_read_but_never_acknowledged_are_stored_once_by_the_next_run(str
     assert client.xpending(name, METRICS_GROUP)["pending"] == 0
 
 
-def test_forged_and_broken_entries_are_dropped_and_counted_and_do_not_block_the_rest(stream, running):
+def test_forged_entries_are_dropped_broken_ones_dead_lettered_and_neither_blocks_the_rest(stream, running):
     client, name = stream
     host, token, job, task = running
     ingest = consumer(client, name)
     refused = counters.get(auth.REFUSED)
-    malformed = counters.get(auth.MALFORMED)
+    dead = counters.get(DEAD_LETTERED)
     add(client, name, host, "tfa_forged", {"task_id": task.pk, "attempt": 1, "events": [metric(1, loss=9.0)]})
     client.xadd(name, {"name": TASK_METRICS, "envelope": "{not json"})
     add(client, name, host, token, {"task_id": task.pk, "attempt": 1, "events": [metric(2**70, loss=1.0)]})
@@ -114,7 +103,8 @@ def test_forged_and_broken_entries_are_dropped_and_counted_and_do_not_block_the_
 
     assert list(MetricPoint.objects.filter(job=job).values_list("step", "value")) == [(3, 0.3)]
     assert counters.get(auth.REFUSED) == refused + 1
-    assert counters.get(auth.MALFORMED) == malformed + 1
+    assert counters.get(DEAD_LETTERED) == dead + 1
+    assert [fields[b"envelope"] for _id, fields in client.xrange(dead_letter_stream(name))] == [b"{not json"]
     assert client.xlen(name) == 0
 
 

@@ -1,0 +1,235 @@
+"""The ingest survives anything an entry holds: what it cannot store goes to the dead letters (bounded, counted,
+acknowledged), the good entries of the same read are stored once, and only an unreachable database or Redis leaves
+entries pending for a retry."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+from django.db import OperationalError
+
+from contracts.protocol import HOST_SAMPLES, METRICS_GROUP, TASK_LOGS, TASK_METRICS
+from orchestrator import counters
+from orchestrator.agents import auth
+from orchestrator.metrics import ingest
+from orchestrator.metrics import stream as metrics_stream
+from orchestrator.metrics.stream import DEAD_FIELD_BYTES, DEAD_LETTERED, MetricsConsumer, dead_letter_stream
+from orchestrator.models import MetricPoint, Task, TaskLogLine
+from tests import factories
+from tests.orchestrator.metrics.conftest import envelope
+from tests.support.processes import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def metric(step: int, **values: float) -> dict[str, Any]:
+    return {"kind": "metric", "ts": time.time(), "mono": 1.0, "step": step, "epoch": 0, "phase": "train",
+            "metrics": values}  # fmt: skip
+
+
+def add(client: redis.Redis, name: str, fields: dict[str, Any]) -> None:
+    client.xadd(name, fields)
+
+
+def report(name: str, payload: Any) -> dict[str, Any]:
+    return {"name": name, "envelope": json.dumps(payload)}
+
+
+def points(host: Any, token: str, task_id: int, *steps: int) -> dict[str, Any]:
+    body = {"task_id": task_id, "attempt": 1, "events": [metric(step, loss=1.0 / step) for step in steps]}
+    return report(TASK_METRICS, envelope(host, token, body))
+
+
+def consumer(client: redis.Redis, name: str) -> MetricsConsumer:
+    reader = MetricsConsumer(client, stream=name)
+    reader.ensure_group()
+    return reader
+
+
+def dead_letters(client: redis.Redis, name: str) -> list[dict[bytes, bytes]]:
+    return [fields for _id, fields in client.xrange(dead_letter_stream(name))]
+
+
+def test_a_hostile_mix_stores_every_good_point_once_and_sets_the_rest_aside(stream, running):
+    client, name = stream
+    _owner, host, token, job, task = running
+    other, other_token = factories.host("node-1")
+    dead_before, refused_before = counters.get(DEAD_LETTERED), counters.get(auth.REFUSED)
+    future_id = task.pk + 1000
+    deep = "[" * 100_000 + "]" * 100_000
+
+    def mine(name: str, **body: Any) -> dict[str, Any]:
+        """A report of `task` from its own host with its own token, with `body` as it comes."""
+        return report(name, envelope(host, token, {"task_id": task.pk, "attempt": 1, **body}))
+
+    huge_cut = json.dumps(envelope(host, token, {"task_id": task.pk, "attempt": 1, "events": ["x" * 10_000_000]}))
+    hostile: list[dict[str, Any]] = [
+        # Unreadable: dead letters.
+        {"name": TASK_METRICS, "envelope": deep},
+        {"name": TASK_METRICS, "envelope": huge_cut[: len(huge_cut) // 2]},  # 10 MB, cut off
+        {"name": b"\xff\xfe\x00", "envelope": b"\x80\x81\xfe"},
+        {"name": TASK_METRICS, "envelope": b"\xc3\x28" * 1000},
+        {"name": TASK_METRICS},
+        # Read, then refused by the database: dead letters, found by storing the run report by report.
+        mine(TASK_LOGS, lines=[[1, "stdout", "a\0b"]]),
+        mine(TASK_METRICS, events=[{"kind": "facts", "facts": {"k": "\0"}}]),
+        # Read, but not to be trusted or not making sense: dropped and counted, as before.
+        report(TASK_METRICS, envelope(other, token, {"task_id": task.pk, "attempt": 1, "events": [metric(90)]})),
+        points(host, "tfa_forged", task.pk, 91),
+        points(other, other_token, task.pk, 92),  # a real host, another host's task
+        points(host, token, future_id, 93),  # no such task yet
+        report(TASK_METRICS, 42),
+        report(TASK_METRICS, None),
+        report(TASK_METRICS, envelope(host, token, ["not", "a", "body"])),
+        mine(TASK_METRICS, task_id="1", events=[]),
+        mine(TASK_METRICS, events={"a": 1}),
+        mine(TASK_METRICS, events=[{"kind": "metric", "step": "x", "metrics": []}, 5, None]),
+        mine(TASK_LOGS, lines=5),
+        report(HOST_SAMPLES, envelope(host, token, {"samples": [[1, 2], "s", {"ts": "x"}, None]})),
+        report("no_such_report", envelope(host, token, {})),
+        # Large, but a report: its one point is stored.
+        mine(TASK_METRICS, events=[metric(1000, loss=0.7), "x" * 10_000_000]),
+    ]
+    unreadable, refused_by_db = 5, 2
+    reader = consumer(client, name)
+    step = 0
+    for entry in hostile:  # a good entry after every bad one
+        add(client, name, entry)
+        step += 1
+        add(client, name, points(host, token, task.pk, step))
+
+    stop = threading.Event()
+    thread = threading.Thread(target=reader.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: client.xlen(name) == 0, timeout=60, what="the stream to be drained")
+        assert client.xpending(name, METRICS_GROUP)["pending"] == 0
+
+        steps = list(MetricPoint.objects.filter(job=job).order_by("step").values_list("step", flat=True))
+        assert steps == [*range(1, step + 1), 1000]  # every good point, once; none of the others
+        assert not TaskLogLine.objects.exists()
+        assert Task.objects.get(pk=task.pk).facts in ({}, None)
+        letters = dead_letters(client, name)
+        assert len(letters) == unreadable + refused_by_db
+        assert counters.get(DEAD_LETTERED) == dead_before + unreadable + refused_by_db
+        assert counters.get(auth.REFUSED) == refused_before + 4  # two forged, two not objects
+        assert all(len(value) <= DEAD_FIELD_BYTES for letter in letters for value in letter.values())
+        assert not any(token.encode() in value for letter in letters for value in letter.values())
+        errors = [letter[b"error"].decode() for letter in letters]
+        assert errors[0].startswith("RecursionError")
+        assert errors[2].startswith("UnicodeDecodeError")
+        assert letters[5][b"host"] == host.name.encode()
+        assert letters[1][b"size"] == str(len(huge_cut) // 2).encode()
+
+        # Still running; and the task that did not exist gets the points sent once it does.
+        Task.objects.create(pk=future_id, job=job, attempt=1, type="worker", index=1, host=host, state="running")
+        add(client, name, points(host, token, future_id, 94))
+        add(client, name, points(host, token, task.pk, 95))
+        wait_until(lambda: MetricPoint.objects.filter(step__in=(94, 95)).count() == 2, timeout=30, what="later points")
+        assert thread.is_alive()
+        assert not MetricPoint.objects.filter(step=93).exists()
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+def test_only_the_reports_the_database_refuses_fail_in_a_run(stream, running):
+    client, name = stream
+    _owner, host, token, job, task = running
+    add(client, name, points(host, token, task.pk, 1))
+    add(client, name, report(TASK_LOGS, envelope(host, token, {"task_id": task.pk, "attempt": 1,
+                                                               "lines": [[1, "stdout", "\0"]]})))  # fmt: skip
+    add(client, name, report(TASK_LOGS, envelope(host, token, {"task_id": task.pk, "attempt": 1,
+                                                               "lines": [[2, "stdout", "fine"]]})))  # fmt: skip
+    add(client, name, points(host, token, task.pk, 2))
+
+    assert consumer(client, name).drain_once(block_ms=100) == 4
+
+    assert list(MetricPoint.objects.filter(job=job).order_by("step").values_list("step", flat=True)) == [1, 2]
+    assert list(TaskLogLine.objects.values_list("seq", "text")) == [(2, "fine")]
+    [letter] = dead_letters(client, name)
+    assert letter[b"name"] == TASK_LOGS.encode()
+    assert client.xlen(name) == 0
+
+
+def test_a_report_whose_handling_raises_is_set_aside_whatever_it_raises(stream, running, monkeypatch):
+    client, name = stream
+    _owner, host, token, job, task = running
+    real = ingest.metric_rows
+
+    def fragile(task_: Task, events: list[Any]) -> Any:
+        if events and events[0].get("step") == 66:
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(task_, events)
+
+    monkeypatch.setattr(ingest, "metric_rows", fragile)
+    add(client, name, points(host, token, task.pk, 65))
+    add(client, name, points(host, token, task.pk, 66))
+    add(client, name, points(host, token, task.pk, 67))
+
+    consumer(client, name).drain_once(block_ms=100)
+
+    assert list(MetricPoint.objects.filter(job=job).order_by("step").values_list("step", flat=True)) == [65, 67]
+    assert [letter[b"error"] for letter in dead_letters(client, name)] == [b"RecursionError: maximum recursion depth "
+                                                                           b"exceeded"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "outage",
+    [OperationalError("server closed the connection unexpectedly"), redis.ConnectionError("Connection refused")],
+    ids=["database", "redis"],
+)
+def test_an_unreachable_database_or_redis_leaves_the_entries_pending_for_a_retry(stream, running, monkeypatch, outage):
+    client, name = stream
+    _owner, host, token, job, task = running
+    real = ingest._write
+
+    def down(batch: Any) -> None:
+        raise outage
+
+    monkeypatch.setattr(ingest, "_write", down)
+    add(client, name, points(host, token, task.pk, 1))
+    reader = consumer(client, name)
+    with pytest.raises(type(outage)):
+        reader.drain_once(block_ms=100)
+    assert client.xpending(name, METRICS_GROUP)["pending"] == 1
+    assert not dead_letters(client, name)
+
+    monkeypatch.setattr(ingest, "_write", real)
+    assert reader.drain_once(backlog=True) == 1
+
+    assert MetricPoint.objects.filter(job=job).count() == 1
+    assert client.xpending(name, METRICS_GROUP)["pending"] == 0
+
+
+class _PgError(Exception):
+    def __init__(self, sqlstate: str | None) -> None:
+        self.sqlstate = sqlstate
+
+
+@pytest.mark.parametrize(
+    ("sqlstate", "transient"),
+    [(None, True), ("08006", True), ("40P01", True), ("57P01", True), ("53300", True), ("54000", False)],
+)
+def test_only_connection_and_resource_errors_count_as_transient(sqlstate, transient):
+    error = OperationalError("x")
+    error.__cause__ = _PgError(sqlstate)
+    assert ingest.transient(error) is transient
+
+
+def test_staff_see_the_latest_dead_letters_on_the_hosts_page(stream, client, django_user_model, monkeypatch):
+    redis_client, name = stream
+    add(redis_client, name, {"name": TASK_METRICS, "envelope": "[" * 100_000})
+    consumer(redis_client, name).drain_once(block_ms=100)
+    monkeypatch.setattr(metrics_stream, "DEAD_LETTERS", dead_letter_stream(name))
+    client.force_login(django_user_model.objects.create_superuser("root", password="pw-root-123"))
+
+    page = client.get("/admin/orchestrator/host/").content.decode()
+
+    assert "RecursionError" in page
+    assert TASK_METRICS in page

@@ -1,7 +1,8 @@
 """Settings, every one overridable from the environment.
 
-Defaults make a fresh checkout work with zero setup (PostgreSQL and Redis on localhost, DEBUG on; `make run` starts
-embedded ones when none answers); a deployment sets SECRET_KEY, DEBUG=0, DATABASE_URL, REDIS_URL and ALLOWED_HOSTS.
+Safe by default: DEBUG is off and SECRET_KEY must come from the environment. `make run` (scripts/run_local.py) turns
+DEBUG on and generates a SECRET_KEY into `var/` (mode 0600) for the local quick start; a deployment sets SECRET_KEY,
+DATABASE_URL, REDIS_URL and ALLOWED_HOSTS, and TFDASH_HTTPS=1 when it is served over HTTPS.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from config.env import EnvError, env_bool, env_float, env_int, env_list, env_str
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("TFDASH_VAR_DIR", str(BASE_DIR / "var")))
 
-DEBUG = env_bool("DEBUG", True)
-SECRET_KEY = env_str("SECRET_KEY", "dev-only-insecure-key" if DEBUG else "")
+DEBUG = env_bool("DEBUG", False)
+# No default, not even with DEBUG on: a known key signs sessions anyone could forge.
+SECRET_KEY = env_str("SECRET_KEY", "")
 if not SECRET_KEY:
-    raise RuntimeError("SECRET_KEY must be set when DEBUG is off")
+    raise RuntimeError("SECRET_KEY must be set (make run generates one into var/secret-key)")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -50,6 +52,21 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+# Served over HTTPS (directly or behind a TLS proxy that sets X-Forwarded-Proto): cookies only over TLS, HSTS, and
+# plain HTTP redirected. Off by default, since `make run` and the tests serve plain HTTP on loopback.
+TFDASH_HTTPS = env_bool("TFDASH_HTTPS", False)
+if TFDASH_HTTPS:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("TFDASH_SSL_REDIRECT", True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = env_int("TFDASH_HSTS_SECONDS", 31_536_000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("TFDASH_HSTS_INCLUDE_SUBDOMAINS", False)
+SESSION_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
 
 ROOT_URLCONF = "config.urls"
 ASGI_APPLICATION = "config.asgi.application"

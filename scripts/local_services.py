@@ -28,7 +28,7 @@ PG_SYSTEM_USER = "embedded_postgres"
 def secret_file(path: Path) -> str:
     """A secret generated once into `path` (mode 0600) and read back on every later start."""
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:
             out.write(secrets.token_urlsafe(24))

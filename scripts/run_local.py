@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from local_services import EmbeddedPostgres, EmbeddedRedis, wait_for  # noqa: E402 - after the path
+from local_services import EmbeddedPostgres, EmbeddedRedis, secret_file, wait_for  # noqa: E402 - after the path
 
 PY = sys.executable
 GRACE_S = 10.0
@@ -60,13 +60,20 @@ class Stack:
     def __init__(self) -> None:
         self.var = Path(os.environ.get("TFDASH_VAR_DIR", ROOT / "var"))
         self.logs = self.var / "log"
-        self.logs.mkdir(parents=True, exist_ok=True)
+        # Logs may name hosts, paths and jobs: readable by the operator (and root) alone.
+        self.logs.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.logs.chmod(0o700)
         self.children: list[Child] = []
         self.env = dict(os.environ)
         self.env.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
         self.env["PYTHONUNBUFFERED"] = "1"
         self.env["TFDASH_VAR_DIR"] = str(self.var)
         self.env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
+        # The settings are safe by default (DEBUG off, no built-in SECRET_KEY); the local quick start is a
+        # development stack on loopback, with a key of its own generated once into var/ (mode 0600).
+        self.env.setdefault("DEBUG", "1")
+        if not self.env.get("SECRET_KEY"):
+            self.env["SECRET_KEY"] = secret_file(self.var / "secret-key")
         self.stopping = False
 
     def say(self, text: str) -> None:

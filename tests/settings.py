@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import os
 
+# The suite's own key and the development settings its servers (web, orchestrator) ran with before DEBUG became
+# off by default: static files from the app folders, tracebacks in the logs of a failed test.
+os.environ.setdefault("SECRET_KEY", "test-suite-only-" + "k" * 40)
+os.environ.setdefault("DEBUG", "1")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tfdash")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("TFDASH_HEARTBEAT_TIMEOUT_S", "4")

@@ -102,18 +102,33 @@ def test_the_api_wants_a_csrf_token_with_a_session_but_not_with_a_token(alice):
     assert token.post("/api/jobs/plan/", {}, format="json").status_code == 400  # past CSRF, to validation
 
 
-def test_secrets_come_only_from_the_environment():
-    env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DJANGO_SETTINGS_MODULE")}
-    env["DEBUG"] = "0"
-    result = subprocess.run(
-        [sys.executable, "-c", "import config.settings"], cwd=ROOT, env=env, capture_output=True, text=True
-    )
-    assert result.returncode != 0
-    assert "SECRET_KEY must be set when DEBUG is off" in result.stderr
-
-    env["SECRET_KEY"] = "from-the-environment"
-    result = subprocess.run(
-        [sys.executable, "-c", "import config.settings as s; print(s.SECRET_KEY, s.DEBUG)"],
+def _settings_in_a_fresh_process(env: dict[str, str], expr: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", f"import config.settings as s; print({expr})"],
         cwd=ROOT, env=env, capture_output=True, text=True,
     )  # fmt: skip
+
+
+def test_secrets_come_only_from_the_environment():
+    env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG", "DJANGO_SETTINGS_MODULE")}
+    result = _settings_in_a_fresh_process(env, "s.DEBUG")
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set" in result.stderr
+
+    # Not even DEBUG brings a built-in key: sessions signed with a known key could be forged.
+    result = _settings_in_a_fresh_process({**env, "DEBUG": "1"}, "s.DEBUG")
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set" in result.stderr
+
+    result = _settings_in_a_fresh_process({**env, "SECRET_KEY": "from-the-environment"}, "s.SECRET_KEY, s.DEBUG")
     assert result.stdout.split() == ["from-the-environment", "False"], result.stderr
+
+
+def test_https_deployments_get_secure_cookies_and_hsts():
+    env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "TFDASH_HTTPS")}
+    expr = "s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE, s.SECURE_HSTS_SECONDS, s.SECURE_SSL_REDIRECT"
+    result = _settings_in_a_fresh_process({**env, "TFDASH_HTTPS": "1"}, expr)
+    assert result.stdout.split() == ["True", "True", "31536000", "True"], result.stderr
+    # Plain HTTP on loopback (make run, the tests): cookies must still work without TLS.
+    result = _settings_in_a_fresh_process(env, "getattr(s, 'SESSION_COOKIE_SECURE', False), s.SESSION_COOKIE_HTTPONLY")
+    assert result.stdout.split() == ["False", "True"], result.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import stat
 import sys
 import time
 
@@ -28,7 +29,8 @@ def free_port() -> int:
 def test_make_run_brings_up_two_online_hosts_and_stops_everything(tmp_path):
     port, redis_port, pg_port = free_port(), free_port(), free_port()
     env = {
-        **{k: v for k, v in os.environ.items() if k != "DATABASE_URL"},  # none: the embedded PostgreSQL must start
+        # No DATABASE_URL: the embedded PostgreSQL must start; no SECRET_KEY or DEBUG: make run brings its own.
+        **{k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "SECRET_KEY", "DEBUG")},
         "PORT": str(port),
         "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",  # nothing listens there: the embedded one must start
         "TFDASH_PG_PORT": str(pg_port),
@@ -65,6 +67,13 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(tmp_path):
         assert time.monotonic() - up_at < 60
         assert sorted(h["name"] for h in hosts) == ["local-1", "local-2"]
         assert {(h["port_min"], h["port_max"]) for h in hosts} == {(23000, 23099), (23100, 23199)}
+
+        # Its secrets and its database are the operator's alone.
+        var = tmp_path / "var"
+        for secret in ("secret-key", "redis-password", "postgres-password"):
+            assert stat.S_IMODE((var / secret).stat().st_mode) == 0o600, secret
+        for folder in ("postgres", "redis", "log"):
+            assert stat.S_IMODE((var / folder).stat().st_mode) == 0o700, folder
 
         os.killpg(run.pid, signal.SIGTERM)
         assert run.proc.wait(timeout=30) == 0

@@ -28,6 +28,7 @@ import io
 import json
 import os
 import random
+import secrets
 import shutil
 import signal
 import socket
@@ -107,6 +108,9 @@ class Stack:
             "DATABASE_URL": self.pg.url,
             "REDIS_URL": self.redis.url("0"),
             "LOG_LEVEL": "INFO",
+            # The settings have no built-in key: the soak's stack gets a throwaway one.
+            "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(32),
+            "DEBUG": os.environ.get("DEBUG", "1"),
         }
         self.children: dict[str, Child] = {}
         self.agents: dict[str, dict[str, str]] = {}  # host -> {"token", "port_range"}
@@ -463,7 +467,9 @@ def main() -> int:
     monkey = None
     try:
         stack.start_databases()
-        os.environ.update({k: stack.env[k] for k in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")})
+        os.environ.update(
+            {k: stack.env[k] for k in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "SECRET_KEY")}
+        )
         os.environ["LOG_LEVEL"] = "WARNING"
         import django
 

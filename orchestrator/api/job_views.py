@@ -25,7 +25,7 @@ from orchestrator.api.job_serializers import (
     TaskSerializer,
 )
 from orchestrator.control import lifecycle, submission
-from orchestrator.metrics import history
+from orchestrator.metrics import history, log_reader
 from orchestrator.models import Job, JobArtifact, MetricPoint, Task
 
 METRICS_PAGE = 10_000
@@ -51,7 +51,10 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         incoming = JobInputSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         job, upload = incoming.build(request.user)
-        submission.submit(job, upload)
+        try:
+            submission.submit(job, upload)
+        except submission.JobInvalid as exc:  # what only submitting checks: the per-user limit on active jobs
+            return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -180,12 +183,12 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         parameters=[OpenApiParameter("download", bool, description="as an attachment")],
     )
     @action(detail=True, methods=["get"], url_path=r"logs/(?P<task_id>\d+)")
-    def logs(self, request: Request, pk: str | None = None, task_id: str | None = None) -> HttpResponse:
+    def logs(self, request: Request, pk: str | None = None, task_id: str | None = None) -> StreamingHttpResponse:
+        """The task's whole log, streamed a page of lines at a time (metrics/log_reader.py)."""
         job = self.get_object()
         task = get_object_or_404(Task, pk=task_id, job=job)
-        text = "\n".join(task.log_lines.order_by("seq").values_list("text", flat=True))
-        response = HttpResponse(text + ("\n" if text else ""), content_type="text/plain; charset=utf-8")
+        filename = None
         if request.query_params.get("download"):
             filename = f"job{job.pk}-{task.type}{task.index}-attempt{task.attempt}.log"
-            response["Content-Disposition"] = f'attachment; filename="{filename}"'
-        return response
+        body = log_reader.chunks(task.pk, lambda lines: "".join(f"{text}\n" for _seq, _stream, text in lines))
+        return log_reader.streaming(body, "text/plain; charset=utf-8", filename)

@@ -52,7 +52,12 @@ class Command(BaseCommand):
                 return
             submission.submit(job, upload)
         except submission.JobInvalid as exc:
-            raise CommandError("; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in exc.errors.items())) from None
+            raise CommandError(
+                "; ".join(
+                    " ".join(msgs) if field == "non_field_errors" else f"{field}: {' '.join(msgs)}"
+                    for field, msgs in exc.errors.items()
+                )
+            ) from None
         self.stdout.write(f"job {job.pk} queued on cluster {cluster.name}")
 
 

@@ -77,11 +77,14 @@ def within_limits(rows: list[PointRow]) -> tuple[list[PointRow], dict[int, int]]
     if all(n < settings.TFDASH_MAX_POINTS_PER_JOB - len(rows) for n in stored.values()):
         return rows, {}  # the common case: no job near its limit, nothing to look at
     never_thinned = {pk for pk, _n, thinned in counts if not thinned}
+    existing = _existing(rows)
     kept: list[PointRow] = []
     left_out: dict[int, int] = defaultdict(int)
     for row in rows:
         job_id = row[0]
-        if limits.keep_point(stored.get(job_id, 0), row[2], row[4]):
+        if (row[1], row[2], row[3], row[4]) in existing:
+            kept.append(row)  # a redelivery of a stored point: updated in place, it takes no new room
+        elif limits.keep_point(stored.get(job_id, 0), row[2], row[4]):
             kept.append(row)
             stored[job_id] = stored.get(job_id, 0) + 1
         else:
@@ -89,6 +92,14 @@ def within_limits(rows: list[PointRow]) -> tuple[list[PointRow], dict[int, int]]
     for job_id in never_thinned & left_out.keys():
         live.job_changed(job_id)  # its page says the series are thinned from now on
     return kept, dict(left_out)
+
+
+def _existing(rows: list[PointRow]) -> set[tuple[int, str, str, int]]:
+    """The (task, phase, name, step) keys among `rows` that are stored already."""
+    keys = list({(r[1], r[2], r[3], r[4]) for r in rows})
+    with connection.cursor() as cursor:
+        cursor.execute(_EXISTING_SQL, [list(column) for column in zip(*keys, strict=True)])
+        return {(task, phase, name, step) for task, phase, name, step in cursor.fetchall()}
 
 
 def count_points(inserted: dict[int, int], left_out: dict[int, int]) -> None:
@@ -125,6 +136,12 @@ def upsert_points(rows: list[PointRow]) -> tuple[dict[int, list[list[Any]]], dic
         points.sort(key=lambda p: p[0])
     return by_job, dict(inserted)
 
+
+_EXISTING_SQL = f"""
+    SELECT p.task_id, p.phase, p.name, p.step FROM {MetricPoint._meta.db_table} p
+    JOIN unnest(%s::bigint[], %s::varchar[], %s::varchar[], %s::bigint[]) AS k(task_id, phase, name, step)
+    USING (task_id, phase, name, step)
+"""  # noqa: S608 - the table name is the model's; values are parameters
 
 # The table name comes from the model, never from input; every value is a bound parameter. `xmax = 0`: the row was
 # inserted, not updated (PostgreSQL), which keeps the job's point count exact under redelivery.

@@ -21,7 +21,7 @@ from orchestrator.models import Host, HostSample
 
 log = logging.getLogger(__name__)
 
-HOURS_PER_STEP = 1  # buckets examined per statement: THIN_S × 60 (an hour at one a minute)
+HOURS_PER_STEP = 1  # buckets examined per statement: 60 buckets (an hour at one a minute)
 
 
 def thin_host_samples(now: float | None = None) -> int:
@@ -32,7 +32,8 @@ def thin_host_samples(now: float | None = None) -> int:
     cutoff = math.floor((now - settings.TFDASH_SAMPLES_FULL_S) / thin_s) * thin_s
     budget = settings.TFDASH_RETENTION_BATCH
     deleted = 0
-    for host_id, thinned_to in Host.objects.order_by("pk").values_list("pk", "samples_thinned_to"):
+    for host_id, watermark in Host.objects.order_by("pk").values_list("pk", "samples_thinned_to"):
+        thinned_to = watermark
         while deleted < budget:
             # Jump over gaps (a host off for a week): the next sample above the watermark, by the (host, ts) index.
             first = (

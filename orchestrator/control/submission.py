@@ -57,9 +57,9 @@ def parse_args(value: str | list[str] | None) -> list[str]:
 def new_job(owner: Any, cluster: Cluster, data: Mapping[str, Any], file: Any = None) -> tuple[Job, Upload | None]:
     """An unsaved job (and its upload) from cleaned form or serializer data; raises JobInvalid for bad `args`."""
     # One byte past the limit is enough to refuse it (check_script), whatever the file's size.
-    upload = (
-        Upload(filename=file.name, content=file.read(settings.TFDASH_MAX_SCRIPT_BYTES + 1)) if file is not None else None
-    )
+    upload = None
+    if file is not None:
+        upload = Upload(filename=file.name, content=file.read(settings.TFDASH_MAX_SCRIPT_BYTES + 1))
     builtin = data.get("builtin") or ""
     job = Job(
         owner=owner,

@@ -32,7 +32,8 @@ def points_after(
 
 
 def thinned(job_id: int, after: int = 0) -> tuple[list[list[Any]], int, bool]:
-    """A fresh load (or, with `after`, a backlog too long to send whole: the points above that id): every series whole up to SERIES_POINTS points, a longer one cut to the lowest and the highest
+    """A fresh load (or, with `after`, a backlog too long to send whole: the points above that id): every series
+    whole up to SERIES_POINTS points, a longer one cut to the lowest and the highest
     point of each of SERIES_POINTS / 2 step buckets, in PostgreSQL (reading 400,000 rows into Python to thin them
     there took ~5.6 s: bench/page_load.py). Returns (points in id order, the cursor, whether any series was thinned).
     The cursor is the highest id stored when the read began; nothing above it is returned, so a live frame never

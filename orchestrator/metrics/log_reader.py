@@ -15,7 +15,7 @@ from django.http import StreamingHttpResponse
 
 from orchestrator.models import TaskLogLine
 
-PAGE_LINES = 2000  # a page is at most 2,000 × 10,000 characters (contracts.limits.MAX_LOG_LINE_CHARS)
+PAGE_LINES = 2000  # a page is at most 2,000 lines of up to 10,000 characters (contracts.limits.MAX_LOG_LINE_CHARS)
 
 Line = tuple[int, str, str]  # seq, stream, text
 

@@ -24,14 +24,18 @@ def store_lines(lines: list[TaskLogLine]) -> int:
     for line in lines:
         by_task[line.task_id].setdefault(line.seq, line)  # the same seq twice in one run: the first (as stored)
     # In id order, so two writers (the stream consumer and an old agent's Celery path) never lock in opposite orders.
-    tasks = Task.objects.select_for_update().filter(pk__in=by_task).order_by("pk").values_list(
-        "pk", "log_bytes", "log_truncated"
+    tasks = (
+        Task.objects.select_for_update()
+        .filter(pk__in=by_task)
+        .order_by("pk")
+        .values_list("pk", "log_bytes", "log_truncated")
     )
     limit = settings.TFDASH_MAX_LOG_BYTES_PER_TASK
     rows: list[TaskLogLine] = []
-    for task_id, used, truncated in tasks:
-        if truncated:
+    for task_id, used, cut_before in tasks:
+        if cut_before:
             continue
+        truncated = False
         batch = by_task[task_id]
         stored = set(TaskLogLine.objects.filter(task_id=task_id, seq__in=list(batch)).values_list("seq", flat=True))
         added = 0

@@ -4,45 +4,44 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('orchestrator', '0007_task_event_seq_ordered_at'),
+        ("orchestrator", "0007_task_event_seq_ordered_at"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='host',
-            name='samples_thinned_to',
+            model_name="host",
+            name="samples_thinned_to",
             field=models.FloatField(default=0.0),
         ),
         migrations.AddField(
-            model_name='job',
-            name='artifact_refusal',
-            field=models.TextField(blank=True, help_text='why the latest artifact was refused'),
+            model_name="job",
+            name="artifact_refusal",
+            field=models.TextField(blank=True, help_text="why the latest artifact was refused"),
         ),
         migrations.AddField(
-            model_name='job',
-            name='artifacts_refused',
+            model_name="job",
+            name="artifacts_refused",
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='job',
-            name='points_stored',
+            model_name="job",
+            name="points_stored",
             field=models.PositiveBigIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='job',
-            name='points_thinned',
+            model_name="job",
+            name="points_thinned",
             field=models.PositiveBigIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='task',
-            name='log_bytes',
+            model_name="task",
+            name="log_bytes",
             field=models.PositiveBigIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='task',
-            name='log_truncated',
+            model_name="task",
+            name="log_truncated",
             field=models.BooleanField(default=False),
         ),
         # What is already stored counts against the limits from the start.

@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import pytest
-import redis
 from django.test import override_settings
 
 from contracts.protocol import METRICS_GROUP, TASK_LOGS

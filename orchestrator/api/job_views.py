@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db.models import QuerySet
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
@@ -29,6 +30,7 @@ from orchestrator.metrics import history, log_reader
 from orchestrator.models import Job, JobArtifact, MetricPoint, Task
 
 METRICS_PAGE = 10_000
+CSV_PAGE = 5000
 
 
 class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -134,28 +136,29 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
     @action(detail=True, methods=["get"], url_path="metrics-csv")
     def metrics_csv(self, request: Request, pk: str | None = None) -> StreamingHttpResponse:
         job = self.get_object()
-        rows = (
-            MetricPoint.objects.filter(job=job)
-            .order_by("id")
-            .values_list(
-                "id", "task__type", "task__index", "task__attempt", "phase", "name", "step", "epoch", "value", "ts"
-            )
-            .iterator(chunk_size=5000)
-        )
+        columns = ("id", "task__type", "task__index", "task__attempt", "phase", "name", "step", "epoch", "value", "ts")
 
-        def lines() -> Iterator[str]:
+        def page(after: int) -> list[tuple[Any, ...]]:
+            points = MetricPoint.objects.filter(job=job, id__gt=after).order_by("id")
+            return list(points.values_list(*columns)[:CSV_PAGE])
+
+        async def lines() -> AsyncIterator[str]:
+            # Async, a page at a time by id: under ASGI Django reads a synchronous body whole before sending it.
             buffer = io.StringIO()
             writer = csv.writer(buffer)
             writer.writerow(
                 ["id", "task_type", "task_index", "attempt", "phase", "name", "step", "epoch", "value", "ts"]
             )
-            for row in rows:
-                writer.writerow(row)
-                if buffer.tell() > 64 * 1024:
-                    yield buffer.getvalue()
-                    buffer.seek(0)
-                    buffer.truncate()
-            yield buffer.getvalue()
+            after = 0
+            while True:
+                rows = await sync_to_async(page)(after)
+                writer.writerows(rows)
+                yield buffer.getvalue()
+                buffer.seek(0)
+                buffer.truncate()
+                if len(rows) < CSV_PAGE:
+                    break
+                after = rows[-1][0]
 
         response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="job{job.pk}-metrics.csv"'

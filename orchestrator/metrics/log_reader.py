@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-from channels.db import database_sync_to_async
+from asgiref.sync import sync_to_async
 from django.http import StreamingHttpResponse
 
 from orchestrator.models import TaskLogLine
@@ -35,8 +35,8 @@ async def chunks(
     after = -1
     sent = False
     while True:
-        # Channels' wrapper closes the thread's connection when it is done with it (CONN_MAX_AGE), as a view would.
-        page = await database_sync_to_async(page_after)(task_id, after)
+        # In the request's own thread (thread-sensitive), whose connection Django closes when the response ends.
+        page = await sync_to_async(page_after)(task_id, after)
         if page:
             sent = True
             yield render(page).encode()

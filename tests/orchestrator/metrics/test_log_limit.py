@@ -14,6 +14,7 @@ from orchestrator.metrics import ingest, log_reader
 from orchestrator.metrics.stream import MetricsConsumer
 from orchestrator.models import Task, TaskLogLine
 from tests.orchestrator.metrics.conftest import envelope
+from tests.support.streaming import streamed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -86,14 +87,14 @@ def long_log(running: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Task]:
     return owner, task
 
 
-async def test_the_task_log_page_streams_every_line_escaped(long_log, async_client):
+def test_the_task_log_page_streams_every_line_escaped(long_log, client):
     owner, task = long_log
-    await async_client.aforce_login(owner)
+    client.force_login(owner)
 
-    response = await async_client.get(f"/jobs/{task.job_id}/tasks/{task.pk}/log/")
+    response = client.get(f"/jobs/{task.job_id}/tasks/{task.pk}/log/")
 
     assert response.streaming and response.status_code == 200
-    page = b"".join([chunk async for chunk in response.streaming_content]).decode()
+    page = streamed(response).decode()
     body = page.split('<pre class="log">')[1].split("</pre>")[0]
     assert body == "".join(
         f'<span class="{"stderr" if seq == 6 else "stdout"}">line {seq} &lt;b&gt;</span>\n' for seq in range(7)
@@ -101,23 +102,21 @@ async def test_the_task_log_page_streams_every_line_escaped(long_log, async_clie
     assert "Back to the job" in page.split('<pre class="log">')[0]
 
 
-async def test_the_log_download_streams_the_whole_log(long_log, async_client):
+def test_the_log_download_streams_the_whole_log(long_log, client):
     owner, task = long_log
-    await async_client.aforce_login(owner)
+    client.force_login(owner)
 
-    response = await async_client.get(f"/api/jobs/{task.job_id}/logs/{task.pk}/?download=1")
+    response = client.get(f"/api/jobs/{task.job_id}/logs/{task.pk}/?download=1")
 
     assert response.streaming and response.status_code == 200
     assert response["Content-Disposition"] == f'attachment; filename="job{task.job_id}-worker0-attempt1.log"'
-    text = b"".join([chunk async for chunk in response.streaming_content]).decode()
+    text = streamed(response).decode()
     assert text == "".join(f"line {seq} <b>\n" for seq in range(7))
 
 
-async def test_an_empty_log_says_so(running, async_client):
+def test_an_empty_log_says_so(running, client):
     owner, _host, _token, _job, task = running
-    await async_client.aforce_login(owner)
+    client.force_login(owner)
 
-    response = await async_client.get(f"/jobs/{task.job_id}/tasks/{task.pk}/log/")
-
-    page = b"".join([chunk async for chunk in response.streaming_content]).decode()
+    page = streamed(client.get(f"/jobs/{task.job_id}/tasks/{task.pk}/log/")).decode()
     assert '<pre class="log">No output yet.</pre>' in page

@@ -9,7 +9,8 @@ Frames (JSON, each with a `type`):
 
 No gap, no duplicate: the consumer joins the job's group *before* reading anything, so a change made meanwhile
 arrives as a frame after the read. Metric points: history ends at a cursor (the highest point id sent); live points at
-or below it are dropped; a reconnecting page passes `?since=<cursor>` and gets exactly what it missed. Log lines: per
+or below it are dropped; a reconnecting page passes `?since=<cursor>` and gets exactly what it missed, or, past
+TFDASH_SOCKET_BACKLOG_POINTS, what it missed thinned per series (so no history load is unbounded). Log lines: per
 task, the consumer sends the lines above the task's cursor (the highest seq sent without a hole below: lines of one
 task may commit out of order; page_data.log_cursor), and a reconnecting page passes the cursors of its frames as
 `log_since`. Log lines are numbered per task by its agent and stored by concurrent orchestrator workers, so, unlike

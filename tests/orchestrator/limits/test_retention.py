@@ -7,7 +7,8 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from orchestrator import retention
+from config.celery import app
+from orchestrator import retention, tasks  # noqa: F401  (tasks: registers the Celery entry points)
 from orchestrator.models import HostSample
 from tests import factories
 
@@ -68,3 +69,4 @@ def test_the_beat_runs_it():
     entry = settings.CELERY_BEAT_SCHEDULE["retention"]
     assert entry["task"] == "orchestrator.retention"
     assert entry["schedule"] == settings.TFDASH_RETENTION_INTERVAL_S
+    assert "orchestrator.retention" in app.tasks  # registered on the orchestrator's queue (orchestrator/tasks.py)

@@ -32,22 +32,22 @@ def stored(task: Task) -> list[tuple[int, str]]:
 
 
 @override_settings(TFDASH_MAX_LOG_BYTES_PER_TASK=100)
-def test_past_the_limit_one_marker_is_stored_however_often_entries_are_read(stream, running):
-    client, name = stream
-    _owner, host, token, _job, task = running
-    reader = MetricsConsumer(client, stream=name)
+def test_past_the_limit_one_marker_is_stored_however_often_entries_are_read(stream, running, client):
+    redis_client, name = stream
+    owner, host, token, _job, task = running
+    reader = MetricsConsumer(redis_client, stream=name)
     reader.ensure_group()
-    client.xadd(name, lines_entry(host, token, task, range(0, 3)))
+    redis_client.xadd(name, lines_entry(host, token, task, range(0, 3)))
     assert reader.drain_once(block_ms=100) == 1
     first = stored(task)
     # An agent resends (its outbox retries) and goes on: lines 2..8 overlap what is stored, then pass the limit.
-    client.xadd(name, lines_entry(host, token, task, range(2, 9)))
+    redis_client.xadd(name, lines_entry(host, token, task, range(2, 9)))
     # Read, stored, then the consumer dies before acknowledging: the entry stays pending...
-    taken = client.xreadgroup(METRICS_GROUP, "ingest", {name: ">"}, count=10)
+    taken = redis_client.xreadgroup(METRICS_GROUP, "ingest", {name: ">"}, count=10)
     ingest.store_reports([(TASK_LOGS, json.loads(fields[b"envelope"])) for _id, fields in taken[0][1]])
     # ...and the restarted consumer reads it again.
     assert reader.drain_once(backlog=True) == 1
-    client.xadd(name, lines_entry(host, token, task, range(9, 12)))  # more output after the cut
+    redis_client.xadd(name, lines_entry(host, token, task, range(9, 12)))  # more output after the cut
     reader.drain_once(block_ms=100)
 
     lines = stored(task)
@@ -58,6 +58,11 @@ def test_past_the_limit_one_marker_is_stored_however_often_entries_are_read(stre
     task.refresh_from_db()
     assert (task.log_bytes, task.log_truncated) == (100, True)
     assert reader.dead == 0
+    client.force_login(owner)  # the task table says so; the log itself ends with the marker
+    assert (
+        'title="past TFDASH_MAX_LOG_BYTES_PER_TASK">truncated' in client.get(f"/jobs/{task.job_id}/").content.decode()
+    )
+    assert streamed(client.get(f"/jobs/{task.job_id}/tasks/{task.pk}/log/")).decode().count(MARKER) == 1
 
 
 @override_settings(TFDASH_MAX_LOG_BYTES_PER_TASK=100)

@@ -31,14 +31,17 @@ def env_bool(name: str, default: bool) -> bool:
     raise EnvError(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
 
 
-def env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     raw = os.environ.get(name)
     if raw is None:
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise EnvError(f"{name}={raw!r} is not an integer") from None
+    if minimum is not None and value < minimum:
+        raise EnvError(f"{name}={raw!r} is below its minimum, {minimum}")
+    return value
 
 
 def env_float(name: str, default: float) -> float:

@@ -193,11 +193,40 @@ TFDASH_WATCHDOG_INTERVAL_S = env_float("TFDASH_WATCHDOG_INTERVAL_S", 1.0)
 # each launch once, so a resend of one that was merely slow costs nothing).
 TFDASH_ORDER_RESEND_S = env_float("TFDASH_ORDER_RESEND_S", 10.0)
 
+# What one user, job or task may hold (orchestrator/limits.py reads them; README "Limits" lists them). Each is a
+# positive number: a deployment that wants more raises it, there is no "unlimited".
+# Queued + running (not yet ended) jobs one user may have; a submission past it is refused, staff included.
+TFDASH_MAX_ACTIVE_JOBS_PER_USER = env_int("TFDASH_MAX_ACTIVE_JOBS_PER_USER", 20, minimum=1)
+# Output one task attempt may store (UTF-8 bytes, a newline per line); later lines are dropped after one marker line.
+TFDASH_MAX_LOG_BYTES_PER_TASK = env_int("TFDASH_MAX_LOG_BYTES_PER_TASK", 64 * 1024 * 1024, minimum=1)
+# Metric points one job stores in full; past it only every TFDASH_POINTS_THIN_STRIDE-th step (and every epoch_end
+# point) is kept, and past twice it nothing more.
+TFDASH_MAX_POINTS_PER_JOB = env_int("TFDASH_MAX_POINTS_PER_JOB", 1_000_000, minimum=1)
+TFDASH_POINTS_THIN_STRIDE = env_int("TFDASH_POINTS_THIN_STRIDE", 10, minimum=2)
+# Artifacts one job may store: how many and how many bytes in all (one artifact is at most 64 MiB: contracts/limits).
+TFDASH_MAX_ARTIFACTS_PER_JOB = env_int("TFDASH_MAX_ARTIFACTS_PER_JOB", 16, minimum=1)
+TFDASH_MAX_ARTIFACT_BYTES_PER_JOB = env_int("TFDASH_MAX_ARTIFACT_BYTES_PER_JOB", 256 * 1024 * 1024, minimum=1)
+# An uploaded training script (form, API, `submit`).
+TFDASH_MAX_SCRIPT_BYTES = env_int("TFDASH_MAX_SCRIPT_BYTES", 1024 * 1024, minimum=1)
+# Points a reconnecting job page is sent at most (`?since=`); a larger backlog is replaced by a fresh thinned load.
+TFDASH_SOCKET_BACKLOG_POINTS = env_int("TFDASH_SOCKET_BACKLOG_POINTS", 20_000, minimum=1)
+# Host samples: kept whole for TFDASH_SAMPLES_FULL_S, then thinned to one per TFDASH_SAMPLES_THIN_S per host, by a
+# periodic task that deletes at most TFDASH_RETENTION_BATCH rows a run (every TFDASH_RETENTION_INTERVAL_S).
+TFDASH_SAMPLES_FULL_S = env_int("TFDASH_SAMPLES_FULL_S", 86_400, minimum=1)
+TFDASH_SAMPLES_THIN_S = env_int("TFDASH_SAMPLES_THIN_S", 60, minimum=1)
+TFDASH_RETENTION_BATCH = env_int("TFDASH_RETENTION_BATCH", 20_000, minimum=1)
+TFDASH_RETENTION_INTERVAL_S = env_float("TFDASH_RETENTION_INTERVAL_S", 300.0)
+
 CELERY_BEAT_SCHEDULE = {
     "host-watchdog": {
         "task": "orchestrator.watchdog",
         "schedule": TFDASH_WATCHDOG_INTERVAL_S,
         "options": {"expires": TFDASH_WATCHDOG_INTERVAL_S * 2},
+    },
+    "retention": {
+        "task": "orchestrator.retention",
+        "schedule": TFDASH_RETENTION_INTERVAL_S,
+        "options": {"expires": TFDASH_RETENTION_INTERVAL_S},
     },
 }
 

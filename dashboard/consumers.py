@@ -9,7 +9,8 @@ Frames (JSON, each with a `type`):
 
 No gap, no duplicate: the consumer joins the job's group *before* reading anything, so a change made meanwhile
 arrives as a frame after the read. Metric points: history ends at a cursor (the highest point id sent); live points at
-or below it are dropped; a reconnecting page passes `?since=<cursor>` and gets exactly what it missed. Log lines: per
+or below it are dropped; a reconnecting page passes `?since=<cursor>` and gets exactly what it missed, or, past
+TFDASH_SOCKET_BACKLOG_POINTS, what it missed thinned per series (so no history load is unbounded). Log lines: per
 task, the consumer sends the lines above the task's cursor (the highest seq sent without a hole below: lines of one
 task may commit out of order; page_data.log_cursor), and a reconnecting page passes the cursors of its frames as
 `log_since`. Log lines are numbered per task by its agent and stored by concurrent orchestrator workers, so, unlike
@@ -30,6 +31,7 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 from django.template.loader import render_to_string
 
 from dashboard import page_data
@@ -51,10 +53,15 @@ def _visible_job(user: Any, job_id: int) -> Job | None:
 
 @database_sync_to_async
 def _metric_history(job_id: int, since: int) -> tuple[list[Any], int, bool]:
-    """Every point after `since` (a reconnect), or on a fresh load each series thinned (metrics/history.py)."""
+    """On a reconnect every point after `since`, up to TFDASH_SOCKET_BACKLOG_POINTS; a longer backlog (a tab asleep
+    for hours) is sent thinned like a fresh load, from `since` on (the page keeps what it has). On a fresh load each
+    series thinned (metrics/history.py). Either way bounded, whatever the job stores."""
     if since > 0:
-        points = history.points_after(job_id, since)
-        return points, (points[-1][0] if points else since), False
+        backlog = settings.TFDASH_SOCKET_BACKLOG_POINTS
+        points = history.points_after(job_id, since, limit=backlog + 1)
+        if len(points) <= backlog:
+            return points, (points[-1][0] if points else since), False
+        return history.thinned(job_id, after=since)
     return history.thinned(job_id)
 
 

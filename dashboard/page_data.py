@@ -12,6 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import OuterRef, Subquery
 
+from orchestrator import limits
 from orchestrator.control import scheduling
 from orchestrator.models import Cluster, Host, HostSample, HostStatus, Job, Task
 
@@ -126,6 +127,9 @@ def job_parts(job: Job) -> dict[str, Any]:
         "has_metrics": has_metrics,
         # Said only once the job has run a while: a script that neither calls model.fit nor report() sends nothing.
         "reports_no_metrics": ran and not has_metrics and (job.is_terminal or job.state == "running"),
+        "points_thinned_note": limits.points_thinned_note(job.points_stored, job.points_thinned)
+        if job.points_thinned
+        else "",
     }
 
 

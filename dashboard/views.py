@@ -9,12 +9,15 @@ from django.contrib.auth import get_user_model
 from django.db.models import Prefetch, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
+from django.utils.html import escape
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from contracts.run_config import RunConfig
 from dashboard import compare, page_data
 from dashboard.forms import JobForm, cluster_guidance, initial_from
 from orchestrator.control import lifecycle, submission
+from orchestrator.metrics import log_reader
 from orchestrator.models import TERMINAL_JOB_STATES, Cluster, Host, Job, JobState, ProgramKind, Strategy, Task
 
 
@@ -250,11 +253,22 @@ def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
     return redirect(job)
 
 
+_LOG_SLOT = "\x00log-lines\x00"  # where the page's streamed lines go in the rendered template
+
+
 @require_GET
 def task_log(request: HttpRequest, job_id: int, task_id: int) -> HttpResponse:
+    """The task's whole log as a page, streamed a page of lines at a time (metrics/log_reader.py): a log of any size
+    costs the server one page of memory."""
     job = _job_for(request, job_id)
     task = Task.objects.filter(pk=task_id, job=job).select_related("host").first()
     if task is None:
         raise Http404("No such task in this job")
-    lines = list(task.log_lines.order_by("seq").values_list("stream", "text"))
-    return render(request, "dashboard/task_log.html", {"job": job, "task": task, "lines": lines})
+    page = render_to_string("dashboard/task_log.html", {"job": job, "task": task, "log_slot": _LOG_SLOT}, request)
+    head, _slot, tail = page.partition(_LOG_SLOT)
+    body = log_reader.chunks(task.pk, _log_html, head=head, empty="No output yet.", tail=tail)
+    return log_reader.streaming(body, "text/html; charset=utf-8")
+
+
+def _log_html(lines: list[log_reader.Line]) -> str:
+    return "".join(f'<span class="{escape(stream)}">{escape(text)}</span>\n' for _seq, stream, text in lines)

@@ -25,6 +25,7 @@ from orchestrator.control import lifecycle, passes, scheduling
 from orchestrator.control.scheduling import WAITING_STATES
 from orchestrator.metrics import ingest
 from orchestrator.models import Job
+from orchestrator.retention import thin_host_samples
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,12 @@ def watchdog() -> None:
     lifecycle.check_progress()
     for cluster_id in set(Job.objects.filter(state__in=WAITING_STATES).values_list("cluster_id", flat=True)):
         scheduling.schedule_cluster(cluster_id)
+
+
+@entry("orchestrator.retention")
+def retention() -> None:
+    """Every few minutes (settings.CELERY_BEAT_SCHEDULE): old host samples thinned, a bounded amount per run."""
+    thin_host_samples()
 
 
 @worker_ready.connect

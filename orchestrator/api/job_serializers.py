@@ -7,6 +7,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from orchestrator import limits
 from orchestrator.control import job_fields, submission
 from orchestrator.control.job_fields import JobField
 from orchestrator.models import Cluster, Job, Task
@@ -69,10 +70,9 @@ class _JobInput(serializers.Serializer):
 
     def validate_script(self, value: Any) -> Any:
         # Refused on the size the upload declares, before anything reads it; the message gives the real size.
-        if value is not None and value.size > submission.MAX_SCRIPT_BYTES:
-            raise serializers.ValidationError(
-                f"The script is {value.size:,} bytes; the limit is {submission.MAX_SCRIPT_BYTES:,}."
-            )
+        too_large = limits.script_size_problem(value.size) if value is not None else None
+        if too_large:
+            raise serializers.ValidationError(too_large)
         return value
 
     def build(self, owner: AbstractBaseUser, *, require_program: bool = True) -> tuple[Job, submission.Upload | None]:

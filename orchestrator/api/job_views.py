@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db.models import QuerySet
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
@@ -25,10 +26,11 @@ from orchestrator.api.job_serializers import (
     TaskSerializer,
 )
 from orchestrator.control import lifecycle, submission
-from orchestrator.metrics import history
+from orchestrator.metrics import history, log_reader
 from orchestrator.models import Job, JobArtifact, MetricPoint, Task
 
 METRICS_PAGE = 10_000
+CSV_PAGE = 5000
 
 
 class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -51,7 +53,10 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         incoming = JobInputSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         job, upload = incoming.build(request.user)
-        submission.submit(job, upload)
+        try:
+            submission.submit(job, upload)
+        except submission.JobInvalid as exc:  # what only submitting checks: the per-user limit on active jobs
+            return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -131,28 +136,29 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
     @action(detail=True, methods=["get"], url_path="metrics-csv")
     def metrics_csv(self, request: Request, pk: str | None = None) -> StreamingHttpResponse:
         job = self.get_object()
-        rows = (
-            MetricPoint.objects.filter(job=job)
-            .order_by("id")
-            .values_list(
-                "id", "task__type", "task__index", "task__attempt", "phase", "name", "step", "epoch", "value", "ts"
-            )
-            .iterator(chunk_size=5000)
-        )
+        columns = ("id", "task__type", "task__index", "task__attempt", "phase", "name", "step", "epoch", "value", "ts")
 
-        def lines() -> Iterator[str]:
+        def page(after: int) -> list[tuple[Any, ...]]:
+            points = MetricPoint.objects.filter(job=job, id__gt=after).order_by("id")
+            return list(points.values_list(*columns)[:CSV_PAGE])
+
+        async def lines() -> AsyncIterator[str]:
+            # Async, a page at a time by id: under ASGI Django reads a synchronous body whole before sending it.
             buffer = io.StringIO()
             writer = csv.writer(buffer)
             writer.writerow(
                 ["id", "task_type", "task_index", "attempt", "phase", "name", "step", "epoch", "value", "ts"]
             )
-            for row in rows:
-                writer.writerow(row)
-                if buffer.tell() > 64 * 1024:
-                    yield buffer.getvalue()
-                    buffer.seek(0)
-                    buffer.truncate()
-            yield buffer.getvalue()
+            after = 0
+            while True:
+                rows = await sync_to_async(page)(after)
+                writer.writerows(rows)
+                yield buffer.getvalue()
+                buffer.seek(0)
+                buffer.truncate()
+                if len(rows) < CSV_PAGE:
+                    break
+                after = rows[-1][0]
 
         response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="job{job.pk}-metrics.csv"'
@@ -180,12 +186,12 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         parameters=[OpenApiParameter("download", bool, description="as an attachment")],
     )
     @action(detail=True, methods=["get"], url_path=r"logs/(?P<task_id>\d+)")
-    def logs(self, request: Request, pk: str | None = None, task_id: str | None = None) -> HttpResponse:
+    def logs(self, request: Request, pk: str | None = None, task_id: str | None = None) -> StreamingHttpResponse:
+        """The task's whole log, streamed a page of lines at a time (metrics/log_reader.py)."""
         job = self.get_object()
         task = get_object_or_404(Task, pk=task_id, job=job)
-        text = "\n".join(task.log_lines.order_by("seq").values_list("text", flat=True))
-        response = HttpResponse(text + ("\n" if text else ""), content_type="text/plain; charset=utf-8")
+        filename = None
         if request.query_params.get("download"):
             filename = f"job{job.pk}-{task.type}{task.index}-attempt{task.attempt}.log"
-            response["Content-Disposition"] = f'attachment; filename="{filename}"'
-        return response
+        body = log_reader.chunks(task.pk, lambda lines: "".join(f"{text}\n" for _seq, _stream, text in lines))
+        return log_reader.streaming(body, "text/plain; charset=utf-8", filename)

@@ -11,16 +11,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import ConfigError, parse_config
+from orchestrator import limits
 from orchestrator.control import job_fields, passes, scheduling
 from orchestrator.core import placement, tf_config
-from orchestrator.models import Cluster, Job, ProgramKind, Script, Strategy
+from orchestrator.models import TERMINAL_JOB_STATES, Cluster, Job, ProgramKind, Script, Strategy
 from orchestrator.models.validators import parse_labels
 
-MAX_SCRIPT_BYTES = 1024 * 1024
 MAX_ARGS_CHARS = 4000
 
 
@@ -54,7 +56,10 @@ def parse_args(value: str | list[str] | None) -> list[str]:
 
 def new_job(owner: Any, cluster: Cluster, data: Mapping[str, Any], file: Any = None) -> tuple[Job, Upload | None]:
     """An unsaved job (and its upload) from cleaned form or serializer data; raises JobInvalid for bad `args`."""
-    upload = Upload(filename=file.name, content=file.read(MAX_SCRIPT_BYTES + 1)) if file is not None else None
+    # One byte past the limit is enough to refuse it (check_script), whatever the file's size.
+    upload = None
+    if file is not None:
+        upload = Upload(filename=file.name, content=file.read(settings.TFDASH_MAX_SCRIPT_BYTES + 1))
     builtin = data.get("builtin") or ""
     job = Job(
         owner=owner,
@@ -71,8 +76,9 @@ def new_job(owner: Any, cluster: Cluster, data: Mapping[str, Any], file: Any = N
 def check_script(upload: Upload) -> list[str]:
     if not upload.filename.endswith(".py"):
         return [f"{upload.filename} is not a Python file (.py)."]
-    if len(upload.content) > MAX_SCRIPT_BYTES:
-        return [f"The script is {len(upload.content):,} bytes; the limit is {MAX_SCRIPT_BYTES:,}."]
+    too_large = limits.script_size_problem(len(upload.content))
+    if too_large:
+        return [too_large]
     try:
         source = upload.content.decode("utf-8")
     except UnicodeDecodeError:
@@ -160,14 +166,26 @@ def default_cluster() -> Cluster | None:
 
 
 def submit(job: Job, upload: Upload | None) -> Job:
-    """Validate, store the script, save the job as `queued` and ask the scheduler to look at its cluster."""
+    """Validate, store the script, save the job as `queued` and ask the scheduler to look at its cluster. Refused
+    (JobInvalid, nothing saved) when its owner already has as many jobs not yet ended as allowed."""
     validate(job, upload)
     with transaction.atomic():
+        _check_active_jobs(job.owner_id)
         if upload is not None:
             job.script = store_script(upload)
         job.save()
         passes.schedule_after_commit(job.cluster_id)
     return job
+
+
+def _check_active_jobs(owner_id: int) -> None:
+    """The per-user limit on queued and running jobs, staff included (limits.active_jobs_problem). The owner's row is
+    locked first, so two submissions racing cannot both take the last place."""
+    get_user_model().objects.select_for_update().filter(pk=owner_id).values_list("pk").first()
+    active = Job.objects.filter(owner_id=owner_id).exclude(state__in=TERMINAL_JOB_STATES).count()
+    problem = limits.active_jobs_problem(active)
+    if problem:
+        raise JobInvalid({"non_field_errors": [problem]})
 
 
 def describe_plan(job: Job) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Artifacts (the final model): a file a task produced, checked (name, size, hash) and stored under its job."""
+"""Artifacts (the final model): a file a task produced, checked (name, size, hash) and stored under its job, within
+the job's limits on count and total bytes (limits.artifact_problem); a refusal is counted and shown on the job page."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ import hashlib
 import logging
 from typing import Any
 
+from django.db import transaction
+from django.db.models import Count, F, Sum
+
 from contracts.limits import MAX_ARTIFACT_BYTES
 from contracts.names import artifact_name_problem
 from contracts.protocol import TaskArtifact
+from orchestrator import limits
+from orchestrator.metrics import live
 from orchestrator.metrics.lookups import task_of
-from orchestrator.models import JobArtifact
+from orchestrator.models import Job, JobArtifact
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +39,22 @@ def handle_task_artifact(payload: Any) -> JobArtifact | None:
     if len(content) > MAX_ARTIFACT_BYTES or hashlib.sha256(content).hexdigest() != artifact.sha256:
         log.warning("artifact %s of task %s is too large or its hash does not match", artifact.name, task.pk)
         return None
-    stored, _ = JobArtifact.objects.update_or_create(
-        job_id=task.job_id,
-        name=artifact.name,
-        defaults={"task": task, "sha256": artifact.sha256, "size": len(content), "content": content},
-    )
+    with transaction.atomic():
+        # The job's row is locked: two artifacts of one job checked at once cannot both take the last place.
+        Job.objects.select_for_update().filter(pk=task.job_id).values_list("pk").first()
+        others = JobArtifact.objects.filter(job_id=task.job_id).exclude(name=artifact.name)  # a same name replaces
+        held = others.aggregate(count=Count("pk"), total=Sum("size"))
+        problem = limits.artifact_problem(artifact.name, len(content), held["count"], held["total"] or 0)
+        if problem:
+            log.warning("job %s: %s", task.job_id, problem)
+            Job.objects.filter(pk=task.job_id).update(
+                artifacts_refused=F("artifacts_refused") + 1, artifact_refusal=problem
+            )
+            live.job_changed(task.job_id)  # the job page shows the refusal
+            return None
+        stored, _ = JobArtifact.objects.update_or_create(
+            job_id=task.job_id,
+            name=artifact.name,
+            defaults={"task": task, "sha256": artifact.sha256, "size": len(content), "content": content},
+        )
     return stored

@@ -31,26 +31,27 @@ def points_after(
     return list(rows[:limit] if limit is not None else rows)
 
 
-def thinned(job_id: int) -> tuple[list[list[Any]], int, bool]:
-    """A fresh load: every series whole up to SERIES_POINTS points, a longer one cut to the lowest and the highest
+def thinned(job_id: int, after: int = 0) -> tuple[list[list[Any]], int, bool]:
+    """A fresh load (or, with `after`, a backlog too long to send whole: the points above that id): every series
+    whole up to SERIES_POINTS points, a longer one cut to the lowest and the highest
     point of each of SERIES_POINTS / 2 step buckets, in PostgreSQL (reading 400,000 rows into Python to thin them
     there took ~5.6 s: bench/page_load.py). Returns (points in id order, the cursor, whether any series was thinned).
     The cursor is the highest id stored when the read began; nothing above it is returned, so a live frame never
     repeats a history point."""
     with connection.cursor() as cursor:
-        cursor.execute(_SERIES_SQL, [job_id])
+        cursor.execute(_SERIES_SQL, [job_id, after])
         series = cursor.fetchall()  # (task, phase, name, count, first step, last step, highest id)
         if not series:
-            return [], 0, False
+            return [], after, False
         top = max(row[6] for row in series)
         small = [row for row in series if row[3] <= SERIES_POINTS]
         large = [row for row in series if row[3] > SERIES_POINTS]
         points: list[list[Any]] = []
         if small:
-            cursor.execute(_SMALL_SQL, [*_columns(small, 3), job_id, top])
+            cursor.execute(_SMALL_SQL, [*_columns(small, 3), job_id, after, top])
             points.extend(list(row) for row in cursor.fetchall())
         if large:
-            cursor.execute(_BUCKETS_SQL, [*_columns(large, 6), job_id, top, SERIES_POINTS // 2])
+            cursor.execute(_BUCKETS_SQL, [*_columns(large, 6), job_id, after, top, SERIES_POINTS // 2])
             for task, phase, name, low, high in cursor.fetchall():
                 for value, step, pk, epoch, ts in {tuple(low), tuple(high)}:
                     points.append([int(pk), task, phase, name, int(step), None if epoch < 0 else int(epoch), value, ts])
@@ -66,13 +67,13 @@ def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
 _TABLE = MetricPoint._meta.db_table
 _SERIES_SQL = f"""
     SELECT task_id, phase, name, count(*), min(step), max(step), max(id)
-    FROM {_TABLE} WHERE job_id = %s GROUP BY task_id, phase, name
+    FROM {_TABLE} WHERE job_id = %s AND id > %s GROUP BY task_id, phase, name
 """  # noqa: S608 - the table name is the model's; values are parameters
 _SMALL_SQL = f"""
     SELECT p.id, p.task_id, p.phase, p.name, p.step, p.epoch, p.value, p.ts
     FROM {_TABLE} p
     JOIN unnest(%s::bigint[], %s::varchar[], %s::varchar[]) AS s(task_id, phase, name) USING (task_id, phase, name)
-    WHERE p.job_id = %s AND p.id <= %s
+    WHERE p.job_id = %s AND p.id > %s AND p.id <= %s
 """  # noqa: S608
 # min/max of an array compare element by element: the row with the lowest (highest) value in its bucket, whole.
 _BUCKETS_SQL = f"""
@@ -82,6 +83,6 @@ _BUCKETS_SQL = f"""
     FROM {_TABLE} p
     JOIN unnest(%s::bigint[], %s::varchar[], %s::varchar[], %s::bigint[], %s::bigint[], %s::bigint[])
          AS s(task_id, phase, name, n, lo, hi) USING (task_id, phase, name)
-    WHERE p.job_id = %s AND p.id <= %s
+    WHERE p.job_id = %s AND p.id > %s AND p.id <= %s
     GROUP BY p.task_id, p.phase, p.name, width_bucket(p.step, s.lo, s.hi + 1, %s)
 """  # noqa: S608

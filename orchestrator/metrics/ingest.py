@@ -36,10 +36,17 @@ from contracts.protocol import (
 from contracts.strategies import speaks_for_job
 from orchestrator import counters
 from orchestrator.agents import auth
-from orchestrator.metrics import live
+from orchestrator.metrics import live, log_store
 from orchestrator.metrics.artifacts import handle_task_artifact
 from orchestrator.metrics.lookups import DROPPED, lookups, task_of
-from orchestrator.metrics.points import MAX_EVENTS_PER_BATCH, PointRow, metric_rows, upsert_points
+from orchestrator.metrics.points import (
+    MAX_EVENTS_PER_BATCH,
+    PointRow,
+    count_points,
+    metric_rows,
+    upsert_points,
+    within_limits,
+)
 from orchestrator.models import ACTIVE_TASK_STATES, Host, HostSample, Job, Task, TaskLogLine
 
 log = logging.getLogger(__name__)
@@ -66,6 +73,7 @@ class _Batch:
     lines: list[TaskLogLine] = field(default_factory=list)
     log_jobs: set[int] = field(default_factory=set)
     stored_points: dict[int, list[list[Any]]] = field(default_factory=dict)  # per job, once written
+    stored_lines: int = 0  # once written: log lines (and truncation markers) added
 
     @classmethod
     def empty(cls) -> _Batch:
@@ -176,7 +184,7 @@ def _stored(batch: _Batch, stored: Stored) -> None:
     """A committed batch: counted, then pushed to the pages watching its jobs."""
     stored.points += sum(len(points) for points in batch.stored_points.values())
     stored.samples += sum(len(rows) for _host, rows in batch.samples.values())
-    stored.lines += len(batch.lines)
+    stored.lines += batch.stored_lines
     try:
         _publish(batch)
     except Exception:  # the rows are committed: failing now would store them again; pages catch up from history
@@ -241,7 +249,12 @@ _COLLECTORS = {TASK_METRICS: _collect_metrics, HOST_SAMPLES: _collect_samples, T
 
 def _write(batch: _Batch) -> None:
     if batch.points:
-        batch.stored_points = upsert_points(batch.points)
+        # Past a job's point limit its series are thinned (limits.keep_point); counted on the job for its page.
+        rows, left_out = within_limits(batch.points)
+        inserted: dict[int, int] = {}
+        if rows:
+            batch.stored_points, inserted = upsert_points(rows)
+        count_points(inserted, left_out)
     for task, facts in batch.facts.values():
         Task.objects.filter(pk=task.pk).update(facts=facts)
         if (task.type, task.index) == speaks_for_job(task.job.strategy):  # the task whose exit decides the job
@@ -250,8 +263,8 @@ def _write(batch: _Batch) -> None:
     if rows:
         HostSample.objects.bulk_create(rows, ignore_conflicts=True)
     if batch.lines:
-        # A re-read entry carries the same (task, seq): stored once.
-        TaskLogLine.objects.bulk_create(batch.lines, ignore_conflicts=True)
+        # A re-read entry carries the same (task, seq): stored once; each task's log is cut at its limit.
+        batch.stored_lines = log_store.store_lines(batch.lines)
 
 
 def _publish(batch: _Batch) -> None:

@@ -80,6 +80,8 @@ class Host(models.Model):
     # Reported by the agent; never edited by hand.
     status = models.CharField(max_length=16, choices=HostStatus.choices, default=HostStatus.UNKNOWN)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
+    # Retention (orchestrator/retention.py): this host's samples older than this (wall seconds) are thinned already.
+    samples_thinned_to = models.FloatField(default=0.0)
     cpu_count = models.PositiveIntegerField(null=True, blank=True)
     memory_total_mb = models.PositiveBigIntegerField(null=True, blank=True)
     gpus = models.JSONField(default=list, blank=True)

@@ -106,6 +106,11 @@ class Job(models.Model):
         blank=True,
         help_text="what the chief (or worker 0) reported: replicas, batch sizes, learning rate",
     )
+    # Per-job limits (orchestrator/limits.py): points stored and left out by the ingest, artifacts refused and why.
+    points_stored = models.PositiveBigIntegerField(default=0)
+    points_thinned = models.PositiveBigIntegerField(default=0)
+    artifacts_refused = models.PositiveIntegerField(default=0)
+    artifact_refusal = models.TextField(blank=True, help_text="why the latest artifact was refused")
     # The task whose end failed the job; its log tail is read at display time, so late log lines still show.
     failed_task = models.ForeignKey("Task", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
 
@@ -180,6 +185,9 @@ class Task(models.Model):
     event_seq = models.BigIntegerField(default=0)
     # When the latest launch or kill order for it went out: an order nobody acted on is sent again after a while.
     ordered_at = models.DateTimeField(null=True, blank=True)
+    # Output stored so far (orchestrator/limits.line_bytes) and whether the log limit cut it (one marker line then).
+    log_bytes = models.PositiveBigIntegerField(default=0)
+    log_truncated = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["job", "attempt", "type", "index", "restart"]

@@ -166,7 +166,7 @@ ROWS = [
         "/api/jobs/",
         upload(script=script(content=b"#" * (MIB + 1))),
         format="multipart",
-        says="The script is 1,048,577 bytes; the limit is 1,048,576.",
+        says="The script is 1,048,577 bytes; the limit is 1,048,576 bytes (TFDASH_MAX_SCRIPT_BYTES).",
     ),
     Row(
         "script of 5 MiB",
@@ -174,7 +174,7 @@ ROWS = [
         "/api/jobs/",
         upload(script=script(content=b"#" * (5 * MIB))),
         format="multipart",
-        says="The script is 5,242,880 bytes; the limit is 1,048,576.",
+        says="The script is 5,242,880 bytes; the limit is 1,048,576 bytes (TFDASH_MAX_SCRIPT_BYTES).",
     ),
     Row(
         "notes.txt instead of a .py",

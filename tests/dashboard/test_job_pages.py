@@ -7,6 +7,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from orchestrator.models import Host, Job, Task, TaskLogLine
 from tests import factories
+from tests.support.streaming import streamed
 
 pytestmark = pytest.mark.django_db
 
@@ -111,7 +112,7 @@ def test_a_failed_job_names_its_task_exit_code_and_traceback_tail(client, alice,
     assert "worker 1 on node-1 failed with exit code 1" in page
     assert "ValueError: &lt;bad&gt; shape" in page  # escaped
     assert f"/jobs/{job.pk}/tasks/{task.pk}/log/" in page
-    log_page = client.get(f"/jobs/{job.pk}/tasks/{task.pk}/log/").content.decode()
+    log_page = streamed(client.get(f"/jobs/{job.pk}/tasks/{task.pk}/log/")).decode()
     assert "Traceback (most recent call last):" in log_page
 
 

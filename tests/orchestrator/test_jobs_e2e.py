@@ -19,6 +19,7 @@ from rest_framework.test import APIClient
 from orchestrator.models import Host, HostPortBlock, HostStatus, Job, Task
 from tests import factories
 from tests.support.processes import wait_until
+from tests.support.streaming import streamed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -197,7 +198,7 @@ def test_a_script_that_raises_fails_the_job_with_task_exit_code_and_traceback(ap
     assert "RuntimeError: the user&#x27;s bug: bad shape in layer dense_1" in page
     log = api.get(f"/api/jobs/{job_id}/logs/{failure['task_id']}/?download=1")
     assert "attachment" in log["Content-Disposition"]
-    assert "Traceback (most recent call last)" in log.content.decode()
+    assert "Traceback (most recent call last)" in streamed(log).decode()
 
 
 def test_a_taken_port_is_reported_and_the_task_gets_another(api, cluster_of):

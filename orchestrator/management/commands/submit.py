@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -38,7 +39,8 @@ class Command(BaseCommand):
             raise CommandError("No such cluster." if o["cluster"] else "No cluster is registered yet.")
         path: Path = o["script"]
         try:
-            upload = submission.Upload(filename=path.name, content=path.read_bytes())
+            with path.open("rb") as file:  # one byte past the limit is enough to refuse it (submission.check_script)
+                upload = submission.Upload(filename=path.name, content=file.read(settings.TFDASH_MAX_SCRIPT_BYTES + 1))
         except OSError as exc:
             raise CommandError(f"Cannot read {path}: {exc.strerror}.") from None
         try:
@@ -52,7 +54,12 @@ class Command(BaseCommand):
                 return
             submission.submit(job, upload)
         except submission.JobInvalid as exc:
-            raise CommandError("; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in exc.errors.items())) from None
+            raise CommandError(
+                "; ".join(
+                    " ".join(msgs) if field == "non_field_errors" else f"{field}: {' '.join(msgs)}"
+                    for field, msgs in exc.errors.items()
+                )
+            ) from None
         self.stdout.write(f"job {job.pk} queued on cluster {cluster.name}")
 
 

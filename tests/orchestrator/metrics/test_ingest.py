@@ -7,9 +7,11 @@ import time
 import pytest
 from rest_framework.test import APIClient
 
+from orchestrator.api import job_views
 from orchestrator.metrics import ingest
 from orchestrator.models import Job, MetricPoint, Task
 from tests.orchestrator.metrics.conftest import envelope
+from tests.support.streaming import streamed
 
 pytestmark = pytest.mark.django_db
 
@@ -94,8 +96,9 @@ def test_the_metrics_api_pages_with_a_cursor(running):
     assert [(p[3], p[4], p[6]) for p in later["points"]] == [("loss", 6, 0.1)]
 
 
-def test_the_csv_export_has_every_point(running):
+def test_the_csv_export_has_every_point(running, monkeypatch):
     owner, host, token, job, task = running
+    monkeypatch.setattr(job_views, "CSV_PAGE", 2)  # streamed a page at a time: two pages here
     events = [metric(step, loss=1.0 / step) for step in range(1, 4)]
     ingest.handle_task_metrics(envelope(host, token, {"task_id": task.pk, "attempt": 1, "events": events}))
     client = APIClient()
@@ -103,7 +106,7 @@ def test_the_csv_export_has_every_point(running):
 
     response = client.get(f"/api/jobs/{job.pk}/metrics-csv/")
 
-    lines = b"".join(response.streaming_content).decode().splitlines()
+    lines = streamed(response).decode().splitlines()
     assert lines[0] == "id,task_type,task_index,attempt,phase,name,step,epoch,value,ts"
     assert [line.split(",")[5:7] for line in lines[1:]] == [["loss", "1"], ["loss", "2"], ["loss", "3"]]
     assert "attachment" in response["Content-Disposition"]

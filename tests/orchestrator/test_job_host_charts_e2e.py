@@ -13,7 +13,7 @@ from asgiref.sync import sync_to_async
 from rest_framework.test import APIClient
 
 from orchestrator.metrics import hosts
-from orchestrator.models import Job
+from orchestrator.models import HostSample, Job
 from tests.dashboard.test_job_socket import connect, read_history
 from tests.orchestrator.test_jobs_e2e import cluster_of, submit, wait_for_job  # noqa: F401 - cluster_of: a fixture
 from tests.support.processes import wait_until
@@ -48,6 +48,17 @@ def framed(windows: list[dict[str, Any]], samples: list[dict[str, Any]]) -> bool
     )
 
 
+def sampled_cluster(make_cluster: Any, n: int, **kwargs: Any) -> None:
+    """N hosts online that have sent a sample already: as hosts that did not come up a moment ago, so a sample
+    before the job's first task is there to frame it (an agent's first sample comes one interval after its start)."""
+    names = {h.name for h in make_cluster(n, **kwargs)}
+    wait_until(
+        lambda: set(HostSample.objects.filter(host__name__in=names).values_list("host__name", flat=True)) == names,
+        30,
+        what="a first sample from every host",
+    )
+
+
 def wait_framed(job_id: int) -> None:
     """Until every task has ended and the agents sampled past the end (they sample every second)."""
 
@@ -55,7 +66,13 @@ def wait_framed(job_id: int) -> None:
         windows, samples = hosts.job_samples(job_id)
         return framed([w.as_dict() for w in windows], samples)
 
-    wait_until(done, 60, interval=0.5, what=f"job {job_id}'s host samples to reach past its tasks' end")
+    try:
+        wait_until(done, 60, interval=0.5, what=f"job {job_id}'s host samples to reach past its tasks' end")
+    except AssertionError:
+        windows, samples = hosts.job_samples(job_id)
+        spans = {name: (stamps[0], stamps[-1], len(stamps)) for name, stamps in by_host(samples).items()}
+        found = [w.as_dict() for w in windows]
+        raise AssertionError(f"windows {found}, samples (first, last, count) {spans}") from None
 
 
 @pytest.mark.asyncio
@@ -64,7 +81,7 @@ async def test_a_parameter_server_custom_loop_shows_live_steps_per_s_and_loss_an
     api.force_authenticate(alice)
 
     def launch() -> int:
-        cluster_of(3)
+        sampled_cluster(cluster_of, 3)
         # Steps enough to outlast the test's reading: the job is cancelled once everything was seen live.
         return submit(
             api,
@@ -127,7 +144,7 @@ async def test_a_parameter_server_custom_loop_shows_live_steps_per_s_and_loss_an
 
 
 def test_a_ten_second_multi_worker_job_has_a_host_series_for_each_of_its_hosts(api, cluster_of):  # noqa: F811
-    cluster_of(2, first_port=27100)
+    sampled_cluster(cluster_of, 2, first_port=27100)
     # Three short epochs and 3 s of sleep after each: about ten seconds of training.
     job_id = submit(api, "mwms_fit.py", strategy="multi_worker_mirrored", workers=2, args="--epochs 3 --epochs-sleep 3")
 

@@ -1,6 +1,7 @@
 """The job page's host charts in a real browser, from history: a finished ParameterServer job shows CPU and memory
 with one series per host that ran one of its tasks (and GPU charts for the host that has a GPU), however short the
-job; a host that ran none of its tasks is not drawn. Live host samples are covered in test_job_live.py."""
+job; a host that ran none of its tasks is not drawn. Its custom loop's steps/s get a chart of their own. Live host
+samples are covered in test_job_live.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
-from orchestrator.models import HostSample, Job, Task
+from orchestrator.models import HostSample, Job, MetricPoint, Task
 from tests import factories
 from tests.browser.conftest import Orm, WebServer
 from tests.browser.test_job_live import host_sample, sign_in, wait_live
@@ -41,8 +42,14 @@ def make_finished_ps_job() -> int:
         return datetime.fromtimestamp(T0 + seconds, tz=UTC)
 
     # A two-second job: shorter than the margin around it.
-    Task.objects.create(job=job, attempt=1, type="chief", index=0, host=a, state="succeeded", started_at=at(0),
-                        finished_at=at(2))  # fmt: skip
+    chief = Task.objects.create(job=job, attempt=1, type="chief", index=0, host=a, state="succeeded",
+                                started_at=at(0), finished_at=at(2))  # fmt: skip
+    # What the injected hook reports for a ClusterCoordinator loop: steps/s and the loss, no examples/s.
+    MetricPoint.objects.bulk_create(
+        MetricPoint(job=job, task=chief, phase="train", name=name, step=step, value=value, ts=T0 + step / 50)
+        for step in (20, 50, 80)
+        for name, value in (("steps_per_s", 60.0), ("loss", 1.0 / step))
+    )
     for kind in ("worker", "ps"):
         Task.objects.create(job=job, attempt=1, type=kind, index=0, host=b, state="killed", started_at=at(0.2),
                             finished_at=at(2.5))  # fmt: skip
@@ -83,4 +90,10 @@ def test_a_finished_jobs_page_draws_one_host_series_per_host_that_ran_a_task(
     assert page.evaluate("tfdashLive.chartValues('cpu', 1).length") == 9
     assert page.evaluate("tfdashLive.chartValues('cpu', 2).length") == 9
     assert page.locator('figure[data-chart="cpu"] figcaption').inner_text() == "CPU % per host"
+    # The custom loop's pace and loss; no Examples/s chart, so the Steps/s chart stands in for it.
+    wait_live(page, "['loss', 'steps'].every((c) => tfdashLive.chartPoints(c) === 3)")
+    assert page.evaluate("tfdashLive.chartSeries('steps')") == ["step", "chief 0"]
+    assert page.evaluate("tfdashLive.chartValues('loss', 1)") == [1 / 20, 1 / 50, 1 / 80]
+    assert page.locator('figure[data-chart="examples"]').count() == 0
+    assert page.locator("#no-metrics").count() == 0
     assert not errors, errors

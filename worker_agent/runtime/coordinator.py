@@ -25,6 +25,9 @@ reading it is one small copy, on the reporting thread), so the user's loop never
 for already. At interpreter exit the last window is reported (waiting at most STOP_WAIT_S). Functions that Keras
 schedules itself (`Model.fit` / `evaluate` under ParameterServerStrategy) are left out: `fit` reports through its
 own callback. Any failure in here disables the counting (one line on stderr); the user's program runs on.
+
+Done-ness and results are read from TF's RemoteValueImpl (`_status_available_event`, `_status`, `_error`,
+`_values`; TF 2.21): on a TensorFlow without them, steps are counted when `join()` returns and no loss is read.
 """
 
 from __future__ import annotations

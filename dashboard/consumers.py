@@ -5,7 +5,9 @@ Frames (JSON, each with a `type`):
   current placement's tasks; both sent on connect and whenever the job or a task changes;
 - `log`: new lines of a task (`[seq, stream, text]`) and the task's log `cursor`; on connect each task's last
   LOG_TAIL_LINES, or, for a task the page names in `?log_since=<task>:<seq>,...`, only the lines after its cursor;
-- `metrics` (history, then live batches), `history_end` with the metric cursor, `hosts`, `facts`.
+- `metrics` (history, then live batches), `history_end` with the metric cursor, `hosts` (on connect the stored
+  samples of every host that ran a task of the job, over the job's time, with `history` and the hosts' `windows`;
+  then live samples), `facts`.
 
 No gap, no duplicate: the consumer joins the job's group *before* reading anything, so a change made meanwhile
 arrives as a frame after the read. Metric points: history ends at a cursor (the highest point id sent); live points at
@@ -35,7 +37,7 @@ from django.conf import settings
 from django.template.loader import render_to_string
 
 from dashboard import page_data
-from orchestrator.metrics import history
+from orchestrator.metrics import history, hosts
 from orchestrator.metrics.live import JOB_CHANGED, LOGS_STORED, group_name
 from orchestrator.models import Job, TaskLogLine
 
@@ -63,6 +65,13 @@ def _metric_history(job_id: int, since: int) -> tuple[list[Any], int, bool]:
             return points, (points[-1][0] if points else since), False
         return history.thinned(job_id, after=since)
     return history.thinned(job_id)
+
+
+@database_sync_to_async
+def _host_history(job_id: int) -> dict[str, Any]:
+    """The stored samples of every host that ran a task of the job, over its window (metrics/hosts.py)."""
+    windows, samples = hosts.job_samples(job_id)
+    return {"type": "hosts", "history": True, "windows": [w.as_dict() for w in windows], "samples": samples}
 
 
 @database_sync_to_async
@@ -156,6 +165,9 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
                 }
             )
         await self.send_json({"type": "history_end", "cursor": self.cursor, "downsampled": downsampled})
+        # Host load so far, whole on every connect (the page keeps each host's samples once, by time); live samples
+        # queued meanwhile are handled after this frame, so the page never sees a fresh one before the history.
+        await self.send_json(await _host_history(self.job_id))
 
     async def disconnect(self, code: int) -> None:
         if getattr(self, "catching_up", None) is not None:

@@ -244,6 +244,26 @@ class MetricsPageSerializer(serializers.Serializer):
     more = serializers.BooleanField(help_text="true when this page was full: ask again at once")
 
 
+class HostWindowSerializer(serializers.Serializer):
+    host = serializers.CharField()
+    start = serializers.FloatField(help_text="wall seconds: the host's first task start, less the margin")
+    end = serializers.FloatField(allow_null=True, help_text="its last task end plus the margin; null while one runs")
+
+
+class HostSampleSerializer(serializers.Serializer):
+    host = serializers.CharField()
+    ts = serializers.FloatField()
+    cpu_percent = serializers.FloatField(allow_null=True)
+    memory_used_mb = serializers.IntegerField(allow_null=True)
+    memory_total_mb = serializers.IntegerField(allow_null=True)
+    gpus = serializers.ListField(child=serializers.DictField(), help_text="per GPU: index, utilization_percent, ...")
+
+
+class HostSamplesSerializer(serializers.Serializer):
+    windows = HostWindowSerializer(many=True)
+    samples = HostSampleSerializer(many=True)
+
+
 class ArtifactSerializer(serializers.Serializer):
     name = serializers.CharField()
     size = serializers.IntegerField()

@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from contracts.names import ARTIFACT_NAME_PATTERN
 from orchestrator.api.job_serializers import (
     ArtifactSerializer,
+    HostSamplesSerializer,
     JobInputSerializer,
     JobSerializer,
     MetricsPageSerializer,
@@ -27,6 +28,7 @@ from orchestrator.api.job_serializers import (
 )
 from orchestrator.control import lifecycle, submission
 from orchestrator.metrics import history, log_reader
+from orchestrator.metrics import hosts as host_load
 from orchestrator.models import Job, JobArtifact, MetricPoint, Task
 
 METRICS_PAGE = 10_000
@@ -128,6 +130,27 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
                 "more": len(rows) == METRICS_PAGE,
             }
         )
+
+    @extend_schema(
+        responses={200: HostSamplesSerializer},
+        parameters=[
+            OpenApiParameter("since", float, description="only samples taken after this time (wall seconds)"),
+        ],
+        description=(
+            "CPU, memory and per-GPU samples of every host that ran a task of the job, over the job's time on that "
+            "host (its tasks' start to end, 5 s on each side, plus the nearest sample before and after), in time "
+            "order per host; `windows` gives each host's span (`end` null while a task still runs there)."
+        ),
+    )
+    @action(detail=True, methods=["get"])
+    def hosts(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        try:
+            since = float(request.query_params["since"]) if "since" in request.query_params else None
+        except ValueError:
+            return Response({"detail": "since is a number."}, status=status.HTTP_400_BAD_REQUEST)
+        windows, samples = host_load.job_samples(job.pk, after=since)
+        return Response({"windows": [w.as_dict() for w in windows], "samples": samples})
 
     @extend_schema(
         responses={(200, "text/csv"): str},

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +35,7 @@ from contracts.protocol import (
 from contracts.strategies import speaks_for_job
 from orchestrator import counters
 from orchestrator.agents import auth
-from orchestrator.metrics import live, log_store
+from orchestrator.metrics import hosts, live, log_store
 from orchestrator.metrics.artifacts import handle_task_artifact
 from orchestrator.metrics.lookups import DROPPED, lookups, task_of
 from orchestrator.metrics.points import (
@@ -47,7 +46,7 @@ from orchestrator.metrics.points import (
     upsert_points,
     within_limits,
 )
-from orchestrator.models import ACTIVE_TASK_STATES, Host, HostSample, Job, Task, TaskLogLine
+from orchestrator.models import Host, HostSample, Job, Task, TaskLogLine
 
 log = logging.getLogger(__name__)
 
@@ -277,31 +276,15 @@ def _publish(batch: _Batch) -> None:
         live.logs_stored(job_id)
     if not any(rows for _host, rows in batch.samples.values()):
         return
-    watching: dict[int, set[int]] = defaultdict(set)  # host -> jobs with a live process there
-    try:
-        active = Task.objects.filter(host_id__in=batch.samples.keys(), state__in=ACTIVE_TASK_STATES)
-        for host_id, job_id in active.values_list("host_id", "job_id"):
-            watching[host_id].add(job_id)
+    try:  # host -> jobs with a live process there, or one that just ended (metrics/hosts.py)
+        watching = hosts.jobs_watching(list(batch.samples))
     except DatabaseError as exc:  # the samples are stored; a page shows them on its next load
         log.warning("could not find the jobs watching hosts %s: %s", list(batch.samples), exc)
         return
     for host_id, (host, rows) in batch.samples.items():
         if not rows or not watching[host_id]:
             continue
-        frame = {
-            "type": "hosts",
-            "samples": [
-                {
-                    "host": host.name,
-                    "ts": r.ts,
-                    "cpu_percent": r.cpu_percent,
-                    "memory_used_mb": r.memory_used_mb,
-                    "memory_total_mb": r.memory_total_mb,
-                    "gpus": r.gpus,
-                }
-                for r in rows
-            ],
-        }
+        frame = {"type": "hosts", "samples": [hosts.sample_dict(host.name, r) for r in rows]}
         # Every job with a process on this host shows the host's load.
         for job_id in watching[host_id]:
             live.publish(job_id, frame)

@@ -6,8 +6,10 @@ the user's script knowing. Without that variable nothing is imported: a process 
 
 With TFDASH_METRICS_FD set (the agent's metrics pipe), an import hook waits for `keras` (Keras 3) or `tf_keras` to be
 imported — by the user, or by `tf.keras` — and then patches `Model.fit` so every fit reports metrics
-(worker_agent/runtime/inject.py). Nothing of Keras or TensorFlow is imported for it: a script that never imports
-Keras pays for one finder on sys.meta_path, and a script needs no change and imports nothing of ours.
+(worker_agent/runtime/inject.py); likewise, once TensorFlow loads its ClusterCoordinator module, `schedule` / `join`
+are patched so a ParameterServer custom loop reports steps/s and its loss (worker_agent/runtime/coordinator.py).
+Nothing of Keras or TensorFlow is imported for it: a script that never imports them pays for one finder on
+sys.meta_path, and a script needs no change and imports nothing of ours.
 
 Afterwards any other `sitecustomize` later on sys.path (a distribution's own) runs too, since this one shadows it.
 """
@@ -37,7 +39,13 @@ def _split_cpu(value: str) -> None:
         print(f"tfdash: could not split the CPU into {count} devices: {exc!r}", file=sys.stderr)
 
 
-_PATCHED_MODULES = ("keras", "tf_keras")
+# Module -> the function of worker_agent.runtime.inject that patches it once it has been imported.
+_PATCHES = {
+    "keras": "patch_keras",
+    "tf_keras": "patch_keras",
+    # Where ClusterCoordinator lives; `import tensorflow` loads it (worker_agent/runtime/coordinator.py).
+    "tensorflow.python.distribute.coordinator.cluster_coordinator": "patch_coordinator",
+}
 
 
 class _PatchingLoader:
@@ -56,17 +64,17 @@ class _PatchingLoader:
         if spec is not None:
             spec.loader = self._inner
         self._inner.exec_module(module)  # type: ignore[attr-defined]
-        _patch_fit(module)
+        _patch(module)
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
 
 
 class _KerasImportHook:
-    """A sys.meta_path finder: lets the other finders find `keras` / `tf_keras`, then wraps the loader they chose."""
+    """A sys.meta_path finder: lets the other finders find a module of _PATCHES, then wraps the loader they chose."""
 
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> object:
-        if fullname not in _PATCHED_MODULES:
+        if fullname not in _PATCHES:
             return None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
@@ -82,19 +90,20 @@ class _KerasImportHook:
         return spec
 
 
-def _patch_fit(module: object) -> None:
+def _patch(module: object) -> None:
+    name = getattr(module, "__name__", str(module))
     try:
-        from worker_agent.runtime.inject import patch_keras  # TF-free; found through the package root on PYTHONPATH
+        from worker_agent.runtime import inject  # TF-free; found through the package root on PYTHONPATH
 
-        patch_keras(module)
+        getattr(inject, _PATCHES[name])(module)
     except Exception as exc:  # the user's program must still run, only without metrics
-        print(f"tfdash: metrics for {getattr(module, '__name__', module)}.Model.fit are off: {exc!r}", file=sys.stderr)
+        print(f"tfdash: metrics through {name} are off: {exc!r}", file=sys.stderr)
 
 
 def _install_fit_hook() -> None:
-    for name in _PATCHED_MODULES:
+    for name in _PATCHES:
         if name in sys.modules:  # imported before us (unusual): patch it now
-            _patch_fit(sys.modules[name])
+            _patch(sys.modules[name])
     if not any(isinstance(finder, _KerasImportHook) for finder in sys.meta_path):
         sys.meta_path.insert(0, _KerasImportHook())
 

@@ -8,6 +8,9 @@ wrong in here is reported once on stderr and `fit` runs as the user wrote it.
 examples_per_s needs the batch size, which Keras does not tell callbacks: it is taken from `batch_size` for arrays
 (Keras' default 32 when absent) or from the `batch` step of a tf.data pipeline; when neither is known the lines
 carry steps_per_s but no examples_per_s.
+
+`patch_coordinator` (worker_agent/runtime/coordinator.py) does the same for a ParameterServer custom loop:
+`ClusterCoordinator.schedule` / `join`; what Keras schedules inside a patched `fit` is left to fit's callback.
 """
 
 from __future__ import annotations
@@ -20,10 +23,13 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from worker_agent.runtime.coordinator import inside_keras, patch_coordinator
 from worker_agent.runtime.metrics import is_ours, last_step, metrics_callback_class
 
 KERAS_DEFAULT_BATCH = 32
 CALLBACKS_POSITION = 5  # fit(x, y, batch_size, epochs, verbose, callbacks, ...) in tf_keras and Keras 3 alike
+
+__all__ = ["patch_coordinator", "patch_keras"]
 
 _facts_sent = False
 _warned: set[str] = set()
@@ -52,7 +58,8 @@ def _wrap_fit(fit: Callable[..., Any], base: type, flavour: str) -> Callable[...
             args, kwargs = with_metrics_callback(self, args, kwargs, base, flavour)
         except Exception as exc:  # never stand between the user and their training
             _warn_once("fit", f"could not add the metrics callback: {exc!r}")
-        return fit(self, *args, **kwargs)
+        with inside_keras():  # under ParameterServer, fit schedules its steps itself: its callback reports them
+            return fit(self, *args, **kwargs)
 
     patched_fit._tfdash_patched = True  # type: ignore[attr-defined]
     return patched_fit

@@ -25,6 +25,16 @@ const CHARTS = [
     metric: (s) => s.phase === "train" && s.name === "examples_per_s",
     derived: { label: "total", combine: "sum" },
   },
+  {
+    // For loops that report no examples/s (a ParameterServer custom loop counted by the injected hook, a report()
+    // call without it): their pace. A job with the Examples/s chart does not get this one too.
+    id: "steps",
+    title: "Steps/s per task and total",
+    x: "step",
+    metric: (s) => s.phase === "train" && s.name === "steps_per_s",
+    unless: "examples",
+    derived: { label: "total", combine: "sum" },
+  },
   { id: "val_loss", title: "Validation loss per epoch", x: "epoch", metric: (s) => s.phase === "epoch_end" && s.name === "val_loss" },
   {
     id: "val_accuracy",
@@ -60,6 +70,7 @@ export class Charts {
     for (const change of this.store.changed.splice(0)) {
       if (change.chart) this.dirty.add(change.chart);
       else for (const def of CHARTS) if (def.metric && def.metric(change)) this.dirty.add(def.id);
+      for (const def of CHARTS) if (def.unless && this.dirty.has(def.unless)) this.dirty.add(def.id);
     }
     if (this.scheduled || (!this.dirty.size && !this.store.stepTimesChanged)) return;
     this.scheduled = true;
@@ -74,8 +85,11 @@ export class Charts {
     for (const id of this.dirty) {
       const def = CHARTS.find((c) => c.id === id);
       const list = this.seriesFor(def);
-      if (!list.length) continue;
       const entry = this.entries.get(id);
+      if (!list.length) {
+        if (entry && def.unless) this.remove(entry); // the chart it stands in for has appeared
+        continue;
+      }
       if (!entry || entry.keys !== this.keysOf(def, list)) {
         this.build(def, list);
       } else {
@@ -87,9 +101,19 @@ export class Charts {
     this.afterDraw();
   }
 
+  remove(entry) {
+    if (entry.u) entry.u.destroy();
+    entry.figure.remove();
+    this.entries.delete(entry.def.id);
+  }
+
   seriesFor(def) {
     if (def.host) {
       return [...this.store.hosts.values()].filter((s) => s.chart === def.id).sort((a, b) => (a.label < b.label ? -1 : 1));
+    }
+    if (def.unless) {
+      const other = CHARTS.find((c) => c.id === def.unless);
+      for (const s of this.store.metrics.values()) if (other.metric(s)) return [];
     }
     return [...this.store.metrics.values()].filter(def.metric).sort((a, b) => a.task - b.task || (a.name < b.name ? -1 : 1));
   }

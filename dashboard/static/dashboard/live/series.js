@@ -60,7 +60,8 @@ export class SeriesStore {
     if (typeof cursor === "number" && cursor > this.cursor) this.cursor = cursor;
   }
 
-  /** A `hosts` frame: CPU, memory and per-GPU samples of the hosts running the job's tasks. */
+  /** A `hosts` frame: CPU, memory and per-GPU samples of the hosts that ran the job's tasks (on connect, every stored
+   * one over the job's time; then live ones). One series per host (per host and GPU for the GPU charts). */
   addHostSamples(frame) {
     for (const s of frame.samples || []) {
       if (typeof s.ts !== "number" || typeof s.host !== "string") continue;
@@ -84,8 +85,17 @@ export class SeriesStore {
       this.hosts.set(key, series);
     }
     const n = series.xs.length;
-    if (n && ts <= series.xs[n - 1]) return; // the same sample again (one per host and instant)
-    appendPoint(series, null, ts, value, Infinity);
+    if (n && ts <= series.xs[n - 1]) {
+      // Older than the newest held: the same sample again (one per host and instant: a reconnect's history), or
+      // one the page missed, which goes in its place.
+      const at = lowerBound(series.xs, ts);
+      if (series.xs[at] === ts) return;
+      series.ids.splice(at, 0, null);
+      series.xs.splice(at, 0, ts);
+      series.ys.splice(at, 0, value);
+    } else {
+      appendPoint(series, null, ts, value, Infinity);
+    }
     if (series.xs.length > MAX_HOST_SAMPLES) {
       for (const k of ["ids", "xs", "ys"]) series[k].splice(0, series[k].length - MAX_HOST_SAMPLES);
     }
@@ -127,6 +137,18 @@ function appendPoint(series, id, x, y, cap) {
   series.xs.push(x);
   series.ys.push(y);
   if (series.xs.length > cap) thin(series);
+}
+
+/** The first index of sorted `xs` whose value is not below `x`. */
+function lowerBound(xs, x) {
+  let lo = 0;
+  let hi = xs.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (xs[mid] < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 function thin(series) {

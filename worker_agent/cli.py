@@ -1,4 +1,5 @@
-"""`python -m worker_agent --server REDIS_URL --host NAME --token TOKEN [--port-range A-B] [--workdir DIR]`."""
+"""`python -m worker_agent --server REDIS_URL --host NAME --token TOKEN [--port-range A-B] [--workdir DIR]
+[--task-uids A-B]`."""
 
 from __future__ import annotations
 

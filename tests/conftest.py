@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +19,8 @@ from contracts.protocol import METRICS_QUEUE
 from tests.support.processes import ManagedProcess
 
 AGENT_HEARTBEAT_S = 0.5
+# As in CI (root): test agents run each job's tasks under a uid of its own. Empty when not root.
+TASK_UIDS = "20000-29999" if os.geteuid() == 0 else ""
 
 
 @pytest.fixture(scope="session")
@@ -119,17 +123,36 @@ def orchestrator(service_env: dict[str, str], tmp_path_factory: pytest.TempPathF
 
 
 @pytest.fixture
-def start_agent(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., ManagedProcess]]:
-    """Start real `python -m worker_agent` processes; every one is killed at the end of the test."""
+def open_tmp() -> Iterator[Path]:
+    """A temporary folder that task uids can enter (pytest's tmp_path is under a 0700 folder): for agents' workdirs
+    and clusters' shared folders; a folder tasks write to must be made writable for them (chmod 1777)."""
+    path = Path(tempfile.mkdtemp(prefix="tfdash-test-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def start_agent(redis_url: str, open_tmp: Path) -> Iterator[Callable[..., ManagedProcess]]:
+    """Start real `python -m worker_agent` processes; every one is killed at the end of the test.
+
+    As an operator should: the token in a 0600 file, the broker URL in the environment (a command line is readable
+    by every local user), and, as root, tasks under their own uids (TASK_UIDS)."""
     started: list[ManagedProcess] = []
 
     def start(host: str, token: str, *extra: str) -> ManagedProcess:
-        env = {**os.environ, "TFDASH_AGENT_TOKEN": token, "PYTHONUNBUFFERED": "1"}
+        workdir = open_tmp / f"agent-{host}"
+        workdir.mkdir(exist_ok=True)
+        token_file = workdir / "token"
+        token_file.touch(mode=0o600)
+        token_file.write_text(token)
+        env = {**os.environ, "TFDASH_SERVER": redis_url, "PYTHONUNBUFFERED": "1"}
         env.pop("DJANGO_SETTINGS_MODULE", None)  # the agent must work without Django
+        uids = ("--task-uids", TASK_UIDS) if TASK_UIDS else ()
         proc = ManagedProcess(
             f"agent-{host}",
-            [sys.executable, "-m", "worker_agent", "--server", redis_url, "--host", host,
-             "--heartbeat-interval", str(AGENT_HEARTBEAT_S), "--workdir", str(tmp_path / f"agent-{host}"), *extra],
+            [sys.executable, "-m", "worker_agent", "--host", host, "--token-file", str(token_file), *uids,
+             "--heartbeat-interval", str(AGENT_HEARTBEAT_S), "--workdir", str(workdir), *extra],
             env,
         )  # fmt: skip
         started.append(proc)

@@ -34,6 +34,7 @@ from worker_agent.heartbeat import Heartbeat
 from worker_agent.outbox import Outbox
 from worker_agent.sampler import DEFAULT_INTERVAL_S, Sampler
 from worker_agent.supervision import Supervisor
+from worker_agent.supervision.identity import UidRange
 
 log = logging.getLogger(__name__)
 
@@ -130,11 +131,12 @@ class Agent:
         port_range: tuple[int, int] | None = None,
         heartbeat_interval_s: float = 3.0,
         sample_interval_s: float = DEFAULT_INTERVAL_S,
+        task_uids: UidRange | None = None,
     ) -> None:
         self.host = host
         # The supervisor reports through the outbox, which needs the app, which needs the supervisor: the
         # supervisor gets a forwarding function, used only once the worker consumes launches.
-        self.supervisor = Supervisor(self._report, workdir)
+        self.supervisor = Supervisor(self._report, workdir, task_uids)
         self.app = make_app(server, host, token, self.supervisor)
         self.outbox = Outbox(self.app, host, token)
         self.heartbeat = Heartbeat(

@@ -1,4 +1,5 @@
-"""`python -m worker_agent --server REDIS_URL --host NAME --token TOKEN [--port-range A-B] [--workdir DIR]`."""
+"""`python -m worker_agent --server REDIS_URL --host NAME --token TOKEN [--port-range A-B] [--workdir DIR]
+[--task-uids A-B]`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from contracts.names import HOST_NAME_RULE, is_host_name
 from worker_agent import __version__
 from worker_agent.app import Agent
 from worker_agent.sampler import DEFAULT_INTERVAL_S, MAX_INTERVAL_S, MIN_INTERVAL_S
+from worker_agent.supervision import identity
 
 log = logging.getLogger("worker_agent")
 
@@ -26,6 +28,13 @@ def port_range(value: str) -> tuple[int, int]:
     if not (1024 <= low <= high <= 65535):
         raise argparse.ArgumentTypeError(f"{value!r}: ports must satisfy 1024 <= first <= last <= 65535")
     return low, high
+
+
+def uid_range(value: str) -> identity.UidRange:
+    try:
+        return identity.parse_range(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def host_name(value: str) -> str:
@@ -56,6 +65,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=Path,
         default=os.environ.get("TFDASH_AGENT_WORKDIR") or None,
         help="scripts and task folders (env TFDASH_AGENT_WORKDIR; default ~/.cache/tfdash-agent/HOST)",
+    )
+    parser.add_argument(
+        "--task-uids",
+        type=uid_range,
+        # A string default goes through `type` too, so a malformed env value is refused like a malformed flag.
+        default=os.environ.get(identity.TASK_UIDS_ENV) or None,
+        help="agent running as root: run each job's processes under its own user id from this range, e.g. "
+        f"20000-29999, used by no account of this machine (env {identity.TASK_UIDS_ENV})",
     )
     parser.add_argument("--heartbeat-interval", type=float, default=3.0, help="seconds between heartbeats")
     parser.add_argument(
@@ -93,6 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         log.error("cannot create the work directory %s: %s", args.workdir, exc.strerror)
         return 2
+    try:
+        identity.prepare(args.task_uids, args.workdir.resolve(), args.token_file)
+    except (identity.Unusable, OSError) as exc:
+        log.error("refusing to start: %s", exc)
+        return 2
     agent = Agent(
         server=args.server,
         host=args.host,
@@ -101,6 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         port_range=args.port_range,
         heartbeat_interval_s=args.heartbeat_interval,
         sample_interval_s=args.sample_interval,
+        task_uids=args.task_uids,
     )
     log.info("agent %s work directory: %s", __version__, args.workdir)
     return agent.run(loglevel=args.log_level)

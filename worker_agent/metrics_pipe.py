@@ -53,10 +53,13 @@ class MetricsPipe:
     """One task attempt's pipe and its reader. Lifecycle: create, pass `write_fd` to Popen, `child_started()`,
     `start()`, and at the child's exit `finish(timeout)`; `discard()` instead when the child never started."""
 
-    def __init__(self, task_id: int, attempt: int, send: SendFn) -> None:
+    def __init__(self, task_id: int, attempt: int, send: SendFn, owner: int | None = None) -> None:
         self.task_id = task_id
         self.attempt = attempt
         self._send = send
+        # The task's own uid (--task-uids): the agent, root, reads an artifact only if the task owns it, or a script
+        # could name the agent's token file or another job's checkpoint and have it uploaded.
+        self.owner = owner
         # os.pipe() fds are non-inheritable: only the child gets the write end (Popen's pass_fds), no sibling task.
         self._read_fd, self.write_fd = os.pipe()
         # Closing the wake pipe's write end tells a reader blocked in poll() to stop: no fd is closed under a thread
@@ -220,7 +223,7 @@ class MetricsPipe:
         if problem:
             self._drop(f"artifact {str(name)[:100]!r}: {problem}")
             return
-        content = _read_artifact(path)
+        content = _read_artifact(path, self.owner)
         if isinstance(content, str):
             self._drop(f"artifact {name!r} ({str(path)[:300]!r}): {content}")
             return
@@ -285,8 +288,8 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _read_artifact(path: Any) -> bytes | str:
-    """The content of the regular file at `path`, or why it cannot be sent."""
+def _read_artifact(path: Any, owner: int | None = None) -> bytes | str:
+    """The content of the regular file at `path` (owned by `owner` when given), or why it cannot be sent."""
     if not isinstance(path, str) or not os.path.isabs(path):
         return "the path must be an absolute path"
     try:
@@ -298,6 +301,8 @@ def _read_artifact(path: Any) -> bytes | str:
         info = os.fstat(fd)  # of what was opened, not of the path again: no swap in between
         if not stat.S_ISREG(info.st_mode):
             return "not a regular file"
+        if owner is not None and info.st_uid != owner:
+            return f"owned by uid {info.st_uid}, not by the task's uid {owner}"
         if info.st_size > MAX_ARTIFACT_BYTES:
             return f"{info.st_size} bytes, more than {MAX_ARTIFACT_BYTES}"
         chunks: list[bytes] = []

@@ -19,13 +19,13 @@ def api(alice) -> APIClient:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def cluster_sharing_a_folder(orchestrator, start_agent, tmp_path):  # type: ignore[no-untyped-def]
+def cluster_sharing_a_folder(orchestrator, start_agent, open_tmp):  # type: ignore[no-untyped-def]
     """`make(n, prefix, first_port)`: the cluster with n hosts of 2 device slots each (ports first_port + 10 i ...
     + 9), a real agent for each, all online, and a shared folder, where checkpoints survive a restart on any host."""
 
     def make(n: int, prefix: str, first_port: int) -> Cluster:
         cluster = factories.cluster()
-        cluster.shared_dir = str(tmp_path / "shared")
+        cluster.shared_dir = str(open_tmp / "shared")
         cluster.save()
         for i in range(n):
             host, token = factories.host(f"{prefix}-{i}", port_min=first_port + 10 * i)

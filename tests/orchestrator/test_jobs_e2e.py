@@ -75,9 +75,11 @@ def assert_gone(pids: list[int], timeout: float) -> None:
     )
 
 
-def test_multi_worker_mirrored_trains_in_sync_on_two_hosts(api, cluster_of, tmp_path):
+def test_multi_worker_mirrored_trains_in_sync_on_two_hosts(api, cluster_of, open_tmp):
     cluster_of(2)
-    out = tmp_path / "weights"
+    out = open_tmp / "weights"
+    out.mkdir(mode=0o1777)
+    out.chmod(0o1777)  # the tasks, under their job's uid, write there
     job_id = submit(api, "mwms_fit.py", strategy="multi_worker_mirrored", workers=2, args=f"--epochs 3 --out {out}")
 
     job = wait_for_job(job_id)

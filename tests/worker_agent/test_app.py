@@ -91,10 +91,13 @@ def test_a_signed_but_malformed_order_is_dropped(runner_app, caplog):
 
 
 # --- the real agent -------------------------------------------------------------------------------------------------
-def test_a_real_agent_launches_a_signed_order_and_kills_its_tasks_when_stopped(start_agent, redis_url, tmp_path):
+def test_a_real_agent_launches_a_signed_order_and_kills_its_tasks_when_stopped(start_agent, redis_url, open_tmp):
     host, token = f"sup-{os.getpid()}", "tfa_agent_test"
     agent = start_agent(host, token)
-    pidfile = tmp_path / "pids"
+    out = open_tmp / "out"
+    out.mkdir()
+    out.chmod(0o1777)  # the task, under its job's uid, writes there
+    pidfile = out / "pids"
     spec = spec_for("stubborn.py", "--pidfile", str(pidfile))
     client = Celery("test-client", broker=redis_url, set_as_current=False)
 

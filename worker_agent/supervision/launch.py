@@ -54,11 +54,22 @@ def child_env(spec: LaunchSpec) -> dict[str, str]:
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""  # hide any GPU: a CPU task must not grab one
         env["TFDASH_LOGICAL_CPU_DEVICES"] = str(len(spec.devices))
+    env["PYTHONPATH"] = task_pythonpath(env.get("PYTHONPATH", ""))
+    return env
+
+
+def inherited_env() -> dict[str, str]:
+    """The allowed part of the agent's environment, with the runtime on the path (what a task's Python needs)."""
+    env = {name: value for name, value in os.environ.items() if _inherited(name)}
+    env["PYTHONPATH"] = task_pythonpath(env.get("PYTHONPATH", ""))
+    return env
+
+
+def task_pythonpath(existing: str) -> str:
     # hooks/ first so its sitecustomize runs (it chains to any other); the package root last so
     # `-m worker_agent.runtime` resolves from any cwd without shadowing the user's own modules.
-    existing = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join([str(HOOKS_DIR), *existing, str(PACKAGE_ROOT)])
-    return env
+    paths = [p for p in existing.split(os.pathsep) if p]
+    return os.pathsep.join([str(HOOKS_DIR), *paths, str(PACKAGE_ROOT)])
 
 
 def _inherited(name: str) -> bool:

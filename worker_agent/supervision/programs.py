@@ -15,6 +15,8 @@ from pathlib import Path
 from contracts.protocol import LaunchSpec, ProgramSpec, TaskEventKind
 from worker_agent.supervision.launch import Refused
 
+SCRIPT_MODE = 0o444
+
 
 def argv(program: ProgramSpec, workdir: Path) -> list[str]:
     """The task's command line (never a shell string)."""
@@ -47,7 +49,7 @@ def script_path(program: ProgramSpec, workdir: Path) -> Path:
 
 
 def cache_script(workdir: Path, digest: str, content: bytes) -> Path:
-    """Content-addressed: written once, atomically (temp file + rename), shared by every task running it."""
+    """Content-addressed: written once, atomically (temp file + rename), read-only, shared by every task running it."""
     path = workdir / "scripts" / f"{digest}.py"
     if path.exists():
         return path
@@ -56,6 +58,8 @@ def cache_script(workdir: Path, digest: str, content: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(content)
+        # Read-only for everyone: tasks under their own uid (--task-uids) run it, none may change it for the others.
+        os.chmod(tmp, SCRIPT_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -40,7 +40,7 @@ from contracts.protocol import (
 from worker_agent import records
 from worker_agent.ledger import Ledger
 from worker_agent.metrics_pipe import MetricsPipe, SendFn
-from worker_agent.supervision import programs
+from worker_agent.supervision import identity, programs
 from worker_agent.supervision.launch import Refused, check_port, child_env, validate
 from worker_agent.supervision.output import LogLine, TaskLogs, read_lines
 from worker_agent.supervision.processes import killpg, tree_listens_on, wait_for_exit
@@ -69,12 +69,13 @@ class _Child:
     signal_lock: threading.Lock = field(default_factory=threading.Lock)
     readers: list[threading.Thread] = field(default_factory=list)
     metrics: MetricsPipe | None = None
+    uid: int | None = None  # the job's own user id (--task-uids), released when the task is over
     flusher: threading.Thread | None = None
     watcher: threading.Thread | None = None
 
 
 class Supervisor:
-    def __init__(self, outbox_send: SendFn, workdir: Path) -> None:
+    def __init__(self, outbox_send: SendFn, workdir: Path, task_uids: identity.UidRange | None = None) -> None:
         # Events and logs go out as (name, body), for the orchestrator queue; the metrics pipes add queue=METRICS_QUEUE.
         self._send = outbox_send
         self.workdir = Path(workdir).expanduser().resolve()
@@ -84,6 +85,8 @@ class Supervisor:
         self._closing = False
         self.records = records.TaskRecords(self.workdir)
         self.ledger = Ledger(self.workdir)
+        # None: tasks run as the agent's user. Else each job's tasks run under a uid of their own (identity.py).
+        self.task_uids = None if task_uids is None else identity.TaskUids(task_uids, self.workdir / "jobs")
 
     # --- public API -------------------------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> None:
@@ -97,7 +100,7 @@ class Supervisor:
         if child is None:
             return
         try:
-            proc, metrics = self._start(spec)
+            proc, metrics = self._start(spec, child)
         except Refused as refused:
             self._release(child)
             self._event(spec, refused.kind, detail=refused.detail)
@@ -226,19 +229,36 @@ class Supervisor:
         with self._lock:
             self._children.pop((child.spec.task_id, child.spec.attempt), None)
             self.ledger.forget(child.spec.task_id, child.spec.attempt)
+        self._release_uid(child)
         child.done.set()
 
-    def _start(self, spec: LaunchSpec) -> tuple[subprocess.Popen[bytes], MetricsPipe]:
+    def _release_uid(self, child: _Child) -> None:
+        if self.task_uids is not None and child.uid is not None:
+            self.task_uids.release(child.uid)
+            child.uid = None
+
+    def _start(self, spec: LaunchSpec, child: _Child) -> tuple[subprocess.Popen[bytes], MetricsPipe]:
         argv = programs.argv(spec.program, self.workdir)
         if spec.port is not None:
             check_port(spec.port)
-        cwd = self.workdir / "jobs" / str(spec.job_id) / f"{spec.task_type}-{spec.task_index}-a{spec.attempt}"
+        home = self.workdir / "jobs" / str(spec.job_id)  # this host's folder of the job: its tasks' folders, HOME
         # The attempt is in the name, so a restart gets a new folder; exist_ok only for a retried refused launch.
-        cwd.mkdir(parents=True, exist_ok=True)
-        job_dir = programs.job_dir(spec, self.workdir)
-        job_dir.mkdir(parents=True, exist_ok=True)  # shared by the job's tasks on this host and by its attempts
+        cwd = home / f"{spec.task_type}-{spec.task_index}-a{spec.attempt}"
+        job_dir = programs.job_dir(spec, self.workdir)  # shared by the job's tasks on this host and by its attempts
         env = child_env(spec)
-        metrics = MetricsPipe(spec.task_id, spec.attempt, self._send)
+        as_user: dict[str, Any] = {}
+        if self.task_uids is None:
+            cwd.mkdir(parents=True, exist_ok=True)
+            job_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            try:
+                child.uid = self.task_uids.acquire(spec.job_id, [home, cwd, job_dir, home / "tmp"])
+            except (identity.Unusable, OSError) as exc:
+                raise Refused(TaskEventKind.LAUNCH_FAILED, f"cannot give the job its own user: {exc}") from None
+            env.update(identity.task_env(child.uid, home))
+            # setgid/setgroups/setuid in the child between fork and exec (no shell), and files private by default.
+            as_user = dict(user=child.uid, group=child.uid, extra_groups=[], umask=identity.TASK_UMASK)
+        metrics = MetricsPipe(spec.task_id, spec.attempt, self._send, owner=child.uid)
         try:
             env[METRICS_FD_ENV] = str(metrics.write_fd)
             env[JOB_DIR_ENV] = str(job_dir)
@@ -251,6 +271,7 @@ class Supervisor:
                 stderr=subprocess.PIPE,
                 pass_fds=(metrics.write_fd,),
                 start_new_session=True,  # its own process group: one killpg stops it and everything it spawned
+                **as_user,
             )
         except BaseException:
             metrics.discard()
@@ -315,6 +336,7 @@ class Supervisor:
         if child.watcher is not None:
             child.watcher.join()  # no LISTENING may follow EXITED
         ended = self._forget(child, proc.pid, returncode)
+        self._release_uid(child)
         log.info("task %s attempt %s exited: %s", child.spec.task_id, child.spec.attempt, returncode)
         self._send_exit(ended)
         # After the exit is in the ledger: an agent killed in between finds both and reports the recorded exit.

@@ -14,7 +14,7 @@ from typing import Any
 from django.db import transaction
 
 from contracts.programs import BUILTIN_PROGRAMS
-from contracts.run_config import ConfigError, parse_config
+from contracts.run_config import ConfigError, parse_config, parse_script_config
 from orchestrator.control import job_fields, passes, scheduling
 from orchestrator.core import placement, tf_config
 from orchestrator.models import Cluster, Job, ProgramKind, Script, Strategy
@@ -115,6 +115,11 @@ def validate(job: Job, upload: Upload | None, *, require_program: bool = True) -
         elif upload is not None:
             for message in check_script(upload):
                 add("script", message)
+        if job.builtin_config:  # its hyperparameters, which reach it as TFDASH_* variables
+            try:
+                parse_script_config(job.builtin_config)
+            except ConfigError as exc:
+                add("builtin_config", f"{exc}.")
     elif job.program_kind == ProgramKind.BUILTIN:
         if job.builtin not in BUILTIN_PROGRAMS:
             available = ", ".join(sorted(BUILTIN_PROGRAMS)) or "none yet"

@@ -12,6 +12,9 @@ from typing import Any
 from django.conf import settings
 from django.db.models import OuterRef, Subquery
 
+from contracts import batching
+from contracts.programs import BUILTIN_PROGRAMS
+from contracts.run_config import RunConfig, train_examples
 from orchestrator.control import scheduling
 from orchestrator.models import Cluster, Host, HostSample, HostStatus, Job, Task
 
@@ -123,6 +126,7 @@ def job_parts(job: Job) -> dict[str, Any]:
         "failure_tail": failed.log_tail() if failed else [],
         "artifacts": list(job.artifacts.order_by("name").values("name", "size")),
         "key_facts": job_facts(job),
+        "run_facts": run_facts(job),
         "has_metrics": has_metrics,
         # Said only once the job has run a while: a script that neither calls model.fit nor report() sends nothing.
         "reports_no_metrics": ran and not has_metrics and (job.is_terminal or job.state == "running"),
@@ -237,3 +241,100 @@ def _plain(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)
+
+
+@dataclass(frozen=True)
+class RunFact:
+    key: str
+    label: str
+    asked: str  # what the person set (or the default that applied), or what it implies for the job's shape
+    used: str  # what the runtime reported it used; "" until it has
+
+
+def run_facts(job: Job) -> list[RunFact]:
+    """The hyperparameters next to what the runtime used: the run's config (its defaults where left out) and what
+    it implies for the job's shape (contracts/batching.py, as the form's calculator), against the chief's facts."""
+    config = dict(job.builtin_config or {})
+    reported = job.facts or {}
+    defaults = RunConfig(program=job.builtin) if job.builtin in BUILTIN_PROGRAMS else None
+    if not config and not reported:
+        return []
+
+    def asked(key: str) -> Any:
+        if key in config:
+            return config[key]
+        return getattr(defaults, key, None)
+
+    expected: batching.Calculation | None = None
+    try:
+        examples = (
+            train_examples(RunConfig(program=job.builtin, examples=int(asked("examples") or 0))) if defaults else None
+        )
+        expected = batching.calculate(
+            job.strategy,
+            job.workers,
+            job.devices_per_worker,
+            int(asked("per_replica_batch")),
+            float(asked("learning_rate")),
+            str(asked("scale_lr")),
+            float(asked("warmup_epochs") or 0),
+            examples,
+        )
+    except (TypeError, ValueError):  # a script that was given no hyperparameters: nothing implied
+        expected = None
+    b = expected.batches if expected else None
+    scale = asked("scale_lr")
+    rate_asked = ""
+    if asked("learning_rate") is not None:
+        rate_asked = f"{_plain(asked('learning_rate'))}, scaling {scale or 'none'}"
+        if expected is not None:
+            rate_asked += f" → {_plain(expected.effective_learning_rate)}"
+    warmup_used = ""
+    if reported.get("warmup_epochs") is not None:
+        warmup_used = f"{_plain(reported['warmup_epochs'])} epochs"
+        if reported.get("warmup_steps") is not None:
+            warmup_used += f" = {reported['warmup_steps']} steps"
+    rows = [
+        RunFact("epochs", "Epochs", _shown(asked("epochs")), _shown(reported.get("epochs"))),
+        RunFact(
+            "per_replica_batch",
+            "Per-replica batch",
+            _shown(asked("per_replica_batch")),
+            _shown(reported.get("per_replica_batch")),
+        ),
+        RunFact(
+            "replicas_in_sync",
+            "Replicas in sync",
+            _shown(b and b.replicas_in_sync),
+            _shown(reported.get("replicas_in_sync")),
+        ),
+        RunFact("global_batch", "Global batch", _shown(b and b.global_batch), _shown(reported.get("global_batch"))),
+        RunFact(
+            "machine_batch", "Per-machine batch", _shown(b and b.machine_batch), _shown(reported.get("machine_batch"))
+        ),
+        RunFact(
+            "per_device_batch",
+            "Per-device batch",
+            _shown(b and b.per_device_batch),
+            _shown(reported.get("per_device_batch")),
+        ),
+        RunFact(
+            "steps_per_epoch",
+            "Steps per epoch",
+            _shown(expected and expected.steps_per_epoch),
+            _shown(reported.get("steps_per_epoch")),
+        ),
+        RunFact("learning_rate", "Learning rate", rate_asked, _shown(reported.get("effective_learning_rate"))),
+        RunFact(
+            "warmup",
+            "Warm-up",
+            "" if asked("warmup_epochs") is None else f"{_plain(asked('warmup_epochs'))} epochs",
+            warmup_used,
+        ),
+        RunFact("optimizer", "Optimizer", _shown(asked("optimizer")), _shown(reported.get("optimizer"))),
+    ]
+    return [row for row in rows if row.asked or row.used]
+
+
+def _shown(value: Any) -> str:
+    return "" if value is None or value == "" else _plain(value)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Any
@@ -112,9 +113,9 @@ class _JobForm(forms.Form):
 
 
 def _config_field(message: str) -> str:
-    """The form field a run_config message is about: its messages start with the key ("epochs must be ...")."""
-    key = message.split(" ", 1)[0].split("[", 1)[0]
-    return key if key in job_fields.BY_NAME or key in _CONFIG_FIELDS else "builtin_config"
+    """The form field a run_config message is about: the first config key it names ("epochs must be ...", "npz needs
+    data_path: ...")."""
+    return next((word for word in re.findall(r"[a-z_]+", message) if word in _CONFIG_FIELDS), "builtin_config")
 
 
 _CONFIG_FIELDS = {f.name for f in (*job_fields.HYPERPARAMETERS, *job_fields.PROGRAM_FIELDS)}

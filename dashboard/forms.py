@@ -127,6 +127,8 @@ JobForm = type(
         for spec in (*job_fields.FIELDS, *job_fields.HYPERPARAMETERS, *job_fields.PROGRAM_FIELDS)
     },
 )
+# Long choices read better as radios than cut off in a narrow select.
+JobForm.base_fields["restart_policy"].widget = forms.RadioSelect(choices=job_fields.BY_NAME["restart_policy"].choices)
 # Sections in the order people decide; the template renders each section's fields in this order.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("What to train", ("name", "program", "script", "earlier_script", "args", *PROGRAM_KEYS)),

@@ -73,6 +73,19 @@ def test_a_builtin_digits_job_from_the_form_trains_with_the_asked_hyperparameter
     expect(page.locator("#calc-problem")).to_be_hidden()
     expect(page.locator(".job-form .error >> visible=true")).to_have_count(0)
 
+    # "My script" shows the upload and the hyperparameters as the environment variables a script reads; the
+    # collapsed Resilience section opens from the keyboard.
+    page.get_by_role("radio", name=re.compile(r"^My script")).check()
+    expect(page.get_by_label("Upload a script")).to_be_visible()
+    expect(page.locator("#script-env-note")).to_be_visible()
+    expect(page.locator('[data-field="epochs"] .env-var')).to_have_text("a script reads it as TFDASH_EPOCHS")
+    expect(page.get_by_label("Hang timeout (s)")).to_be_hidden()
+    page.locator("#section-resilience > summary").focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_label("Hang timeout (s)")).to_be_visible()
+    expect(page.get_by_label("Hang timeout (s)")).to_have_value("600")
+    shoot(page, screens / "job-form-script")
+
     page.get_by_label("Name", exact=True).fill("digits from the form")
     page.get_by_role("radio", name=re.compile(r"^digits_mlp")).check()
     page.get_by_label("Strategy", exact=True).select_option("multi_worker_mirrored")
@@ -89,8 +102,9 @@ def test_a_builtin_digits_job_from_the_form_trains_with_the_asked_hyperparameter
     expect(page.locator("#calc-machine")).to_have_attribute("data-value", "16", timeout=WAIT_MS)
     expect(page.locator("#calc-rate")).to_have_attribute("data-value", "0.02", timeout=WAIT_MS)
     expect(page.locator("#calc-steps")).to_have_attribute("data-value", str(1438 // 32), timeout=WAIT_MS)
-    # A built-in program needs no script: its upload is not even shown.
+    # A built-in program needs no script: its upload and the variables' names are not shown.
     expect(page.get_by_label("Upload a script")).to_be_hidden()
+    expect(page.locator("#script-env-note")).to_be_hidden()
     shoot(page, screens / "job-form")
 
     page.get_by_role("button", name="Launch").click()

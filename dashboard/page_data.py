@@ -119,14 +119,16 @@ def job_parts(job: Job) -> dict[str, Any]:
     """What the job page's live part shows (dashboard/_job_live.html): the page and the socket's `job` frames."""
     failed = job.failed_task
     tasks = latest_runs(job)
+    run = run_facts(job)
     has_metrics = job.metric_points.exists()
     ran = any(t.started_at for t in tasks)
     return {
         "tasks": tasks,
         "failure_tail": failed.log_tail() if failed else [],
         "artifacts": list(job.artifacts.order_by("name").values("name", "size")),
-        "key_facts": job_facts(job),
-        "run_facts": run_facts(job),
+        # The hyperparameters' facts (batch sizes, learning rate) are in the asked-and-used table when there is one.
+        "key_facts": job_facts(job, hyperparameters=not run),
+        "run_facts": run,
         "has_metrics": has_metrics,
         # Said only once the job has run a while: a script that neither calls model.fit nor report() sends nothing.
         "reports_no_metrics": ran and not has_metrics and (job.is_terminal or job.state == "running"),
@@ -190,7 +192,7 @@ def log_cursor(after: int | None, seqs: list[int]) -> int:
     return cursor
 
 
-def job_facts(job: Job) -> list[tuple[str, str]]:
+def job_facts(job: Job, *, hyperparameters: bool = True) -> list[tuple[str, str]]:
     """The job's key facts in reading order: what was asked for, and what the chief (or worker 0) reported once it
     ran (replicas in sync, batch sizes, learning rate, checkpoints). A fact not reported yet is left out."""
     reported = job.facts or {}
@@ -218,9 +220,9 @@ def job_facts(job: Job) -> list[tuple[str, str]]:
         )
         if reported.get(key) is not None
     ]
-    if batches:
+    if batches and hyperparameters:
         facts.append(("Batch size", " · ".join(f"{label} {_plain(value)}" for label, value in batches)))
-    if reported.get("effective_learning_rate") is not None:
+    if reported.get("effective_learning_rate") is not None and hyperparameters:
         rate = _plain(reported["effective_learning_rate"])
         base = reported.get("base_learning_rate")
         if base is not None and reported.get("scale_lr"):
@@ -291,7 +293,7 @@ def run_facts(job: Job) -> list[RunFact]:
             rate_asked += f" → {_plain(expected.effective_learning_rate)}"
     warmup_used = ""
     if reported.get("warmup_epochs") is not None:
-        warmup_used = f"{_plain(reported['warmup_epochs'])} epochs"
+        warmup_used = _epochs(reported["warmup_epochs"])
         if reported.get("warmup_steps") is not None:
             warmup_used += f" = {reported['warmup_steps']} steps"
     rows = [
@@ -334,6 +336,10 @@ def run_facts(job: Job) -> list[RunFact]:
         RunFact("optimizer", "Optimizer", _shown(asked("optimizer")), _shown(reported.get("optimizer"))),
     ]
     return [row for row in rows if row.asked or row.used]
+
+
+def _epochs(value: Any) -> str:
+    return f"{_plain(value)} epoch{'' if value == 1 else 's'}"
 
 
 def _shown(value: Any) -> str:

@@ -115,10 +115,10 @@ class _JobForm(forms.Form):
 def _config_field(message: str) -> str:
     """The form field a run_config message is about: the first config key it names ("epochs must be ...", "npz needs
     data_path: ...")."""
-    return next((word for word in re.findall(r"[a-z_]+", message) if word in _CONFIG_FIELDS), "builtin_config")
+    return next((word for word in re.findall(r"[a-z_]+", message) if word in CONFIG_FIELDS), "builtin_config")
 
 
-_CONFIG_FIELDS = {f.name for f in (*job_fields.HYPERPARAMETERS, *job_fields.PROGRAM_FIELDS)}
+CONFIG_FIELDS = {f.name for f in (*job_fields.HYPERPARAMETERS, *job_fields.PROGRAM_FIELDS)}
 JobForm = type(
     "JobForm",
     (_JobForm,),
@@ -154,7 +154,7 @@ def initial_from(job: Job) -> dict[str, Any]:
         "args": shlex.join(str(a) for a in job.args) if isinstance(job.args, list) else "",
         "program": job.builtin if job.program_kind == ProgramKind.BUILTIN else SCRIPT,
         **({"earlier_script": job.script_id} if job.script_id else {}),
-        **{key: value for key, value in config.items() if key in _CONFIG_FIELDS},
+        **{key: value for key, value in config.items() if key in CONFIG_FIELDS},
     }
 
 

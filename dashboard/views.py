@@ -15,6 +15,7 @@ from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import PROGRAM_KEYS, SCRIPT_ENV
 from dashboard import calculator, compare, page_data
 from dashboard.forms import (
+    CONFIG_FIELDS,
     SCRIPT,
     SECTIONS,
     ClusterGuidance,
@@ -168,6 +169,10 @@ def _run_program_of(source: Job, job: Job, *, chosen: bool) -> None:
     if chosen:
         if job.program_kind == ProgramKind.SCRIPT and job.script_id is None and source.script_id is not None:
             job.script = source.script
+        if job.builtin and job.builtin == source.builtin:
+            # Keys the form has no field for (seed, momentum, steps_per_epoch... set through the API) carry over.
+            kept = {k: v for k, v in (source.builtin_config or {}).items() if k not in CONFIG_FIELDS}
+            job.builtin_config = {**kept, **job.builtin_config}
         return
     job.program_kind = source.program_kind
     job.script = source.script

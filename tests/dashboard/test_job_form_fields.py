@@ -287,3 +287,31 @@ def test_the_job_page_shows_what_was_asked_next_to_what_the_runtime_used(client,
     assert cells["warmup"] == ["0 epochs", "0 epochs = 0 steps"]
     assert cells["optimizer"] == ["adam", "adam"]  # the default, as the runtime applied it
     assert cells["steps_per_epoch"] == ["44", "44"]
+
+
+def test_run_again_fills_the_program_and_its_hyperparameters_and_keeps_keys_the_form_lacks(client, alice):
+    cluster = hosts(2)[0].cluster
+    config = {"epochs": 2, "per_replica_batch": 8, "hidden": [32], "seed": 7, "steps_per_epoch": 5}
+    source = Job.objects.create(
+        owner=alice,
+        cluster=cluster,
+        name="digits",
+        strategy="mirrored",
+        workers=1,
+        program_kind="builtin",
+        builtin="digits_mlp",
+        builtin_config=config,
+        state="succeeded",
+    )
+    client.force_login(alice)
+
+    form = client.get(f"/jobs/new/?from={source.pk}").context["form"]
+
+    assert form["program"].value() == "digits_mlp"
+    assert (form["epochs"].value(), form["per_replica_batch"].value(), form["hidden"].value()) == (2, 8, "32")
+    data = {**as_posted(form), "strategy": "multi_worker_mirrored", "workers": "2", "epochs": "4"}
+    assert client.post(f"/jobs/new/?from={source.pk}", data).status_code == 302
+    again = Job.objects.exclude(pk=source.pk).get()
+    assert again.builtin == "digits_mlp" and again.strategy == "multi_worker_mirrored"
+    assert again.builtin_config["epochs"] == 4 and again.builtin_config["hidden"] == [32]
+    assert (again.builtin_config["seed"], again.builtin_config["steps_per_epoch"]) == (7, 5)

@@ -141,3 +141,46 @@ def plan_learning_rate(
         steps_per_epoch=steps_per_epoch,
         epochs=epochs,
     )
+
+
+def replicas_for_shape(strategy: str, workers: int, devices_per_worker: int) -> int:
+    """Replicas in sync as TensorFlow will count them for a job's shape: every device of every worker under
+    MultiWorkerMirrored, one machine's devices under Mirrored and ParameterServer (see the module's terms)."""
+    return workers * devices_per_worker if strategy == Strategy.MULTI_WORKER_MIRRORED else devices_per_worker
+
+
+@dataclass(frozen=True)
+class Calculation:
+    """What a job of this shape and these hyperparameters will use, before it runs (the New job form's calculator):
+    the runtime computes the same through plan_batches and plan_learning_rate."""
+
+    batches: BatchPlan
+    effective_learning_rate: float
+    steps_per_epoch: int | None  # None: the training set's size is unknown until the run reads it (an .npz file)
+    warmup_steps: int | None
+
+
+def calculate(
+    strategy: str,
+    workers: int,
+    devices_per_worker: int,
+    per_replica_batch: int,
+    learning_rate: float,
+    scale_lr: str,
+    warmup_epochs: float,
+    train_examples: int | None,
+) -> Calculation:
+    """Raises ValueError with a one-line reason for a shape or value the runtime would refuse."""
+    if not learning_rate > 0 or not warmup_epochs >= 0:
+        raise ValueError("the learning rate must be above 0 and the warm-up at least 0")
+    if devices_per_worker < 1:
+        raise ValueError("batch, replicas and workers must be positive")
+    replicas = replicas_for_shape(strategy, workers, devices_per_worker)
+    batches = plan_batches(strategy, per_replica_batch, replicas, workers)
+    steps = None if train_examples is None else default_steps_per_epoch(train_examples, batches.global_batch)
+    return Calculation(
+        batches=batches,
+        effective_learning_rate=effective_learning_rate(learning_rate, replicas, scale_lr),
+        steps_per_epoch=steps,
+        warmup_steps=None if steps is None else warmup_steps(warmup_epochs, steps),
+    )

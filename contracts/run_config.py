@@ -18,6 +18,9 @@ OPTIMIZERS = ("adam", "sgd")
 
 MAX_EPOCHS = 100_000
 MAX_BATCH = 1 << 20
+# The builtin programs hold out this share of their examples (seeded) for validation; the rest is trained on.
+VAL_FRACTION = 0.2
+DIGITS_EXAMPLES = 1797  # scikit-learn's digits, shipped with it
 
 # Program-specific keys: which programs accept them. Everything else is common to all programs.
 PROGRAM_KEYS: dict[str, tuple[str, ...]] = {
@@ -68,6 +71,49 @@ _COMMON_KEYS = tuple(f.name for f in fields(RunConfig) if f.name not in PROGRAM_
 
 def allowed_keys(program: str) -> list[str]:
     return sorted([*_COMMON_KEYS, *(key for key, programs in PROGRAM_KEYS.items() if program in programs)])
+
+
+def train_examples(config: RunConfig) -> int | None:
+    """How many examples a builtin program trains on (what one epoch passes over); None for a file not yet read."""
+    if config.program in ("digits_mlp", "digits_cnn"):
+        total = DIGITS_EXAMPLES
+    elif config.program == "synthetic":
+        total = config.examples
+    else:
+        return None
+    return total - round(total * VAL_FRACTION)
+
+
+# A script of your own gets the same hyperparameters as these environment variables (the New job form offers the
+# same fields for it): what it does with them is up to the script. Listed in the README.
+SCRIPT_ENV: dict[str, str] = {
+    "epochs": "TFDASH_EPOCHS",
+    "per_replica_batch": "TFDASH_PER_REPLICA_BATCH",
+    "learning_rate": "TFDASH_LEARNING_RATE",
+    "scale_lr": "TFDASH_SCALE_LR",
+    "warmup_epochs": "TFDASH_WARMUP_EPOCHS",
+    "optimizer": "TFDASH_OPTIMIZER",
+}
+
+
+def parse_script_config(raw: str | dict[str, Any] | None) -> dict[str, Any]:
+    """A script job's hyperparameters (SCRIPT_ENV's keys), checked as the builtins' are; ConfigError otherwise."""
+    values = _load(raw)
+    unknown = sorted(set(values) - set(SCRIPT_ENV))
+    if unknown:
+        raise ConfigError(
+            f"unknown config key(s) {', '.join(map(repr, unknown))} for a script; known: {', '.join(SCRIPT_ENV)}"
+        )
+    return {key: _CHECKS[key](key, value) for key, value in values.items()}
+
+
+def script_env(config: dict[str, Any]) -> dict[str, str]:
+    """The variables a script's processes get for its (checked) hyperparameters."""
+    return {SCRIPT_ENV[key]: _env_text(value) for key, value in config.items() if key in SCRIPT_ENV}
+
+
+def _env_text(value: Any) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def parse_config(program: str, raw: str | dict[str, Any] | None) -> RunConfig:

@@ -1,14 +1,20 @@
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Any
 
 from django import forms
 
+from contracts.programs import BUILTIN_PROGRAMS
+from contracts.run_config import PROGRAM_KEYS
 from orchestrator.control import job_fields, scheduling, submission
 from orchestrator.control.job_fields import JobField
-from orchestrator.models import Cluster, Job, Strategy
+from orchestrator.models import Cluster, Job, ProgramKind, Script, Strategy
+
+SCRIPT = "script"  # the Program choice for a script of the user's own; the others are the builtin programs
+PROGRAM_CHOICES = [*((name, name) for name in BUILTIN_PROGRAMS), (SCRIPT, "My script")]
 
 
 def _form_field(spec: JobField) -> forms.Field:
@@ -22,42 +28,156 @@ def _form_field(spec: JobField) -> forms.Field:
         return forms.ChoiceField(choices=spec.choices, **common)
     if spec.kind is int:
         return forms.IntegerField(min_value=spec.min, max_value=spec.max, required=not spec.optional_in_form, **common)
+    if spec.kind is float:
+        field = forms.FloatField(min_value=spec.min, max_value=spec.max, required=False, **common)
+        field.widget.attrs["step"] = "any"  # a rate like 0.0005 is no multiple of a step
+        return field
     return forms.CharField(max_length=spec.max_length, required=spec.required, **common)
 
 
 class _JobForm(forms.Form):
-    """The job form: the job's fields from their one definition (JobForm, below), plus where and what to run. What no
-    single field can check (the shape against the strategy, the cluster) is submission.validate's, whose messages land
-    next to their field."""
+    """The job form: the job's fields from their one definition (JobForm, below), plus what to run and its
+    hyperparameters. What no single field can check (the shape against the strategy, the cluster, the program's
+    config) is submission.validate's, whose messages land next to their field."""
 
+    label_suffix = ""  # labels read exactly as job_fields names them ("Epochs", not "Epochs:")
     cluster = forms.ModelChoiceField(queryset=Cluster.objects.all(), empty_label=None)
-    script = forms.FileField(required=False, help_text="your tf.distribute training script (.py)")
-    args = forms.CharField(required=False, max_length=submission.MAX_ARGS_CHARS, help_text="e.g. --epochs 3 --out .")
-    field_order = ["name", "cluster", "strategy", "script", "args"]  # then the rest of the job's fields
+    # Left out by older pages and scripted posts: then an uploaded script runs (or, run again, the source's program).
+    program = forms.ChoiceField(
+        label="Program", choices=PROGRAM_CHOICES, required=False, widget=forms.RadioSelect, initial="digits_mlp"
+    )
+    script = forms.FileField(required=False, label="Upload a script", help_text="a tf.distribute training script (.py)")
+    earlier_script = forms.ChoiceField(label="Or one of my earlier scripts", required=False)
+    args = forms.CharField(
+        required=False,
+        label="Arguments",
+        max_length=submission.MAX_ARGS_CHARS,
+        help_text="passed to the program, e.g. --out .",
+    )
+
+    def __init__(self, *args: Any, user: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Only the person's own earlier scripts (scripts are stored once per content, shared by every job that ran
+        # one): the jobs they own say which, so nobody sees another's script by name or hash.
+        scripts = Script.objects.none() if user is None else Script.objects.filter(jobs__owner=user)
+        self.earlier_scripts = {s.sha256: s for s in scripts.distinct().order_by("-created_at")[:50]}
+        choices = [("", "—")] + [(sha, f"{s.filename} ({sha[:12]})") for sha, s in self.earlier_scripts.items()]
+        self.fields["earlier_script"].choices = choices  # type: ignore[attr-defined]
+        for name, field in self.fields.items():
+            if field.help_text:  # the hint is read with its input, by screen readers too
+                field.widget.attrs["aria-describedby"] = f"hint-{name}"
+
+    def clean_hidden(self) -> list[int] | None:
+        text = (self.cleaned_data.get("hidden") or "").strip()
+        if not text:
+            return None
+        try:
+            return [int(width) for width in text.replace(",", " ").split()]
+        except ValueError:
+            raise forms.ValidationError("Give layer widths as whole numbers, e.g. 256, 256.") from None
+
+    def config(self) -> dict[str, Any]:
+        """The run's config as given: every hyperparameter set, and the chosen builtin program's own keys."""
+        data = self.cleaned_data
+        program = data.get("program") or ""
+        config = {f.name: data[f.name] for f in job_fields.HYPERPARAMETERS if data.get(f.name) is not None}
+        for key, programs in PROGRAM_KEYS.items():
+            if program in programs and data.get(key) not in (None, ""):
+                config[key] = data[key]
+        return config
+
+    def chose_program(self) -> bool:
+        return bool(self.cleaned_data.get("program"))
 
     def build(self, owner: object) -> tuple[Job, submission.Upload | None]:
         """The unsaved job and its upload; raises submission.JobInvalid (e.g. for arguments that cannot be split)."""
-        data = self.cleaned_data
-        return submission.new_job(owner, data["cluster"], data, data.get("script"))
+        data = dict(self.cleaned_data)
+        program = data.get("program") or ""
+        file = data.get("script")
+        if program in BUILTIN_PROGRAMS:
+            data["builtin"] = program
+            file = None  # a file chosen before switching to a builtin program is not what runs
+        if program:
+            data["builtin_config"] = self.config()
+        job, upload = submission.new_job(owner, data["cluster"], data, file)
+        earlier = self.earlier_scripts.get(data.get("earlier_script") or "")
+        if job.program_kind == ProgramKind.SCRIPT and upload is None and earlier is not None:
+            job.script = earlier
+        return job, upload
 
     def add_job_errors(self, errors: dict[str, list[str]]) -> None:
-        for field, messages in errors.items():
+        for key, messages in errors.items():
             for message in messages:
+                field = _config_field(message) if key == "builtin_config" else {"builtin": "program"}.get(key, key)
                 self.add_error(field if field in self.fields else None, message)
 
 
-JobForm = type("JobForm", (_JobForm,), {spec.name: _form_field(spec) for spec in job_fields.FIELDS})
+def _config_field(message: str) -> str:
+    """The form field a run_config message is about: the first config key it names ("epochs must be ...", "npz needs
+    data_path: ...")."""
+    return next((word for word in re.findall(r"[a-z_]+", message) if word in CONFIG_FIELDS), "builtin_config")
+
+
+CONFIG_FIELDS = {f.name for f in (*job_fields.HYPERPARAMETERS, *job_fields.PROGRAM_FIELDS)}
+JobForm = type(
+    "JobForm",
+    (_JobForm,),
+    {
+        spec.name: _form_field(spec)
+        for spec in (*job_fields.FIELDS, *job_fields.HYPERPARAMETERS, *job_fields.PROGRAM_FIELDS)
+    },
+)
+# Long choices read better as radios than cut off in a narrow select.
+JobForm.base_fields["restart_policy"].widget = forms.RadioSelect(choices=job_fields.BY_NAME["restart_policy"].choices)
+# Sections in the order people decide; the template renders each section's fields in this order.
+SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("What to train", ("name", "program", "script", "earlier_script", "args", *PROGRAM_KEYS)),
+    ("Strategy and shape", ("cluster", "strategy", "workers", "ps", "devices_per_worker", "labels")),
+    ("Hyperparameters", tuple(f.name for f in job_fields.HYPERPARAMETERS)),
+    (
+        "Resilience",
+        ("restart_policy", "max_restarts", "progress_timeout_s", "startup_deadline_s", "legacy_keras"),
+    ),
+)
 
 
 def initial_from(job: Job) -> dict[str, Any]:
     """The form's fields as `job` had them, to run it again (with another strategy, say). A file field cannot be
-    pre-filled: the job's program (script or built-in) is carried by the view instead, unless a script is chosen."""
+    pre-filled: a script job names its stored script instead (the view falls back to it when none is chosen)."""
+    config = dict(job.builtin_config or {})
+    if isinstance(config.get("hidden"), list):
+        config["hidden"] = ", ".join(map(str, config["hidden"]))
     return {
         **{name: getattr(job, name) for name in job_fields.SHAPE_FIELDS},
         "name": f"{job.name} (again)"[: job_fields.MAX_NAME_CHARS],
         "cluster": job.cluster_id,
         "args": shlex.join(str(a) for a in job.args) if isinstance(job.args, list) else "",
+        "program": job.builtin if job.program_kind == ProgramKind.BUILTIN else SCRIPT,
+        **({"earlier_script": job.script_id} if job.script_id else {}),
+        **{key: value for key, value in config.items() if key in CONFIG_FIELDS},
     }
+
+
+def default_shape(guidance: ClusterGuidance | None) -> dict[str, Any]:
+    """A new form's strategy and shape: what suits the cluster now (else what can start on one machine), filled in
+    so that the form opens valid. Mirrored is one machine; ParameterServer needs a ps."""
+    strategy = Strategy.MIRRORED.value
+    if guidance is not None:
+        suggested = [fit.strategy for fit in guidance.fits if fit.suggested]
+        if guidance.hosts_with_room >= 2:
+            strategy = suggested[0] if suggested else Strategy.MULTI_WORKER_MIRRORED.value
+    return shape_for(strategy, guidance)
+
+
+def shape_for(strategy: str, guidance: ClusterGuidance | None) -> dict[str, Any]:
+    """The shape a strategy starts with on this cluster (also what the page's script applies on a switch)."""
+    hosts = guidance.hosts_with_room if guidance is not None else 1
+    largest = guidance.largest_free if guidance is not None else 1
+    if strategy == Strategy.MIRRORED:
+        return {"strategy": strategy, "workers": 1, "ps": 0, "devices_per_worker": max(1, largest)}
+    if strategy == Strategy.PARAMETER_SERVER:
+        return {"strategy": strategy, "workers": max(1, min(hosts, 2)), "ps": 1, "devices_per_worker": 1}
+    return {"strategy": strategy, "workers": 2, "ps": 0, "devices_per_worker": 1}
 
 
 # TensorFlow's decision table (the tf.distribute guide), one line per strategy, shown next to the choice.
@@ -87,6 +207,8 @@ class ClusterGuidance:
     cluster_id: int
     name: str
     fits: list[StrategyFit]
+    hosts_with_room: int = 0
+    largest_free: int = 0
 
 
 def _plural(n: int, word: str) -> str:
@@ -118,6 +240,8 @@ def cluster_guidance(cluster: Cluster) -> ClusterGuidance:
     return ClusterGuidance(
         cluster_id=cluster.pk,
         name=cluster.name,
+        hosts_with_room=len(with_room),
+        largest_free=largest[1],
         fits=[
             StrategyFit(
                 strategy=value,

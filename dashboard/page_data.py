@@ -12,6 +12,9 @@ from typing import Any
 from django.conf import settings
 from django.db.models import OuterRef, Subquery
 
+from contracts import batching
+from contracts.programs import BUILTIN_PROGRAMS
+from contracts.run_config import RunConfig, train_examples
 from orchestrator import limits
 from orchestrator.control import scheduling
 from orchestrator.models import Cluster, Host, HostSample, HostStatus, Job, Task
@@ -117,13 +120,16 @@ def job_parts(job: Job) -> dict[str, Any]:
     """What the job page's live part shows (dashboard/_job_live.html): the page and the socket's `job` frames."""
     failed = job.failed_task
     tasks = latest_runs(job)
+    run = run_facts(job)
     has_metrics = job.metric_points.exists()
     ran = any(t.started_at for t in tasks)
     return {
         "tasks": tasks,
         "failure_tail": failed.log_tail() if failed else [],
         "artifacts": list(job.artifacts.order_by("name").values("name", "size")),
-        "key_facts": job_facts(job),
+        # The hyperparameters' facts (batch sizes, learning rate) are in the asked-and-used table when there is one.
+        "key_facts": job_facts(job, hyperparameters=not run),
+        "run_facts": run,
         "has_metrics": has_metrics,
         # Said only once the job has run a while: a script that neither calls model.fit nor report() sends nothing.
         "reports_no_metrics": ran and not has_metrics and (job.is_terminal or job.state == "running"),
@@ -190,7 +196,7 @@ def log_cursor(after: int | None, seqs: list[int]) -> int:
     return cursor
 
 
-def job_facts(job: Job) -> list[tuple[str, str]]:
+def job_facts(job: Job, *, hyperparameters: bool = True) -> list[tuple[str, str]]:
     """The job's key facts in reading order: what was asked for, and what the chief (or worker 0) reported once it
     ran (replicas in sync, batch sizes, learning rate, checkpoints). A fact not reported yet is left out."""
     reported = job.facts or {}
@@ -218,9 +224,9 @@ def job_facts(job: Job) -> list[tuple[str, str]]:
         )
         if reported.get(key) is not None
     ]
-    if batches:
+    if batches and hyperparameters:
         facts.append(("Batch size", " · ".join(f"{label} {_plain(value)}" for label, value in batches)))
-    if reported.get("effective_learning_rate") is not None:
+    if reported.get("effective_learning_rate") is not None and hyperparameters:
         rate = _plain(reported["effective_learning_rate"])
         base = reported.get("base_learning_rate")
         if base is not None and reported.get("scale_lr"):
@@ -241,3 +247,104 @@ def _plain(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)
+
+
+@dataclass(frozen=True)
+class RunFact:
+    key: str
+    label: str
+    asked: str  # what the person set (or the default that applied), or what it implies for the job's shape
+    used: str  # what the runtime reported it used; "" until it has
+
+
+def run_facts(job: Job) -> list[RunFact]:
+    """The hyperparameters next to what the runtime used: the run's config (its defaults where left out) and what
+    it implies for the job's shape (contracts/batching.py, as the form's calculator), against the chief's facts."""
+    config = dict(job.builtin_config or {})
+    reported = job.facts or {}
+    defaults = RunConfig(program=job.builtin) if job.builtin in BUILTIN_PROGRAMS else None
+    if not config and not reported:
+        return []
+
+    def asked(key: str) -> Any:
+        if key in config:
+            return config[key]
+        return getattr(defaults, key, None)
+
+    expected: batching.Calculation | None = None
+    try:
+        examples = (
+            train_examples(RunConfig(program=job.builtin, examples=int(asked("examples") or 0))) if defaults else None
+        )
+        expected = batching.calculate(
+            job.strategy,
+            job.workers,
+            job.devices_per_worker,
+            int(asked("per_replica_batch")),
+            float(asked("learning_rate")),
+            str(asked("scale_lr")),
+            float(asked("warmup_epochs") or 0),
+            examples,
+        )
+    except (TypeError, ValueError):  # a script that was given no hyperparameters: nothing implied
+        expected = None
+    b = expected.batches if expected else None
+    scale = asked("scale_lr")
+    rate_asked = ""
+    if asked("learning_rate") is not None:
+        rate_asked = f"{_plain(asked('learning_rate'))}, scaling {scale or 'none'}"
+        if expected is not None:
+            rate_asked += f" → {_plain(expected.effective_learning_rate)}"
+    warmup_used = ""
+    if reported.get("warmup_epochs") is not None:
+        warmup_used = _epochs(reported["warmup_epochs"])
+        if reported.get("warmup_steps") is not None:
+            warmup_used += f" = {reported['warmup_steps']} steps"
+    rows = [
+        RunFact("epochs", "Epochs", _shown(asked("epochs")), _shown(reported.get("epochs"))),
+        RunFact(
+            "per_replica_batch",
+            "Per-replica batch",
+            _shown(asked("per_replica_batch")),
+            _shown(reported.get("per_replica_batch")),
+        ),
+        RunFact(
+            "replicas_in_sync",
+            "Replicas in sync",
+            _shown(b and b.replicas_in_sync),
+            _shown(reported.get("replicas_in_sync")),
+        ),
+        RunFact("global_batch", "Global batch", _shown(b and b.global_batch), _shown(reported.get("global_batch"))),
+        RunFact(
+            "machine_batch", "Per-machine batch", _shown(b and b.machine_batch), _shown(reported.get("machine_batch"))
+        ),
+        RunFact(
+            "per_device_batch",
+            "Per-device batch",
+            _shown(b and b.per_device_batch),
+            _shown(reported.get("per_device_batch")),
+        ),
+        RunFact(
+            "steps_per_epoch",
+            "Steps per epoch",
+            _shown(expected and expected.steps_per_epoch),
+            _shown(reported.get("steps_per_epoch")),
+        ),
+        RunFact("learning_rate", "Learning rate", rate_asked, _shown(reported.get("effective_learning_rate"))),
+        RunFact(
+            "warmup",
+            "Warm-up",
+            "" if asked("warmup_epochs") is None else f"{_plain(asked('warmup_epochs'))} epochs",
+            warmup_used,
+        ),
+        RunFact("optimizer", "Optimizer", _shown(asked("optimizer")), _shown(reported.get("optimizer"))),
+    ]
+    return [row for row in rows if row.asked or row.used]
+
+
+def _epochs(value: Any) -> str:
+    return f"{_plain(value)} epoch{'' if value == 1 else 's'}"
+
+
+def _shown(value: Any) -> str:
+    return "" if value is None or value == "" else _plain(value)

@@ -15,6 +15,7 @@ urlpatterns = [
     path("jobs/compare/", views.job_compare, name="job-compare"),
     path("jobs/new/", views.job_new, name="job-new"),
     path("jobs/new/preview/", views.job_preview, name="job-preview"),
+    path("jobs/new/calc/", views.job_calc, name="job-calc"),
     path("jobs/<int:job_id>/", views.job_detail, name="job"),
     path("jobs/<int:job_id>/live/", views.job_live, name="job-live"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),

@@ -13,9 +13,20 @@ from django.template.loader import render_to_string
 from django.utils.html import escape
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from contracts.run_config import RunConfig
-from dashboard import compare, page_data
-from dashboard.forms import JobForm, cluster_guidance, initial_from
+from contracts.programs import BUILTIN_PROGRAMS
+from contracts.run_config import PROGRAM_KEYS, SCRIPT_ENV
+from dashboard import calculator, compare, page_data
+from dashboard.forms import (
+    CONFIG_FIELDS,
+    SCRIPT,
+    SECTIONS,
+    ClusterGuidance,
+    JobForm,
+    cluster_guidance,
+    default_shape,
+    initial_from,
+    shape_for,
+)
 from orchestrator.control import lifecycle, submission
 from orchestrator.metrics import log_reader
 from orchestrator.models import TERMINAL_JOB_STATES, Cluster, Host, Job, JobState, ProgramKind, Strategy, Task
@@ -118,12 +129,14 @@ def job_compare(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def job_new(request: HttpRequest) -> HttpResponse:
     source = _clone_source(request)  # `?from=<id>`: "run again"; the form posts back to the same URL
-    form = JobForm(request.POST or None, request.FILES or None, initial=initial_from(source) if source else None)
+    guidance = [cluster_guidance(c) for c in Cluster.objects.prefetch_related("hosts")]
+    initial = initial_from(source) if source else _new_initial(request, guidance)
+    form = JobForm(request.POST or None, request.FILES or None, initial=initial, user=request.user)
     if request.method == "POST" and form.is_valid():
         try:
             job, upload = form.build(request.user)
             if source is not None and upload is None:
-                _run_program_of(source, job)
+                _run_program_of(source, job, chosen=form.chose_program())
             submission.submit(job, upload)
         except submission.JobInvalid as exc:
             form.add_job_errors(exc.errors)
@@ -131,7 +144,16 @@ def job_new(request: HttpRequest) -> HttpResponse:
             return redirect(job)
     if source is not None:
         messages.info(request, _clone_note(source))
-    return render(request, "dashboard/job_new.html", _job_form_context(form, plan=None))
+    return render(request, "dashboard/job_new.html", _job_form_context(form, guidance, plan=None))
+
+
+def _new_initial(request: HttpRequest, guidance: list[ClusterGuidance]) -> dict[str, Any]:
+    """A new form opens valid: the first cluster's suggested strategy and its shape, or (`?strategy=`, e.g. from a
+    link) the asked strategy's starting shape."""
+    first = guidance[0] if guidance else None
+    asked = request.GET.get("strategy", "")
+    shape = shape_for(asked, first) if asked in Strategy.values else default_shape(first)
+    return {**shape, **({"cluster": first.cluster_id} if first else {})}
 
 
 def _clone_source(request: HttpRequest) -> Job | None:
@@ -143,9 +165,18 @@ def _clone_source(request: HttpRequest) -> Job | None:
     return _job_for(request, int(value))
 
 
-def _run_program_of(source: Job, job: Job) -> None:
+def _run_program_of(source: Job, job: Job, *, chosen: bool) -> None:
     """The rerun runs what `source` ran: its stored script (content-addressed, so the very same file) or built-in
-    program and configuration. The form has no field for either; a script chosen in the form replaces it."""
+    program and configuration, unless the form chose another. A post without the Program choice (an older page)
+    runs the source's program as it was; "My script" with no file and no earlier script runs the source's script."""
+    if chosen:
+        if job.program_kind == ProgramKind.SCRIPT and job.script_id is None and source.script_id is not None:
+            job.script = source.script
+        if job.builtin and job.builtin == source.builtin:
+            # Keys the form has no field for (seed, momentum, steps_per_epoch... set through the API) carry over.
+            kept = {k: v for k, v in (source.builtin_config or {}).items() if k not in CONFIG_FIELDS}
+            job.builtin_config = {**kept, **job.builtin_config}
+        return
     job.program_kind = source.program_kind
     job.script = source.script
     job.builtin = source.builtin
@@ -169,7 +200,8 @@ def job_preview(request: HttpRequest) -> HttpResponse:
     """The placement and every task's TF_CONFIG the form would get, saving nothing: the same validation as the API's
     `plan` action (no program needed, an uploaded script is still checked). The whole page comes back; htmx takes
     the plan and each field's error slot out of it, so the inputs (a chosen file included) stay as they are."""
-    form = JobForm(request.POST, request.FILES or None)
+    form = JobForm(request.POST, request.FILES or None, user=request.user)
+    guidance = [cluster_guidance(c) for c in Cluster.objects.prefetch_related("hosts")]
     plan = None
     if form.is_valid():
         try:
@@ -182,27 +214,35 @@ def job_preview(request: HttpRequest) -> HttpResponse:
             for task in plan["tasks"]:
                 # As the task's environment gets it; None for a Mirrored run, which needs none.
                 task["tf_config_json"] = None if task["tf_config"] is None else json.dumps(task["tf_config"])
-    return render(request, "dashboard/job_new.html", _job_form_context(form, plan=plan, previewed=True))
+    return render(request, "dashboard/job_new.html", _job_form_context(form, guidance, plan=plan, previewed=True))
 
 
-def _job_form_context(form: JobForm, *, plan: dict[str, Any] | None, previewed: bool = False) -> dict[str, Any]:
-    defaults = RunConfig(program="synthetic")
+def _job_form_context(
+    form: JobForm, guidance: list[ClusterGuidance], *, plan: dict[str, Any] | None, previewed: bool = False
+) -> dict[str, Any]:
     return {
         "form": form,
         "plan": plan,
         "previewed": previewed,
-        "guidance": [cluster_guidance(c) for c in Cluster.objects.prefetch_related("hosts")],
-        "error_slots": ",".join(["#errors-form", *(f"#errors-{name}" for name in form.fields)]),
-        # The built-in programs' defaults, so the calculator starts where a run without a config would.
-        "calc": {
-            "per_replica_batch": defaults.per_replica_batch,
-            "learning_rate": defaults.learning_rate,
-            "scale_lr": defaults.scale_lr,
-            "warmup_epochs": defaults.warmup_epochs,
-            "examples": defaults.examples,
-            "epochs": defaults.epochs,
+        "guidance": guidance,
+        "sections": [(title, [form[name] for name in names]) for title, names in SECTIONS],
+        "programs": BUILTIN_PROGRAMS,
+        "script_choice": SCRIPT,
+        "script_env": SCRIPT_ENV,
+        "page_rules": {
+            # Which fields show for which program, and each strategy's starting shape per cluster: the page's
+            # script switches them; the rules themselves are contracts/run_config.py's and forms.shape_for's.
+            "program_keys": PROGRAM_KEYS,
+            "shapes": {g.cluster_id: {s: shape_for(s, g) for s in Strategy.values} for g in guidance},
         },
+        "error_slots": ",".join(["#errors-form", *(f"#errors-{name}" for name in form.fields)]),
     }
+
+
+@require_GET
+def job_calc(request: HttpRequest) -> HttpResponse:
+    """The calculator's figures for the form's values as typed (htmx asks on every change)."""
+    return render(request, "dashboard/_calc.html", {"calc": calculator.calculate(request.GET)})
 
 
 @require_GET

@@ -24,6 +24,7 @@ from contracts.protocol import (
     agent_queue,
     sign,
 )
+from contracts.run_config import script_env
 from contracts.strategies import Strategy
 from orchestrator.control.passes import BROKER_ERRORS
 from orchestrator.core import tf_config
@@ -82,6 +83,8 @@ def launch_tasks(task_ids: list[int]) -> None:
     for task in tasks:
         job = task.job
         env = tf_config.environment(task.tf_config, Strategy(job.strategy), legacy_keras=job.legacy_keras)
+        if job.program_kind == ProgramKind.SCRIPT:
+            env.update(script_env(job.builtin_config or {}))  # a builtin gets its config as --config-json instead
         spec = launch_spec(task, env)
         _send(AGENT_LAUNCH, sign(asdict(spec), task.host.token_hash), task.host.name)
 

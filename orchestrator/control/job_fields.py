@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from contracts.batching import SCALE_RULES
 from contracts.limits import MAX_DEVICES_PER_WORKER, MAX_PS, MAX_WORKERS
+from contracts.run_config import DEFAULT_HIDDEN, MAX_BATCH, MAX_EPOCHS, OPTIMIZERS, PROGRAM_KEYS, RunConfig
 from contracts.strategies import STRATEGY_LABELS, Strategy
 from orchestrator.core.restarts import EXIT_CODE, POLICIES
 
@@ -23,12 +25,12 @@ MAX_LABELS_CHARS = 500
 @dataclass(frozen=True)
 class JobField:
     name: str
-    kind: type  # int, str or bool; a str field with `choices` is a choice
+    kind: type  # int, float, str or bool; a str field with `choices` is a choice
     label: str
     default: Any
     help: str = ""
-    min: int | None = None
-    max: int | None = None
+    min: float | None = None
+    max: float | None = None
     max_length: int | None = None
     choices: tuple[tuple[str, str], ...] = ()
     required: bool = False  # no default applies: the person must give it
@@ -91,3 +93,81 @@ FIELDS: tuple[JobField, ...] = (
 BY_NAME = {f.name: f for f in FIELDS}
 # The Job columns these fields set as they are given.
 SHAPE_FIELDS = tuple(f.name for f in FIELDS)
+
+
+# A run's hyperparameters, as the New job form offers them. For a builtin program they become its config
+# (`Job.builtin_config`, checked by contracts/run_config.py, whose rules these bounds repeat for the browser only);
+# for a script, its TFDASH_* variables (run_config.SCRIPT_ENV). Left empty, the runtime's default applies.
+_RUN = RunConfig(program="synthetic")
+_SCALING = {"linear": "linear (× replicas in sync)", "none": "none"}
+HYPERPARAMETERS: tuple[JobField, ...] = (
+    JobField("epochs", int, "Epochs", _RUN.epochs, min=1, max=MAX_EPOCHS, optional_in_form=True),
+    JobField(
+        "per_replica_batch",
+        int,
+        "Per-replica batch",
+        _RUN.per_replica_batch,
+        help="examples each replica (device) computes per step",
+        min=1,
+        max=MAX_BATCH,
+        optional_in_form=True,
+    ),
+    JobField(
+        "learning_rate",
+        float,
+        "Learning rate",
+        _RUN.learning_rate,
+        help="the base rate, before scaling",
+        min=0,
+        max=10,
+        optional_in_form=True,
+    ),
+    JobField(
+        "scale_lr",
+        str,
+        "LR scaling",
+        _RUN.scale_lr,
+        help="linear: the rate times the replicas in sync, as the global batch grows (Goyal et al., 2017)",
+        choices=tuple((rule, _SCALING[rule]) for rule in SCALE_RULES),
+        optional_in_form=True,
+    ),
+    JobField(
+        "warmup_epochs",
+        float,
+        "Warm-up epochs",
+        _RUN.warmup_epochs,
+        help="the rate rises from the base to the scaled rate over these epochs",
+        min=0,
+        max=MAX_EPOCHS,
+        optional_in_form=True,
+    ),
+    JobField(
+        "optimizer", str, "Optimizer", _RUN.optimizer, choices=tuple((o, o) for o in OPTIMIZERS), optional_in_form=True
+    ),
+)
+
+# The builtin programs' own keys (run_config.PROGRAM_KEYS says which program takes which).
+PROGRAM_FIELDS: tuple[JobField, ...] = (
+    JobField(
+        "hidden",
+        str,
+        "Hidden layers",
+        ", ".join(map(str, DEFAULT_HIDDEN)),
+        help="layer widths, comma-separated",
+        max_length=200,
+        optional_in_form=True,
+    ),
+    JobField(
+        "data_path",
+        str,
+        "Data file (.npz path)",
+        "",
+        help="a path every host can read: x_train, y_train (optional x_val, y_val)",
+        max_length=1000,
+        optional_in_form=True,
+    ),
+    JobField("examples", int, "Examples", _RUN.examples, min=16, max=10_000_000, optional_in_form=True),
+    JobField("features", int, "Features", _RUN.features, min=1, max=100_000, optional_in_form=True),
+    JobField("classes", int, "Classes", _RUN.classes, min=2, max=100_000, optional_in_form=True),
+)
+assert {f.name for f in PROGRAM_FIELDS} == set(PROGRAM_KEYS)

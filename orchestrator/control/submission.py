@@ -16,7 +16,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from contracts.programs import BUILTIN_PROGRAMS
-from contracts.run_config import ConfigError, parse_config
+from contracts.run_config import ConfigError, parse_config, parse_script_config
 from orchestrator import limits
 from orchestrator.control import job_fields, passes, scheduling
 from orchestrator.core import placement, tf_config
@@ -121,6 +121,11 @@ def validate(job: Job, upload: Upload | None, *, require_program: bool = True) -
         elif upload is not None:
             for message in check_script(upload):
                 add("script", message)
+        if job.builtin_config:  # its hyperparameters, which reach it as TFDASH_* variables
+            try:
+                parse_script_config(job.builtin_config)
+            except ConfigError as exc:
+                add("builtin_config", f"{exc}.")
     elif job.program_kind == ProgramKind.BUILTIN:
         if job.builtin not in BUILTIN_PROGRAMS:
             available = ", ".join(sorted(BUILTIN_PROGRAMS)) or "none yet"

@@ -71,12 +71,13 @@ def test_a_job_made_with_the_form_trains_on_real_agents_with_live_charts_and_suc
     page.goto(f"{web.url}/jobs/new/")
     page.fill("#id_name", "form mwms")
     page.select_option("#id_strategy", "multi_worker_mirrored")
+    page.get_by_role("radio", name=re.compile(r"^My script")).check()
     page.set_input_files("#id_script", str(PROGRAMS / "mwms_fit.py"))
     # One train point per epoch and worker (an epoch is shorter than the 0.5 s metric window); the sleep keeps the
     # job running for a few seconds of charts.
     page.fill("#id_args", "--epochs 10 --epochs-sleep 0.6")
     page.fill("#id_workers", "2")
-    page.fill("#id_ps", "0")
+    expect(page.locator("#id_ps")).to_have_value("0")  # read-only under MultiWorkerMirrored
     page.fill("#id_devices_per_worker", "1")
     expect(page.locator("#id_legacy_keras")).to_be_checked()  # tf.keras model.fit needs legacy Keras under MWMS
     page.click("form.job-form button[type=submit]")

@@ -321,6 +321,8 @@ def test_run_again_fills_in_the_form_from_the_job(client, alice, online_hosts):
         "progress_timeout_s": 600,
         "legacy_keras": False,
         "startup_deadline_s": 300,
+        "program": "script",
+        "earlier_script": script.sha256,
     }
     page = response.content.decode()
     assert 'value="mnist (again)"' in page

@@ -202,6 +202,7 @@ def test_the_guidance_says_what_the_chosen_cluster_offers_now(client, alice, onl
 # --- the calculator, in a real browser -------------------------------------------------------------------------
 
 WAIT_MS = 15_000
+DIGITS_TRAIN = 1438  # digits_mlp's training examples (tests/worker_agent/runtime/test_data.py)
 
 
 def _scene() -> None:
@@ -212,9 +213,9 @@ def _scene() -> None:
 
 def _expected(strategy: str, per_replica: int, workers: int, devices: int, base: float, warmup: float) -> dict:
     """What the runtime would compute for this shape, through its own functions."""
-    replicas = workers * devices if strategy == "multi_worker_mirrored" else devices
+    replicas = batching.replicas_for_shape(strategy, workers, devices)
     b = batching.plan_batches(strategy, per_replica, replicas, workers)
-    steps = batching.default_steps_per_epoch(8192, b.global_batch)
+    steps = batching.default_steps_per_epoch(DIGITS_TRAIN, b.global_batch)
     rates = batching.plan_learning_rate(base, replicas, "linear", warmup, steps, 5)
     return {
         "calc-replicas": b.replicas_in_sync,
@@ -222,7 +223,7 @@ def _expected(strategy: str, per_replica: int, workers: int, devices: int, base:
         "calc-machine": b.machine_batch,
         "calc-device": b.per_device_batch,
         "calc-steps": steps,
-        "calc-rate": rates.effective_learning_rate,
+        "calc-rate": f"{rates.effective_learning_rate:.6g}",
         "warmup": rates.warmup_steps,
     }
 
@@ -233,10 +234,11 @@ def _check(page: Any, expected: dict) -> None:
     for element_id, value in expected.items():
         if element_id.startswith("calc-"):
             expect(page.locator(f"#{element_id}")).to_have_attribute("data-value", str(value), timeout=WAIT_MS)
+    expect(page.locator("#calc-problem")).to_be_hidden()
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_calculator_follows_the_runtimes_formulas_as_the_inputs_change(
+def test_the_calculator_follows_the_runtimes_formulas_as_the_fields_change(
     orm: Orm,  # noqa: F811
     web: WebServer,  # noqa: F811
     browser: Any,  # noqa: F811
@@ -247,31 +249,36 @@ def test_the_calculator_follows_the_runtimes_formulas_as_the_inputs_change(
     page = browser.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda msg: msg.type == "error" and errors.append(msg.text))
     page.goto(f"{web.url}/accounts/login/?next=/jobs/new/")
     page.fill("#id_username", "alice")
     page.fill("#id_password", "pw-alice-123")
     page.click("form.login button[type=submit]")
     page.wait_for_url(f"{web.url}/jobs/new/")
 
-    # MultiWorkerMirrored (the form's default strategy), 2 workers x 1 device.
-    page.select_option("#id_strategy", "multi_worker_mirrored")
-    page.fill("#id_workers", "2")
+    # Two online hosts alike: MultiWorkerMirrored, 2 workers x 1 device, the built-in digits_mlp, its defaults.
+    expect(page.locator("#id_strategy")).to_have_value("multi_worker_mirrored")
     _check(page, _expected("multi_worker_mirrored", 32, 2, 1, 0.001, 0.0))
 
-    page.fill("#calc-per-replica", "64")
-    page.fill("#id_devices_per_worker", "2")
-    page.fill("#calc-warmup", "2.5")
+    page.get_by_label("Per-replica batch", exact=True).fill("64")
+    page.get_by_label("Devices per worker", exact=True).fill("2")
+    page.get_by_label("Warm-up epochs", exact=True).fill("2.5")
     expected = _expected("multi_worker_mirrored", 64, 2, 2, 0.001, 2.5)
     _check(page, expected)
     assert expected["calc-global"] == 256 and expected["calc-machine"] == 128 and expected["calc-device"] == 64
     expect(page.locator("#calc-rate")).to_contain_text(f"({expected['warmup']} steps)")
 
+    # ParameterServer starts with 1 ps and one device per worker; the calculator follows the new shape.
     page.select_option("#id_strategy", "parameter_server")
-    page.fill("#id_workers", "3")
-    _check(page, _expected("parameter_server", 64, 3, 2, 0.001, 2.5))
+    expect(page.locator("#id_ps")).to_have_value("1")
+    expect(page.locator("#id_ps")).to_be_editable()
+    _check(page, _expected("parameter_server", 64, 2, 1, 0.001, 2.5))
 
-    page.select_option("#id_strategy", "mirrored")  # with 3 workers: the runtime's own refusal
-    expect(page.locator("#calc-problem")).to_have_text("a mirrored run has exactly one machine")
+    # Mirrored fixes workers to 1 (read-only) and takes the largest host's free slots: no error to see.
+    page.select_option("#id_strategy", "mirrored")
+    expect(page.locator("#id_workers")).to_have_value("1")
+    expect(page.locator("#id_workers")).not_to_be_editable()
+    _check(page, _expected("mirrored", 64, 1, 4, 0.001, 2.5))
 
     # Preview: the plan and its TF_CONFIGs come in without leaving the page; the error comes next to its field.
     page.fill("#id_name", "calc")
@@ -283,8 +290,9 @@ def test_the_calculator_follows_the_runtimes_formulas_as_the_inputs_change(
     expect(page.locator("#error-ps")).to_contain_text("parameter_server needs at least 1 ps", timeout=WAIT_MS)
     # Launching the bad form (with a script chosen): the page comes back with the error next to the field, and
     # nothing was created.
-    page.set_input_files(
-        "#id_script", files=[{"name": "train.py", "mimeType": "text/x-python", "buffer": b"print(1)\n"}]
+    page.get_by_role("radio", name=re.compile(r"^My script")).check()
+    page.get_by_label("Upload a script").set_input_files(
+        files=[{"name": "train.py", "mimeType": "text/x-python", "buffer": b"print(1)\n"}]
     )
     page.get_by_role("button", name="Launch").click()
     page.wait_for_load_state()

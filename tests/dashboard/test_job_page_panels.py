@@ -45,8 +45,13 @@ def test_it_shows_the_key_facts_the_chief_reported(client, alice):
     page = client.get(f"/jobs/{job.pk}/").content.decode()
 
     assert "<dt>Replicas in sync</dt><dd>4</dd>" in page
-    assert "<dd>global 128 · per replica 32 · per machine 64 · per device 32</dd>" in page
-    assert "<dd>0.004 (base 0.001, scaling linear, warm-up 1 epochs)</dd>" in page
+    # Batch sizes and the learning rate as the runtime used them, in the asked-and-used table (a script given no
+    # hyperparameters: nothing asked).
+    for key, used in [("global_batch", "128"), ("machine_batch", "64"), ("per_device_batch", "32")]:
+        assert f'<tr data-fact="{key}"><th scope="row">' in page
+        assert f'<td class="asked">—</td><td class="used">{used}</td>' in page
+    assert '<td class="asked">—</td><td class="used">0.004</td>' in page
+    assert '<td class="used">1 epoch</td>' in page
     assert "<dd>/shared/job-1/checkpoints</dd>" in page
     assert "<dt>Restarts</dt><dd>1 of 3 allowed</dd>" in page
 

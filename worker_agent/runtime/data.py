@@ -16,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from contracts.run_config import ConfigError, RunConfig
+from contracts.run_config import VAL_FRACTION, ConfigError, RunConfig
 
-VAL_FRACTION = 0.2
 SHUFFLE_BUFFER = 10_000
 
 

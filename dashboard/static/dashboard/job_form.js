@@ -1,77 +1,49 @@
-// The New job page: strategy guidance for the chosen cluster, and the batch-size / learning-rate calculator.
-// The formulas are contracts/batching.py's, line for line (plan_batches, effective_learning_rate,
-// default_steps_per_epoch, warmup_steps); tests/dashboard/test_job_form.py checks the page against them.
+// The New job page: what shows for the chosen program, each strategy's starting shape, and the strategy guidance
+// for the chosen cluster. No formula lives here: the calculator's figures come from the server (dashboard/calculator.py
+// via htmx), and the shapes and program keys from the page's own JSON (forms.shape_for, run_config.PROGRAM_KEYS).
 (function () {
   "use strict";
   const $ = (id) => document.getElementById(id);
   const form = document.querySelector("form.job-form");
-  if (!form) return;
+  const rulesNode = $("job-form-rules");
+  if (!form || !rulesNode) return;
+  const rules = JSON.parse(rulesNode.textContent);
 
-  function int(id) {
-    const v = Number($(id).value);
-    return Number.isInteger(v) ? v : NaN;
+  function program() {
+    const chosen = form.querySelector("input[name=program]:checked");
+    return chosen ? chosen.value : "";
   }
 
-  // batching.plan_batches, with replicas in sync as TensorFlow counts them for the job's shape.
-  function planBatches(strategy, perReplica, workers, devices) {
-    if (!(perReplica >= 1 && workers >= 1 && devices >= 1)) {
-      throw new Error("batch, workers and devices must be positive whole numbers");
+  // Fields that belong to one program (hidden layers, the .npz path...) show for it alone; the script's upload and
+  // its environment-variable names show for "My script" alone.
+  function showProgramFields() {
+    const current = program();
+    for (const [key, programs] of Object.entries(rules.program_keys)) {
+      const wrap = form.querySelector(`[data-field="${key}"]`);
+      if (wrap) wrap.hidden = !programs.includes(current);
     }
-    if (strategy === "mirrored" && workers !== 1) throw new Error("a mirrored run has exactly one machine");
-    // Mirrored: the one machine's devices; MultiWorkerMirrored: every device of every worker; ParameterServer: one
-    // worker's devices (each worker runs its own steps).
-    const replicas = strategy === "multi_worker_mirrored" ? workers * devices : devices;
-    const global = perReplica * replicas;
-    let machine, perMachineDevices;
-    if (strategy === "parameter_server") {
-      perMachineDevices = replicas;
-      machine = global;
-    } else {
-      perMachineDevices = replicas / workers;
-      machine = global / workers;
-    }
-    return { replicas, global, machine, device: Math.floor(machine / perMachineDevices) };
+    for (const node of form.querySelectorAll("[data-script-only]")) node.hidden = current !== "script";
   }
 
-  function update() {
-    const out = { ok: false };
-    const problem = $("calc-problem");
-    try {
-      const strategy = $("id_strategy").value;
-      const b = planBatches(strategy, int("calc-per-replica"), int("id_workers"), int("id_devices_per_worker"));
-      const base = Number($("calc-lr").value);
-      const warmupEpochs = Number($("calc-warmup").value);
-      const examples = int("calc-examples");
-      if (!(base > 0) || !(warmupEpochs >= 0) || !(examples >= 1)) {
-        throw new Error("learning rate must be above 0, warm-up at least 0, examples at least 1");
-      }
-      const effective = $("calc-scale").value === "linear" ? base * b.replicas : base;
-      const steps = Math.max(1, Math.floor(examples / b.global));
-      const warmup = Math.max(0, Math.ceil(warmupEpochs * steps));
-      Object.assign(out, b, { ok: true, base, effective, steps, warmup });
-      $("calc-replicas").textContent = strategy === "parameter_server"
-        ? `${b.replicas} (one worker's devices; workers step independently)`
-        : String(b.replicas);
-      $("calc-global").textContent = String(b.global);
-      $("calc-machine").textContent = String(b.machine);
-      $("calc-device").textContent = String(b.device);
-      $("calc-steps").textContent = String(steps);
-      $("calc-rate").textContent = warmup > 0
-        ? `${base} → ${effective} over ${warmupEpochs} epoch(s) (${warmup} steps), then ${effective}`
-        : String(effective);
-      problem.hidden = true;
-    } catch (err) {
-      for (const id of ["calc-replicas", "calc-global", "calc-machine", "calc-device", "calc-steps", "calc-rate"]) {
-        $(id).textContent = "—";
-      }
-      problem.textContent = err.message;
-      problem.hidden = false;
-    }
-    for (const [key, id] of [["replicas", "calc-replicas"], ["global", "calc-global"], ["machine", "calc-machine"],
-                             ["device", "calc-device"], ["steps", "calc-steps"], ["effective", "calc-rate"]]) {
-      $(id).dataset.value = out.ok ? String(out[key]) : "";
-    }
-    window.tfdashCalc = out;  // for the browser test and the curious
+  function setNumber(id, value, fixed) {
+    const input = $(id);
+    if (!input) return;
+    if (value !== undefined) input.value = String(value);
+    input.readOnly = fixed;
+    input.toggleAttribute("aria-readonly", fixed);
+  }
+
+  // A strategy starts with its shape for the chosen cluster (Mirrored: one machine; ParameterServer: one ps), so
+  // switching never leaves the form in an error; the fixed counts are read-only.
+  function applyShape(apply) {
+    const strategy = $("id_strategy").value;
+    const cluster = $("id_cluster") ? $("id_cluster").value : "";
+    const shape = apply && rules.shapes[cluster] ? rules.shapes[cluster][strategy] : undefined;
+    setNumber("id_workers", shape && shape.workers, strategy === "mirrored");
+    setNumber("id_ps", shape && shape.ps, strategy !== "parameter_server");
+    if (shape) setNumber("id_devices_per_worker", shape.devices_per_worker, false);
+    $("id_workers").closest(".field").classList.toggle("fixed", strategy === "mirrored");
+    $("id_ps").closest(".field").classList.toggle("fixed", strategy !== "parameter_server");
   }
 
   function showGuide() {
@@ -83,8 +55,18 @@
     }
   }
 
-  form.addEventListener("input", () => { update(); showGuide(); });
-  form.addEventListener("change", () => { update(); showGuide(); });
-  update();
+  form.addEventListener("change", (event) => {
+    const name = event.target.name;
+    if (name === "program") showProgramFields();
+    if (name === "strategy" || name === "cluster") {
+      applyShape(true);
+      // htmx asked for figures on this same change, before the shape above was filled in: ask again (the newer
+      // request replaces the older one).
+      if (window.htmx) window.htmx.trigger("#calc-out", "refresh");
+    }
+    showGuide();
+  });
+  showProgramFields();
+  applyShape(false);  // the server filled the shape in; only the fixed counts need marking
   showGuide();
 })();

@@ -123,12 +123,18 @@ def start_agent(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Manage
     """Start real `python -m worker_agent` processes; every one is killed at the end of the test."""
     started: list[ManagedProcess] = []
 
+    from orchestrator.agents.keys import control_public_key
+
     def start(host: str, token: str, *extra: str) -> ManagedProcess:
+        # The token by environment (the agent removes it from its own at once), never by flag; the control plane's
+        # public key, which every order must be signed by, by flag (it is no secret).
         env = {**os.environ, "TFDASH_AGENT_TOKEN": token, "PYTHONUNBUFFERED": "1"}
         env.pop("DJANGO_SETTINGS_MODULE", None)  # the agent must work without Django
+        env.pop("TFDASH_CONTROL_KEY_FILE", None)  # nor may it see the control plane's private key
         proc = ManagedProcess(
             f"agent-{host}",
             [sys.executable, "-m", "worker_agent", "--server", redis_url, "--host", host,
+             "--control-key", control_public_key(),
              "--heartbeat-interval", str(AGENT_HEARTBEAT_S), "--workdir", str(tmp_path / f"agent-{host}"), *extra],
             env,
         )  # fmt: skip

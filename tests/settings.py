@@ -6,8 +6,27 @@ agents) receive the same values explicitly.
 
 from __future__ import annotations
 
+import atexit
 import os
+import tempfile
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from contracts.signing import private_key_text
+
+
+def _throwaway_control_key() -> str:
+    """A control-plane signing key generated for this test session only (never committed), in a 0600 file that the
+    orchestrator processes the tests start read too (they inherit the environment); removed at exit."""
+    fd, path = tempfile.mkstemp(prefix="tfdash-test-control-key.", suffix=".pem")
+    with os.fdopen(fd, "w") as out:
+        out.write(private_key_text(Ed25519PrivateKey.generate()))
+    atexit.register(lambda: os.path.exists(path) and os.unlink(path))
+    return path
+
+
+if not os.environ.get("TFDASH_CONTROL_KEY_FILE") and not os.environ.get("TFDASH_CONTROL_KEY"):
+    os.environ["TFDASH_CONTROL_KEY_FILE"] = _throwaway_control_key()
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tfdash")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("TFDASH_HEARTBEAT_TIMEOUT_S", "4")

@@ -1,4 +1,10 @@
-"""`python -m worker_agent --server REDIS_URL --host NAME --token TOKEN [--port-range A-B] [--workdir DIR]`."""
+"""`python -m worker_agent --server REDIS_URL --host NAME --token-file FILE --control-key KEY [--port-range A-B]
+[--workdir DIR]`.
+
+The token comes from a file (mode 0600) or env TFDASH_AGENT_TOKEN, never a flag (a flag shows in `ps`); the variable
+is removed from this process's environment at once, so no child inherits it, and only the key derived from the token
+is kept. `--control-key` is the control plane's public key, given at registration: every order must be signed by it.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from contracts.names import HOST_NAME_RULE, is_host_name
+from contracts.signing import agent_mac_key, load_public_key
 from worker_agent import __version__
 from worker_agent.app import Agent
 from worker_agent.sampler import DEFAULT_INTERVAL_S, MAX_INTERVAL_S, MIN_INTERVAL_S
@@ -45,11 +52,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--host", required=True, type=host_name, help="this host's name as registered")
     parser.add_argument(
-        "--token",
-        default=os.environ.get("TFDASH_AGENT_TOKEN", ""),
-        help="this host's agent token (prefer env TFDASH_AGENT_TOKEN: a flag shows in `ps`)",
+        "--token-file",
+        type=Path,
+        help="read this host's agent token from this file (mode 0600; or env TFDASH_AGENT_TOKEN)",
     )
-    parser.add_argument("--token-file", type=Path, help="read the token from this file (e.g. a mounted secret)")
+    parser.add_argument(
+        "--control-key",
+        default=os.environ.get("TFDASH_CONTROL_PUBLIC_KEY", ""),
+        help="the control plane's public key, as the admin shows it (env TFDASH_CONTROL_PUBLIC_KEY)",
+    )
+    parser.add_argument("--control-key-file", type=Path, help="read the control plane's public key from this file")
     parser.add_argument("--port-range", type=port_range, default=None, help="ports TF tasks may use, e.g. 23000-23099")
     parser.add_argument(
         "--workdir",
@@ -68,13 +80,30 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
     parser.add_argument("--version", action="version", version=f"worker_agent {__version__}")
     args = parser.parse_args(argv)
+    # Out of the environment before anything else runs: no child process (a task, a tool) may inherit it.
+    token = os.environ.pop("TFDASH_AGENT_TOKEN", "")
     if args.token_file is not None:
         try:
-            args.token = args.token_file.read_text().strip()
+            token = args.token_file.read_text().strip()
         except OSError as exc:
             parser.error(f"cannot read --token-file {args.token_file}: {exc.strerror}")
-    if not args.token:
-        parser.error("an agent token is required: --token or env TFDASH_AGENT_TOKEN (shown once in admin)")
+    if not token:
+        parser.error("an agent token is required: --token-file FILE or env TFDASH_AGENT_TOKEN (shown once in admin)")
+    # Only the derived key is kept: the token itself is not stored on `args` or anywhere else.
+    args.mac_key = agent_mac_key(token, args.host)
+    del token
+    if args.control_key_file is not None:
+        try:
+            args.control_key = args.control_key_file.read_text()
+        except OSError as exc:
+            parser.error(f"cannot read --control-key-file {args.control_key_file}: {exc.strerror}")
+    if not args.control_key:
+        parser.error("the control plane's public key is required: --control-key, --control-key-file or env "
+                     "TFDASH_CONTROL_PUBLIC_KEY (the admin shows it with the token)")  # fmt: skip
+    try:
+        args.control_key = load_public_key(args.control_key)
+    except ValueError as exc:
+        parser.error(f"--control-key: {exc}")
     if not 0.1 <= args.heartbeat_interval <= 60:
         parser.error("--heartbeat-interval must be between 0.1 and 60 seconds")
     if not MIN_INTERVAL_S <= args.sample_interval <= MAX_INTERVAL_S:  # also refuses nan
@@ -96,7 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     agent = Agent(
         server=args.server,
         host=args.host,
-        token=args.token,
+        mac_key=args.mac_key,
+        control_key=args.control_key,
         workdir=args.workdir,
         port_range=args.port_range,
         heartbeat_interval_s=args.heartbeat_interval,

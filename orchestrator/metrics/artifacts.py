@@ -10,7 +10,7 @@ from typing import Any
 
 from contracts.limits import MAX_ARTIFACT_BYTES
 from contracts.names import artifact_name_problem
-from contracts.protocol import TaskArtifact
+from contracts.protocol import TASK_ARTIFACT, TaskArtifact
 from orchestrator.metrics.lookups import task_of
 from orchestrator.models import JobArtifact
 
@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 def handle_task_artifact(payload: Any) -> JobArtifact | None:
-    found = task_of(payload, TaskArtifact)
+    found = task_of(payload, TASK_ARTIFACT, TaskArtifact)
     if found is None:
         return None
     task, artifact = found

@@ -43,7 +43,10 @@ def host_name(value: str) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m worker_agent", description="Run the tfdash agent for one training host."
+        prog="python -m worker_agent",
+        description="Run the tfdash agent for one training host.",
+        # No prefixes: `--token X` (the removed flag, which showed the token in `ps`) must fail, not mean --token-file.
+        allow_abbrev=False,
     )
     parser.add_argument(
         "--server",

@@ -43,11 +43,11 @@ _COUNTER = {
 }
 _NONCE_PREFIX = "tfdash:nonce:"
 
-# name -> (host, its MAC key); (None, None) for an unknown name.
-KeyLookup = Callable[[str], tuple[Host | None, bytes | None]]
+# (name, fresh) -> (host, its MAC key); (None, None) for an unknown name. `fresh`: not from a cache.
+KeyLookup = Callable[[str, bool], tuple[Host | None, bytes | None]]
 
 
-def host_and_key(name: str) -> tuple[Host | None, bytes | None]:
+def host_and_key(name: str, fresh: bool = True) -> tuple[Host | None, bytes | None]:
     host = Host.objects.filter(name=name).first()
     return (host, host.mac_key()) if host is not None else (None, None)
 
@@ -74,10 +74,19 @@ def authenticate(payload: Any, name: str, *, key_of: KeyLookup = host_and_key, s
     max_age = settings.TFDASH_STREAM_MAX_AGE_S if stream else settings.TFDASH_MESSAGE_MAX_AGE_S
     try:
         host_name = signing.envelope_host(payload)
-        host, key = key_of(host_name)
-        opened = signing.open_sealed(
-            payload, key, name, max_age_s=max_age, max_skew_s=settings.TFDASH_MESSAGE_MAX_SKEW_S
-        )
+        host, key = key_of(host_name, False)
+        try:
+            opened = signing.open_sealed(
+                payload, key, name, max_age_s=max_age, max_skew_s=settings.TFDASH_MESSAGE_MAX_SKEW_S
+            )
+        except signing.Refused as refused:
+            if refused.reason != signing.BAD_CREDENTIALS or key_of is host_and_key:
+                raise
+            # A cached key that does not match is read again: a new token works at once.
+            host, key = key_of(host_name, True)
+            opened = signing.open_sealed(
+                payload, key, name, max_age_s=max_age, max_skew_s=settings.TFDASH_MESSAGE_MAX_SKEW_S
+            )
         if not stream and _nonces().exists(_nonce_key(opened)):
             raise signing.Refused(signing.REPLAYED, f"nonce {opened.nonce[:16]} of {host_name!r} seen before")
     except signing.Refused as refused:

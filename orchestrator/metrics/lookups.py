@@ -27,13 +27,14 @@ class _Lookups:
         self.hosts: dict[str, tuple[float, Host | None, bytes | None]] = {}
         self.tasks: dict[int, Task] = {}
 
-    def host(self, name: str) -> tuple[Host | None, bytes | None]:
+    def host(self, name: str, fresh: bool = False) -> tuple[Host | None, bytes | None]:
         """The host called `name` and its MAC key (decrypted once per HOST_CACHE_S, not per report); (None, None)
-        for an unknown name, cached too, so a flood of forged reports does not reach the database. A new token
-        works within HOST_CACHE_S; the replaced one stops working within HOST_CACHE_S."""
+        for an unknown name, cached too, so a flood of forged reports does not reach the database. `fresh`: read
+        again unless the name is unknown (auth asks when a cached key does not match: a new token works at once);
+        the replaced key keeps working for at most HOST_CACHE_S."""
         now = time.monotonic()
         hit = self.hosts.get(name)
-        if hit is not None and hit[0] > now:
+        if hit is not None and hit[0] > now and (not fresh or hit[1] is None):
             return hit[1], hit[2]
         if len(self.hosts) > 10_000:  # names from forged reports must not grow this without bound
             self.hosts.clear()

@@ -187,14 +187,29 @@ class Outbox:
             self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         pipe = self._redis.pipeline(transaction=False)
         for name, body, queue in batch:
-            envelope = seal(self._key, self.host, name, body)
+            envelope = self._seal(name, body)
+            if envelope is None:
+                continue
             fields = {"name": name, "envelope": json.dumps(envelope, separators=(",", ":"))}
             pipe.xadd(queue, fields, maxlen=METRICS_STREAM_MAXLEN, approximate=True)
         pipe.execute()
 
-    def _publish(self, task_name: str, body: dict[str, Any], queue: str) -> bool:
+    def _seal(self, name: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The message sealed now (a fresh timestamp however long it waited here); None, logged and counted as
+        dropped, when the body cannot be sealed (not JSON): retrying it would block everything behind it."""
         try:
-            self._transport(task_name, seal(self._key, self.host, task_name, body), queue=queue)
+            return seal(self._key, self.host, name, body)
+        except (TypeError, ValueError) as exc:
+            self.dropped += 1
+            log.warning("dropped a %s that cannot be sent: %s", name, exc)
+            return None
+
+    def _publish(self, task_name: str, body: dict[str, Any], queue: str) -> bool:
+        envelope = self._seal(task_name, body)
+        if envelope is None:
+            return True  # dropped: done with it
+        try:
+            self._transport(task_name, envelope, queue=queue)
         except Exception as exc:  # broker down or refusing: retried with backoff
             self.failures += 1
             if self.failures == 1 or self.failures % 20 == 0:

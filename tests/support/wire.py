@@ -19,3 +19,10 @@ def signed_order(host: str, kind: str, body: dict[str, Any]) -> dict[str, Any]:
     from orchestrator.agents.keys import control_private_key  # Django settings: only where the test has them
 
     return sign_order(control_private_key(), host, kind, body)
+
+
+def control_key_flags() -> list[str]:
+    """The flags that give an agent the control plane's public key (which it pins to check every order)."""
+    from orchestrator.agents.keys import control_public_key
+
+    return ["--control-key", control_public_key()]

@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from contracts.protocol import (
     HOST_SAMPLES,
@@ -312,11 +313,18 @@ def test_task_metrics_and_artifacts_go_to_the_metrics_queue(sent, tmp_path: Path
 
 
 def test_the_agent_routes_the_supervisors_reports_by_queue(tmp_path: Path):
-    agent = Agent(server="redis://127.0.0.1:1/0", host="gpu-1", token="t", workdir=tmp_path, sample_interval_s=2.5)
+    agent = Agent(
+        server="redis://127.0.0.1:1/0",
+        host="gpu-1",
+        mac_key=b"k" * 32,
+        control_key=Ed25519PrivateKey.generate().public_key(),
+        workdir=tmp_path,
+        sample_interval_s=2.5,
+    )
     delivered: list[tuple[str, str]] = []
     agent.outbox.stop()
     agent.outbox = Outbox(
-        agent.app, "gpu-1", "t", transport=lambda name, envelope, queue: delivered.append((name, queue))
+        agent.app, "gpu-1", b"k" * 32, transport=lambda name, envelope, queue: delivered.append((name, queue))
     )
     try:
         agent._report(TASK_EVENT, {"n": 0})  # the supervisor's own (name, body) calls: events, logs

@@ -9,8 +9,8 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from typing import Any
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from celery import Celery

@@ -53,8 +53,8 @@ def test_what_an_agent_outbox_sends_is_stored_and_leaves_the_stream(stream, runn
     client, name = stream
     host, token, job, task = running
     ingest = consumer(client, name)
-    outbox = Outbox(Celery("stream-test", broker=redis_url, set_as_current=False), host.name, agent_mac_key(token, host.name),
-                    streams=[name])  # fmt: skip
+    app = Celery("stream-test", broker=redis_url, set_as_current=False)
+    outbox = Outbox(app, host.name, agent_mac_key(token, host.name), streams=[name])
     for step in range(1, 301):
         outbox.send(TASK_METRICS, {"task_id": task.pk, "attempt": 1, "events": [metric(step, loss=1 / step)]},
                     queue=name)  # fmt: skip

@@ -33,7 +33,7 @@ os.environ.setdefault("TFDASH_HEARTBEAT_TIMEOUT_S", "4")
 os.environ.setdefault("TFDASH_WATCHDOG_INTERVAL_S", "0.5")
 os.environ.setdefault("TFDASH_ORDER_RESEND_S", "2")
 
-from config.settings import *  # noqa: F403
+from config.settings import *  # noqa: E402, F403 - after the environment defaults above
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast test users
 

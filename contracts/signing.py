@@ -171,15 +171,17 @@ class Order:
     body: dict[str, Any]
 
 
-def sign_order(private_key: Ed25519PrivateKey, host: str, kind: str, body: dict[str, Any]) -> dict[str, Any]:
-    """An order for `host`'s agent, signed by the control plane."""
+def sign_order(
+    private_key: Ed25519PrivateKey, host: str, kind: str, body: dict[str, Any], *, now: float | None = None
+) -> dict[str, Any]:
+    """An order for `host`'s agent, signed by the control plane (`now`: when it is issued, by default now)."""
     text = _dumps(
         {
             "protocol": WIRE_VERSION,
             "id": secrets.token_hex(NONCE_BYTES),
             "host": host,
             "kind": kind,
-            "issued_at": time.time(),
+            "issued_at": time.time() if now is None else now,
             "body": body,
         }
     )

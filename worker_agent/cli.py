@@ -9,6 +9,7 @@ is kept. `--control-key` is the control plane's public key, given at registratio
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
 import re
@@ -23,6 +24,36 @@ from worker_agent.app import Agent
 from worker_agent.sampler import DEFAULT_INTERVAL_S, MAX_INTERVAL_S, MIN_INTERVAL_S
 
 log = logging.getLogger("worker_agent")
+
+
+TOKEN_ENV = "TFDASH_AGENT_TOKEN"  # noqa: S105 - a variable's name
+
+
+def take_from_environment(name: str) -> str:
+    """The variable's value, then gone from this process's environment before anything else runs: from os.environ,
+    so no child process (a task, a tool) inherits it, and overwritten in the block the kernel shows as
+    /proc/<pid>/environ, which unsetting alone leaves as it was at exec (Linux with glibc; elsewhere, only the
+    first)."""
+    value = os.environ.get(name, "")
+    if value:
+        _overwrite_initial_entry(name)
+    os.environ.pop(name, None)
+    return value
+
+
+def _overwrite_initial_entry(name: str) -> None:
+    try:
+        environ = ctypes.POINTER(ctypes.c_void_p).in_dll(ctypes.CDLL(None), "environ")
+    except (OSError, ValueError, AttributeError):
+        return
+    prefix = name.encode() + b"="
+    index = 0
+    while environ[index]:
+        address = environ[index]
+        entry = ctypes.string_at(address)
+        if entry.startswith(prefix):  # same length, so nothing else in the block moves
+            ctypes.memset(address + len(prefix), ord("x"), len(entry) - len(prefix))
+        index += 1
 
 
 def port_range(value: str) -> tuple[int, int]:
@@ -83,8 +114,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
     parser.add_argument("--version", action="version", version=f"worker_agent {__version__}")
     args = parser.parse_args(argv)
-    # Out of the environment before anything else runs: no child process (a task, a tool) may inherit it.
-    token = os.environ.pop("TFDASH_AGENT_TOKEN", "")
+    token = take_from_environment(TOKEN_ENV)
     if args.token_file is not None:
         try:
             token = args.token_file.read_text().strip()

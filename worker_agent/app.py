@@ -92,6 +92,9 @@ def accept(message: Any, gate: OrderGate, what: str) -> dict[str, Any] | None:
     except Refused as exc:
         log.warning("refused %s: %s", what, exc)
         return None
+    except OSError as exc:  # its id could not be recorded: not run (a resend comes as a new order)
+        log.warning("dropping %s: cannot record it as seen: %s", what, exc)
+        return None
 
 
 def _carry_out(

@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from local_services import EmbeddedPostgres, EmbeddedRedis, wait_for  # noqa: E402
+from local_services import EmbeddedPostgres, EmbeddedRedis, control_key_file, wait_for  # noqa: E402
 from run_local import Child  # noqa: E402
 
 PY = sys.executable
@@ -111,9 +111,11 @@ class Stack:
             # The settings have no built-in key: the soak's stack gets a throwaway one.
             "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(32),
             "DEBUG": os.environ.get("DEBUG", "1"),
+            "TFDASH_CONTROL_KEY_FILE": str(control_key_file(var / "control-key")),
         }
         self.children: dict[str, Child] = {}
         self.agents: dict[str, dict[str, str]] = {}  # host -> {"token", "port_range"}
+        self.control_key = ""  # the public key every agent pins
         self.lock = threading.Lock()
 
     def start(self, name: str) -> None:
@@ -144,10 +146,11 @@ class Stack:
         host = name.removeprefix("agent-")
         agent = self.agents[host]
         env = {**self.env, "TFDASH_AGENT_TOKEN": agent["token"]}
-        for secret in ("DATABASE_URL",):  # an agent needs none of the control plane's secrets
+        for secret in ("DATABASE_URL", "TFDASH_CONTROL_KEY_FILE"):  # an agent needs none of the control plane's secrets
             env.pop(secret, None)
         return (
-            [PY, "-m", "worker_agent", "--server", self.env["REDIS_URL"], "--host", host, "--port-range",
+            [PY, "-m", "worker_agent", "--server", self.env["REDIS_URL"], "--host", host,
+             "--control-key", self.control_key, "--port-range",
              agent["port_range"], "--heartbeat-interval", str(AGENT_HEARTBEAT_S), "--workdir",
              str(self.var / "agents" / host)],
             env,
@@ -467,9 +470,8 @@ def main() -> int:
     monkey = None
     try:
         stack.start_databases()
-        os.environ.update(
-            {k: stack.env[k] for k in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "SECRET_KEY")}
-        )
+        shared = ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "TFDASH_CONTROL_KEY_FILE", "SECRET_KEY")
+        os.environ.update({k: stack.env[k] for k in shared})
         os.environ["LOG_LEVEL"] = "WARNING"
         import django
 
@@ -480,7 +482,9 @@ def main() -> int:
         out = io.StringIO()
         call_command("local_cluster", hosts=HOSTS, first_port=_free_port_block(), shared_dir=str(var / "shared"),
                      stdout=out)  # fmt: skip
-        for host in json.loads(out.getvalue())["hosts"]:
+        cluster = json.loads(out.getvalue())
+        stack.control_key = cluster["control_key"]
+        for host in cluster["hosts"]:
             stack.agents[host["host"]] = {"token": host["token"], "port_range": host["port_range"]}
         for name in ["web", "orchestrator", "ingest", *(f"agent-{h}" for h in stack.agents)]:
             stack.start(name)

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import psutil
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -37,6 +38,10 @@ os.environ.update(
     SECRET_KEY="bench-only",
     LOG_LEVEL="WARNING",
 )
+from contracts.signing import private_key_text  # noqa: E402 - after the path
+
+# A throwaway control-plane key for this run (the ingest and web server it starts inherit it).
+os.environ["TFDASH_CONTROL_KEY"] = private_key_text(Ed25519PrivateKey.generate())
 
 
 def free_port() -> int:
@@ -122,6 +127,7 @@ def main() -> int:
     from django.contrib.auth import get_user_model
     from django.contrib.sessions.backends.db import SessionStore
 
+    from contracts.signing import agent_mac_key
     from orchestrator.models import Cluster, Host, Job, MetricPoint, Task
     from worker_agent.outbox import Outbox
 
@@ -141,7 +147,7 @@ def main() -> int:
         token = host.issue_token()
         host.save()
         hosts.append(host)
-        outboxes.append(Outbox(broker, host.name, token))
+        outboxes.append(Outbox(broker, host.name, agent_mac_key(token, host.name)))
     jobs, tasks = [], []
     for j in range(args.jobs):
         job = Job.objects.create(owner=user, cluster=cluster, name=f"bench {j}", strategy="multi_worker_mirrored",

@@ -216,6 +216,19 @@ TFDASH_SAMPLES_FULL_S = env_int("TFDASH_SAMPLES_FULL_S", 86_400, minimum=1)
 TFDASH_SAMPLES_THIN_S = env_int("TFDASH_SAMPLES_THIN_S", 60, minimum=1)
 TFDASH_RETENTION_BATCH = env_int("TFDASH_RETENTION_BATCH", 20_000, minimum=1)
 TFDASH_RETENTION_INTERVAL_S = env_float("TFDASH_RETENTION_INTERVAL_S", 300.0)
+# The control plane's Ed25519 signing key for orders to agents (orchestrator/agents/keys.py): a file holding it (PEM
+# or base64 of the raw 32 bytes; `make run` generates var/control-key, mode 0600), else the value itself.
+TFDASH_CONTROL_KEY_FILE = env_str("TFDASH_CONTROL_KEY_FILE", "")
+TFDASH_CONTROL_KEY = env_str("TFDASH_CONTROL_KEY", "")
+# Agent messages (contracts/signing.py) are accepted from MAX_SKEW_S ahead of this machine's clock to MAX_AGE_S old.
+# Celery messages (hello, heartbeat, task events): their nonces are remembered this long, so one is never applied
+# twice; 5 minutes covers a busy orchestrator's queue and its retries of a handler that met an outage.
+TFDASH_MESSAGE_MAX_AGE_S = env_float("TFDASH_MESSAGE_MAX_AGE_S", 300.0)
+TFDASH_MESSAGE_MAX_SKEW_S = env_float("TFDASH_MESSAGE_MAX_SKEW_S", 30.0)
+# Stream entries (metrics, logs, artifacts, host samples) wait in the stream while the ingest is down, and a replayed
+# one stores nothing new (every row has a unique key), so they are accepted for a week: an ingest down over a long
+# weekend loses nothing.
+TFDASH_STREAM_MAX_AGE_S = env_float("TFDASH_STREAM_MAX_AGE_S", 7 * 24 * 3600.0)
 
 CELERY_BEAT_SCHEDULE = {
     "host-watchdog": {

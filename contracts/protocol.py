@@ -1,24 +1,24 @@
 """The wire contract between agents and the orchestrator: queue and stream names, Celery task names, payload
-dataclasses, the parsers that read untrusted payloads back (`parse_facts`, `parse_task_report`, `launch_spec_from`),
-and how orders are signed and checked (`sign`, `verify`, `token_digest`).
+dataclasses and the parsers that read untrusted payloads back (`parse_facts`, `parse_task_report`, `launch_spec_from`).
+How messages are authenticated both ways is contracts/signing.py: every agent message is sealed (host, time, nonce,
+name, body, HMAC under a key HKDF derives from the host's token; no token travels), every order to an agent is
+signed with the control plane's Ed25519 key.
 
 Part of `contracts`, which both the agent and the orchestrator import (neither imports the other). Payloads are plain
-JSON-able dicts built from these dataclasses; every agent message names its host and carries its token (checked by
-orchestrator/agents/auth.py); orders to an agent carry a MAC keyed by the digest of that host's token.
+JSON-able dicts built from these dataclasses.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from contracts.limits import MAX_HOST_CPUS, MAX_HOST_GPUS, MAX_HOST_MEMORY_MB
+from contracts.signing import WIRE_VERSION
 
-PROTOCOL_VERSION = 2
+# 3: sealed agent messages (no token on the wire) and Ed25519-signed orders (contracts/signing.py).
+PROTOCOL_VERSION = WIRE_VERSION
 
 ORCHESTRATOR_QUEUE = "orchestrator"
 
@@ -112,17 +112,13 @@ MAX_REPORTED_RUNNING = 4096
 
 
 @dataclass(frozen=True)
-class AgentMessage:
-    """Envelope of every agent -> orchestrator message."""
+class HostReport:
+    """The body of a hello and of every heartbeat (sealed like every agent message: contracts/signing.py)."""
 
-    host: str
-    token: str
     facts: HostFacts
-    sent_at: float = field(default_factory=time.time)
-    protocol: int = PROTOCOL_VERSION
     tasks: TaskReport | None = None
 
-    def to_payload(self) -> dict[str, Any]:
+    def to_body(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -216,13 +212,14 @@ def _count(value: Any) -> int:
 
 
 # --- running TF tasks -------------------------------------------------------------------------------------------
-# orchestrator -> agent (on agent_queue(host)); the payload is a SignedMessage whose body is a LaunchSpec / KillOrder.
+# orchestrator -> agent (on agent_queue(host)); the payload is an order signed by the control plane
+# (contracts/signing.py) whose kind is the task name and whose body is a LaunchSpec / KillOrder.
 AGENT_LAUNCH = "agent.launch"
 AGENT_KILL = "agent.kill"
 # The exits the orchestrator has stored (body: {"exits": [[task_id, attempt], ...]}): the agent may forget them.
 AGENT_ACK_EXITS = "agent.ack_exits"
 
-# agent -> orchestrator: an AgentMessage-like envelope (host, token) around a TaskEvent (a Celery message on
+# agent -> orchestrator: a sealed envelope (contracts/signing.py) around a TaskEvent (a Celery message on
 # ORCHESTRATOR_QUEUE) or a TaskLogBatch (an entry of the METRICS_QUEUE stream, like the metric traffic below).
 TASK_EVENT = "orchestrator.task_event"
 TASK_LOGS = "orchestrator.task_logs"
@@ -356,33 +353,6 @@ class TaskArtifact:
     name: str
     sha256: str
     content_b64: str
-
-
-def sign(body: dict[str, Any], key: str) -> dict[str, Any]:
-    """Wrap an orchestrator -> agent body with an HMAC so an agent runs nothing a broker client merely queued.
-
-    The key is the host's token digest, which the orchestrator stores and the agent derives from its token.
-    """
-    raw = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    mac = hmac.new(key.encode(), raw.encode(), hashlib.sha256).hexdigest()
-    return {"body": raw, "mac": mac, "sent_at": time.time()}
-
-
-def verify(message: Any, key: str) -> dict[str, Any]:
-    """The body of a signed message, or ValueError when it is malformed or its MAC does not match."""
-    if not isinstance(message, dict) or not isinstance(message.get("body"), str) or not message.get("mac"):
-        raise ValueError("not a signed message")
-    expected = hmac.new(key.encode(), message["body"].encode(), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, str(message["mac"])):
-        raise ValueError("bad signature")
-    body = json.loads(message["body"])
-    if not isinstance(body, dict):
-        raise ValueError("signed body is not an object")
-    return body
-
-
-def token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 def exit_acks_from(body: dict[str, Any]) -> list[tuple[int, int]]:

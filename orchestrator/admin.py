@@ -27,14 +27,18 @@ def agent_server_url() -> str:
 
 
 def _show_token_once(request: HttpRequest, host: Host, token: str) -> None:
-    command = shlex.join(host.agent_command(token, agent_server_url()))
+    # The token goes into a file only the agent's user can read, never onto the command line (a flag shows in `ps`).
+    token_file = "tfdash-agent.token"  # noqa: S105 - a file name, not a secret
+    command = shlex.join(host.agent_command(agent_server_url(), token_file))
     messages.warning(
         request,
         format_html(
             "Agent token for <b>{}</b> (shown only now; store it safely): <code>{}</code><br>"
-            "Start the agent on that machine with:<br><code>{}</code>",
+            "On that machine, write it into <code>{}</code> readable only by the agent's user "
+            "(<code>umask 077</code>; mode 0600), then start the agent with:<br><code>{}</code>",
             host.name,
             token,
+            token_file,
             command,
         ),
     )
@@ -176,7 +180,7 @@ class HostAdmin(admin.ModelAdmin):
     def issue_new_token(self, request: HttpRequest, queryset: QuerySet[Host]) -> None:
         for host in queryset:
             token = host.issue_token()
-            host.save(update_fields=["token_hash"])
+            host.save(update_fields=["agent_key"])
             _show_token_once(request, host, token)
 
     @admin.display(description="ports")

@@ -35,6 +35,22 @@ def secret_file(path: Path) -> str:
     return path.read_text().strip()
 
 
+def control_key_file(path: Path) -> Path:
+    """The control plane's Ed25519 signing key (orders to agents), generated once into `path` (PEM, mode 0600)."""
+    if not path.exists():
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        pem = Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(pem)
+    return path
+
+
 def wait_for(ready: Callable[[], bool], timeout_s: float, what: str, log: Path) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -25,7 +25,13 @@ from urllib.parse import urlparse
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from local_services import EmbeddedPostgres, EmbeddedRedis, secret_file, wait_for  # noqa: E402 - after the path
+from local_services import (  # noqa: E402 - after the path
+    EmbeddedPostgres,
+    EmbeddedRedis,
+    control_key_file,
+    secret_file,
+    wait_for,
+)
 
 PY = sys.executable
 GRACE_S = 10.0
@@ -74,6 +80,9 @@ class Stack:
         self.env.setdefault("DEBUG", "1")
         if not self.env.get("SECRET_KEY"):
             self.env["SECRET_KEY"] = secret_file(self.var / "secret-key")
+        if not self.env.get("TFDASH_CONTROL_KEY_FILE") and not self.env.get("TFDASH_CONTROL_KEY"):
+            # The key that signs every order to an agent: generated once (mode 0600), kept out of the database.
+            self.env["TFDASH_CONTROL_KEY_FILE"] = str(control_key_file(self.var / "control-key"))
         self.stopping = False
 
     def say(self, text: str) -> None:
@@ -184,10 +193,15 @@ class Stack:
         # The one consumer of the metric stream (point ids then grow in commit order).
         self.start("ingest", [PY, "manage.py", "ingest_metrics"])
         for host in cluster["hosts"]:
+            # The token by environment (the agent drops it from its own at once), never by flag (`ps` shows flags);
+            # the control plane's keys stay with the control plane.
             env = {**self.env, "TFDASH_AGENT_TOKEN": host["token"]}
+            for secret in ("TFDASH_CONTROL_KEY_FILE", "TFDASH_CONTROL_KEY"):
+                env.pop(secret, None)
             self.start(
                 f"agent-{host['host']}",
                 [PY, "-m", "worker_agent", "--server", self.env["REDIS_URL"], "--host", host["host"],
+                 "--control-key", cluster["control_key"],
                  "--port-range", host["port_range"], "--heartbeat-interval", "2",
                  "--workdir", str(self.var / "agents" / host["host"])],
                 env,

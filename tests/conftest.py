@@ -140,6 +140,8 @@ def start_agent(redis_url: str, open_tmp: Path) -> Iterator[Callable[..., Manage
     by every local user), and, as root, tasks under their own uids (TASK_UIDS)."""
     started: list[ManagedProcess] = []
 
+    from orchestrator.agents.keys import control_public_key
+
     def start(host: str, token: str, *extra: str) -> ManagedProcess:
         workdir = open_tmp / f"agent-{host}"
         workdir.mkdir(exist_ok=True)
@@ -148,10 +150,13 @@ def start_agent(redis_url: str, open_tmp: Path) -> Iterator[Callable[..., Manage
         token_file.write_text(token)
         env = {**os.environ, "TFDASH_SERVER": redis_url, "PYTHONUNBUFFERED": "1"}
         env.pop("DJANGO_SETTINGS_MODULE", None)  # the agent must work without Django
+        env.pop("TFDASH_CONTROL_KEY_FILE", None)  # nor may it see the control plane's private key
         uids = ("--task-uids", TASK_UIDS) if TASK_UIDS else ()
+        # The control plane's public key, which every order must be signed by, by flag (it is no secret).
         proc = ManagedProcess(
             f"agent-{host}",
             [sys.executable, "-m", "worker_agent", "--host", host, "--token-file", str(token_file), *uids,
+             "--control-key", control_public_key(),
              "--heartbeat-interval", str(AGENT_HEARTBEAT_S), "--workdir", str(workdir), *extra],
             env,
         )  # fmt: skip

@@ -6,19 +6,38 @@ agents) receive the same values explicitly.
 
 from __future__ import annotations
 
+import atexit
 import os
+import tempfile
 
 # The suite's own key and the development settings its servers (web, orchestrator) ran with before DEBUG became
 # off by default: static files from the app folders, tracebacks in the logs of a failed test.
 os.environ.setdefault("SECRET_KEY", "test-suite-only-" + "k" * 40)
 os.environ.setdefault("DEBUG", "1")
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from contracts.signing import private_key_text
+
+
+def _throwaway_control_key() -> str:
+    """A control-plane signing key generated for this test session only (never committed), in a 0600 file that the
+    orchestrator processes the tests start read too (they inherit the environment); removed at exit."""
+    fd, path = tempfile.mkstemp(prefix="tfdash-test-control-key.", suffix=".pem")
+    with os.fdopen(fd, "w") as out:
+        out.write(private_key_text(Ed25519PrivateKey.generate()))
+    atexit.register(lambda: os.path.exists(path) and os.unlink(path))
+    return path
+
+
+if not os.environ.get("TFDASH_CONTROL_KEY_FILE") and not os.environ.get("TFDASH_CONTROL_KEY"):
+    os.environ["TFDASH_CONTROL_KEY_FILE"] = _throwaway_control_key()
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tfdash")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("TFDASH_HEARTBEAT_TIMEOUT_S", "4")
 os.environ.setdefault("TFDASH_WATCHDOG_INTERVAL_S", "0.5")
 os.environ.setdefault("TFDASH_ORDER_RESEND_S", "2")
 
-from config.settings import *  # noqa: F403
+from config.settings import *  # noqa: E402, F403 - after the environment defaults above
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast test users
 

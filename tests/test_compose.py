@@ -19,6 +19,7 @@ SECRETS = {
     "POSTGRES_PASSWORD": "pg-pw",
     "REDIS_PASSWORD": "redis-pw",
     "DJANGO_SUPERUSER_PASSWORD": "admin-pw",
+    "TFDASH_CONTROL_KEY": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
 }
 
 
@@ -45,6 +46,10 @@ def test_the_compose_file_validates_with_every_service():
     assert services["agent-1"]["command"][:3] == ["python", "-m", "worker_agent"]
     assert services["web"]["ports"][0]["host_ip"] == "127.0.0.1"  # not published on every interface by default
     assert services["web"]["environment"]["SECRET_KEY"] == SECRETS["SECRET_KEY"]
+    assert services["orchestrator"]["environment"]["TFDASH_CONTROL_KEY"] == SECRETS["TFDASH_CONTROL_KEY"]
+    # An agent gets no secret of the control plane's, and no token on its command line.
+    assert set(services["agent-1"]["environment"]) == {"PYTHONUNBUFFERED"}
+    assert "--token" not in services["agent-1"]["command"] and "--control-key-file" in services["agent-1"]["command"]
 
 
 @pytest.mark.parametrize("missing", sorted(SECRETS))

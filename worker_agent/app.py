@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from celery import Celery
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from contracts.protocol import (
     AGENT_ACK_EXITS,
@@ -26,11 +27,11 @@ from contracts.protocol import (
     exit_acks_from,
     kill_order_from,
     launch_spec_from,
-    token_digest,
-    verify,
 )
+from contracts.signing import Refused
 from worker_agent import __version__, facts
 from worker_agent.heartbeat import Heartbeat
+from worker_agent.orders import OrderGate
 from worker_agent.outbox import Outbox
 from worker_agent.sampler import DEFAULT_INTERVAL_S, Sampler
 from worker_agent.supervision import Supervisor
@@ -47,7 +48,7 @@ class TaskRunner(Protocol):
     def acknowledge_exits(self, keys: list[tuple[int, int]]) -> None: ...
 
 
-def make_app(server: str, host: str, token: str, runner: TaskRunner) -> Celery:
+def make_app(server: str, host: str, gate: OrderGate, runner: TaskRunner) -> Celery:
     # Not the process-wide "current" app: code that imports this (tests, tools) keeps its own default app.
     app = Celery(f"worker_agent.{host}", broker=server, set_as_current=False)
     app.conf.update(
@@ -59,47 +60,50 @@ def make_app(server: str, host: str, token: str, runner: TaskRunner) -> Celery:
         worker_concurrency=4,
         worker_prefetch_multiplier=1,
     )
-    key = token_digest(token)
 
     # shared=False on every task: a shared task (Celery's default) is also added to every app finalised later in the
-    # process, so a second app (tests, tools) would run the first one's handlers with the first one's key.
+    # process, so a second app (tests, tools) would run the first one's handlers with the first one's gate.
     @app.task(name=AGENT_PING, ignore_result=True, shared=False)
     def ping() -> str:
         return host
 
     @app.task(name=AGENT_LAUNCH, ignore_result=True, shared=False)
     def launch(message: Any = None) -> None:
-        _carry_out(message, key, AGENT_LAUNCH, launch_spec_from, runner.launch)
+        _carry_out(message, gate, AGENT_LAUNCH, launch_spec_from, runner.launch)
 
     @app.task(name=AGENT_KILL, ignore_result=True, shared=False)
     def kill(message: Any = None) -> None:
-        _carry_out(message, key, AGENT_KILL, kill_order_from, runner.kill)
+        _carry_out(message, gate, AGENT_KILL, kill_order_from, runner.kill)
 
     @app.task(name=AGENT_ACK_EXITS, ignore_result=True, shared=False)
     def ack_exits(message: Any = None) -> None:
-        _carry_out(message, key, AGENT_ACK_EXITS, exit_acks_from, runner.acknowledge_exits)
+        _carry_out(message, gate, AGENT_ACK_EXITS, exit_acks_from, runner.acknowledge_exits)
 
     return app
 
 
-def accept(message: Any, key: str, what: str) -> dict[str, Any] | None:
-    """The verified body of an orchestrator order, or None (logged) when it is unsigned, forged or malformed.
+def accept(message: Any, gate: OrderGate, what: str) -> dict[str, Any] | None:
+    """The verified body of an orchestrator order, or None (logged) when it is unsigned, forged, for another host,
+    stale, already seen or malformed.
 
-    Anyone who can write to the broker can queue a message; only the orchestrator knows the host's token digest.
+    Anyone who can write to the broker can queue a message; only the control plane holds the key that signs orders.
     """
     try:
-        return verify(message, key)
-    except ValueError as exc:
-        log.warning("dropping %s: %s", what, exc)
+        return gate.admit(message, what)
+    except Refused as exc:
+        log.warning("refused %s: %s", what, exc)
+        return None
+    except OSError as exc:  # its id could not be recorded: not run (a resend comes as a new order)
+        log.warning("dropping %s: cannot record it as seen: %s", what, exc)
         return None
 
 
 def _carry_out(
-    message: Any, key: str, what: str, parse: Callable[[dict[str, Any]], Any], handler: Callable[[Any], None]
+    message: Any, gate: OrderGate, what: str, parse: Callable[[dict[str, Any]], Any], handler: Callable[[Any], None]
 ) -> None:
-    """Verify an order, read its body, hand it to the runner; anything unsigned, forged or malformed is dropped
-    (logged), never raised into Celery."""
-    body = accept(message, key, what)
+    """Check an order, read its body, hand it to the runner; anything unsigned, forged, stale, replayed or malformed
+    is dropped (logged), never raised into Celery."""
+    body = accept(message, gate, what)
     if body is None:
         return
     try:
@@ -126,7 +130,8 @@ class Agent:
         *,
         server: str,
         host: str,
-        token: str,
+        mac_key: bytes,
+        control_key: Ed25519PublicKey,
         workdir: Path,
         port_range: tuple[int, int] | None = None,
         heartbeat_interval_s: float = 3.0,
@@ -136,13 +141,15 @@ class Agent:
         self.host = host
         # The supervisor reports through the outbox, which needs the app, which needs the supervisor: the
         # supervisor gets a forwarding function, used only once the worker consumes launches.
+        # `mac_key` seals every message (contracts.signing.agent_mac_key: the token stays out of this process's memory
+        # once derived); `control_key` checks every order.
         self.supervisor = Supervisor(self._report, workdir, task_uids)
-        self.app = make_app(server, host, token, self.supervisor)
-        self.outbox = Outbox(self.app, host, token)
+        self.app = make_app(server, host, OrderGate(control_key, host, workdir), self.supervisor)
+        self.outbox = Outbox(self.app, host, mac_key)
         self.heartbeat = Heartbeat(
             self.app,
             host=host,
-            token=token,
+            key=mac_key,
             interval_s=heartbeat_interval_s,
             facts=facts.RefreshingFacts(port_range),
             tasks=self.supervisor.report,

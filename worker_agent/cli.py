@@ -1,9 +1,15 @@
-"""`python -m worker_agent --server REDIS_URL --host NAME --token TOKEN [--port-range A-B] [--workdir DIR]
-[--task-uids A-B]`."""
+"""`python -m worker_agent --server REDIS_URL --host NAME --token-file FILE --control-key KEY [--port-range A-B]
+[--workdir DIR] [--task-uids A-B]`.
+
+The token comes from a file (mode 0600) or env TFDASH_AGENT_TOKEN, never a flag (a flag shows in `ps`); the variable
+is removed from this process's environment at once, so no child inherits it, and only the key derived from the token
+is kept. `--control-key` is the control plane's public key, given at registration: every order must be signed by it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
 import re
@@ -12,12 +18,43 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from contracts.names import HOST_NAME_RULE, is_host_name
+from contracts.signing import agent_mac_key, load_public_key
 from worker_agent import __version__
 from worker_agent.app import Agent
 from worker_agent.sampler import DEFAULT_INTERVAL_S, MAX_INTERVAL_S, MIN_INTERVAL_S
 from worker_agent.supervision import identity
 
 log = logging.getLogger("worker_agent")
+
+
+TOKEN_ENV = "TFDASH_AGENT_TOKEN"  # noqa: S105 - a variable's name
+
+
+def take_from_environment(name: str) -> str:
+    """The variable's value, then gone from this process's environment before anything else runs: from os.environ,
+    so no child process (a task, a tool) inherits it, and overwritten in the block the kernel shows as
+    /proc/<pid>/environ, which unsetting alone leaves as it was at exec (Linux with glibc; elsewhere, only the
+    first)."""
+    value = os.environ.get(name, "")
+    if value:
+        _overwrite_initial_entry(name)
+    os.environ.pop(name, None)
+    return value
+
+
+def _overwrite_initial_entry(name: str) -> None:
+    try:
+        environ = ctypes.POINTER(ctypes.c_void_p).in_dll(ctypes.CDLL(None), "environ")
+    except (OSError, ValueError, AttributeError):
+        return
+    prefix = name.encode() + b"="
+    index = 0
+    while environ[index]:
+        address = environ[index]
+        entry = ctypes.string_at(address)
+        if entry.startswith(prefix):  # same length, so nothing else in the block moves
+            ctypes.memset(address + len(prefix), ord("x"), len(entry) - len(prefix))
+        index += 1
 
 
 def port_range(value: str) -> tuple[int, int]:
@@ -45,7 +82,10 @@ def host_name(value: str) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m worker_agent", description="Run the tfdash agent for one training host."
+        prog="python -m worker_agent",
+        description="Run the tfdash agent for one training host.",
+        # No prefixes: `--token X` (the removed flag, which showed the token in `ps`) must fail, not mean --token-file.
+        allow_abbrev=False,
     )
     parser.add_argument(
         "--server",
@@ -54,11 +94,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--host", required=True, type=host_name, help="this host's name as registered")
     parser.add_argument(
-        "--token",
-        default=os.environ.get("TFDASH_AGENT_TOKEN", ""),
-        help="this host's agent token (prefer env TFDASH_AGENT_TOKEN: a flag shows in `ps`)",
+        "--token-file",
+        type=Path,
+        help="read this host's agent token from this file (mode 0600; or env TFDASH_AGENT_TOKEN)",
     )
-    parser.add_argument("--token-file", type=Path, help="read the token from this file (e.g. a mounted secret)")
+    parser.add_argument(
+        "--control-key",
+        default=os.environ.get("TFDASH_CONTROL_PUBLIC_KEY", ""),
+        help="the control plane's public key, as the admin shows it (env TFDASH_CONTROL_PUBLIC_KEY)",
+    )
+    parser.add_argument("--control-key-file", type=Path, help="read the control plane's public key from this file")
     parser.add_argument("--port-range", type=port_range, default=None, help="ports TF tasks may use, e.g. 23000-23099")
     parser.add_argument(
         "--workdir",
@@ -85,13 +130,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
     parser.add_argument("--version", action="version", version=f"worker_agent {__version__}")
     args = parser.parse_args(argv)
+    token = take_from_environment(TOKEN_ENV)
     if args.token_file is not None:
         try:
-            args.token = args.token_file.read_text().strip()
+            token = args.token_file.read_text().strip()
         except OSError as exc:
             parser.error(f"cannot read --token-file {args.token_file}: {exc.strerror}")
-    if not args.token:
-        parser.error("an agent token is required: --token or env TFDASH_AGENT_TOKEN (shown once in admin)")
+    if not token:
+        parser.error("an agent token is required: --token-file FILE or env TFDASH_AGENT_TOKEN (shown once in admin)")
+    # Only the derived key is kept: the token itself is not stored on `args` or anywhere else.
+    args.mac_key = agent_mac_key(token, args.host)
+    del token
+    if args.control_key_file is not None:
+        try:
+            args.control_key = args.control_key_file.read_text()
+        except OSError as exc:
+            parser.error(f"cannot read --control-key-file {args.control_key_file}: {exc.strerror}")
+    if not args.control_key:
+        parser.error("the control plane's public key is required: --control-key, --control-key-file or env "
+                     "TFDASH_CONTROL_PUBLIC_KEY (the admin shows it with the token)")  # fmt: skip
+    try:
+        args.control_key = load_public_key(args.control_key)
+    except ValueError as exc:
+        parser.error(f"--control-key: {exc}")
     if not 0.1 <= args.heartbeat_interval <= 60:
         parser.error("--heartbeat-interval must be between 0.1 and 60 seconds")
     if not MIN_INTERVAL_S <= args.sample_interval <= MAX_INTERVAL_S:  # also refuses nan
@@ -118,7 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     agent = Agent(
         server=args.server,
         host=args.host,
-        token=args.token,
+        mac_key=args.mac_key,
+        control_key=args.control_key,
         workdir=args.workdir,
         port_range=args.port_range,
         heartbeat_interval_s=args.heartbeat_interval,

@@ -20,10 +20,11 @@ from contracts.protocol import (
     AGENT_HEARTBEAT,
     AGENT_HELLO,
     ORCHESTRATOR_QUEUE,
-    AgentMessage,
     HostFacts,
+    HostReport,
     TaskReport,
 )
+from contracts.signing import seal
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ class Heartbeat(threading.Thread):
         app: Celery,
         *,
         host: str,
-        token: str,
+        key: bytes,
         interval_s: float,
         facts: Callable[[], HostFacts],
         tasks: Callable[[], TaskReport] | None = None,
@@ -42,7 +43,7 @@ class Heartbeat(threading.Thread):
         super().__init__(name="heartbeat", daemon=True)
         self.app = app
         self.host = host
-        self.token = token
+        self._key = key  # the host's MAC key (contracts.signing.agent_mac_key), never the token
         self.interval_s = interval_s
         self.facts = facts
         self.tasks = tasks
@@ -59,11 +60,11 @@ class Heartbeat(threading.Thread):
 
     def send(self, name: str) -> bool:
         tasks = self.tasks() if self.tasks is not None else None
-        message = AgentMessage(host=self.host, token=self.token, facts=self.facts(), tasks=tasks)
+        report = HostReport(facts=self.facts(), tasks=tasks)
         try:
             self.app.send_task(
                 name,
-                args=[message.to_payload()],
+                args=[seal(self._key, self.host, name, report.to_body())],
                 queue=ORCHESTRATOR_QUEUE,
                 # A report nobody read within a few intervals says nothing about the host any more.
                 expires=max(self.interval_s * 3, 10.0),

@@ -9,6 +9,10 @@ Each message names its broker queue (default ORCHESTRATOR_QUEUE, a Celery queue;
 METRICS_QUEUE, a Redis Stream). One ordered outbox serves every queue: that keeps the order within each queue, which
 is all the consumers rely on. Metric messages that wait together at the head go out in one pipelined round trip, so
 under load they batch by themselves while a lone point still leaves at once (no flush timer adds latency).
+
+Every message is sealed (contracts/signing.py: host, time, nonce, name, body, MAC under the host's key) when it is
+published, not when it is queued: a message held back by a broker outage leaves with a fresh timestamp, so it is not
+refused as stale. The outbox holds the derived MAC key, never the token.
 """
 
 from __future__ import annotations
@@ -29,9 +33,9 @@ from contracts.protocol import (
     METRICS_QUEUE,
     METRICS_STREAM_MAXLEN,
     ORCHESTRATOR_QUEUE,
-    PROTOCOL_VERSION,
     TASK_LOGS,
 )
+from contracts.signing import seal
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +58,18 @@ class Outbox:
         self,
         app: Celery,
         host: str,
-        token: str,
+        key: bytes,
         *,
         transport: Transport | None = None,
         max_queued: int = MAX_QUEUED,
         max_backoff_s: float = MAX_BACKOFF_S,
         streams: Collection[str] = (METRICS_QUEUE,),
     ) -> None:
-        """`transport(task_name, envelope, queue=...)` publishes one message or raises; the default is Celery's
-        send_task."""
+        """`key`: the host's MAC key (contracts.signing.agent_mac_key). `transport(task_name, envelope, queue=...)`
+        publishes one sealed message or raises; the default is Celery's send_task."""
         self.app = app
         self.host = host
-        self.token = token
+        self._key = key
         self.max_queued = max_queued
         self.max_backoff_s = max_backoff_s
         # An injected transport (tests, tools) takes every message one by one; the default sends Celery messages
@@ -88,20 +92,13 @@ class Outbox:
     def send(self, task_name: str, body: dict[str, Any], queue: str = ORCHESTRATOR_QUEUE) -> None:
         """Queue one message for the broker queue `queue`; never blocks on the broker and never raises."""
         try:
-            envelope = {
-                "host": self.host,
-                "token": self.token,
-                "body": body,
-                "sent_at": time.time(),
-                "protocol": PROTOCOL_VERSION,
-            }
             with self._cond:
                 if self._stopped:
                     log.warning("outbox stopped: dropping %s", task_name)
                     return
                 if len(self._queue) >= self.max_queued:
                     self._drop_one()
-                self._queue.append((task_name, envelope, queue))
+                self._queue.append((task_name, body, queue))
                 self._cond.notify_all()
         except Exception:  # a reporting path must never break the code that reports
             log.exception("outbox could not queue %s", task_name)
@@ -148,8 +145,8 @@ class Outbox:
                 self._in_flight = 0
                 if ok:
                     # Only now leave the queue: a failed head is retried before anything behind it, keeping order.
-                    for _name, envelope, _queue in batch:
-                        if self._queue and self._queue[0][1] is envelope:
+                    for item in batch:
+                        if self._queue and self._queue[0] is item:
                             self._queue.popleft()
                     self.sent += len(batch)
                     backoff = FIRST_BACKOFF_S
@@ -189,12 +186,28 @@ class Outbox:
             url = self.app.conf.broker_url
             self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         pipe = self._redis.pipeline(transaction=False)
-        for name, envelope, queue in batch:
+        for name, body, queue in batch:
+            envelope = self._seal(name, body)
+            if envelope is None:
+                continue
             fields = {"name": name, "envelope": json.dumps(envelope, separators=(",", ":"))}
             pipe.xadd(queue, fields, maxlen=METRICS_STREAM_MAXLEN, approximate=True)
         pipe.execute()
 
-    def _publish(self, task_name: str, envelope: dict[str, Any], queue: str) -> bool:
+    def _seal(self, name: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The message sealed now (a fresh timestamp however long it waited here); None, logged and counted as
+        dropped, when the body cannot be sealed (not JSON): retrying it would block everything behind it."""
+        try:
+            return seal(self._key, self.host, name, body)
+        except (TypeError, ValueError) as exc:
+            self.dropped += 1
+            log.warning("dropped a %s that cannot be sent: %s", name, exc)
+            return None
+
+    def _publish(self, task_name: str, body: dict[str, Any], queue: str) -> bool:
+        envelope = self._seal(task_name, body)
+        if envelope is None:
+            return True  # dropped: done with it
         try:
             self._transport(task_name, envelope, queue=queue)
         except Exception as exc:  # broker down or refusing: retried with backoff
@@ -224,9 +237,8 @@ class Outbox:
             log.warning("outbox full (%d queued): dropped %d message(s) so far", self.max_queued, self.dropped)
 
 
-def _rough_size(envelope: dict[str, Any]) -> int:
-    """A cheap upper-ish estimate of an envelope's JSON size, to keep one pipelined batch reasonable."""
-    body = envelope.get("body")
+def _rough_size(body: dict[str, Any]) -> int:
+    """A cheap upper-ish estimate of a message's JSON size, to keep one pipelined batch reasonable."""
     if isinstance(body, dict):
         events = body.get("events") or body.get("samples") or ()
         return 200 + 200 * len(events) + len(body.get("content_b64") or "")

@@ -1,12 +1,28 @@
-"""Who sent an agent message: every message names its host and carries that host's token; anything else is refused,
-logged and counted, with the same answer for an unknown host and a wrong token."""
+"""Who sent an agent message: every message is sealed by its host (contracts/signing.py: host, time, nonce, name,
+body, MAC under the host's key); anything else is refused, logged and counted, with the same answer for an unknown
+host and a wrong MAC.
+
+Celery messages (hello, heartbeat, task events) are also applied at most once: their nonce is remembered in Redis
+(`remember`, after the handler succeeded) for as long as the message could pass the age check, and one seen before
+is refused. Remembering only after success lets a handler that met an outage be retried, and a message a killed
+worker had taken be redelivered; two copies handled at the very same moment are both applied, which every handler
+tolerates (events are numbered, a heartbeat says the same thing twice). Stream entries skip the nonce check: a
+replayed entry stores nothing new (every row it would write has a unique key).
+"""
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, TypeVar
 
+import redis
+from django.conf import settings
+
+from contracts import signing
 from orchestrator import counters
 from orchestrator.models import Host
 
@@ -15,46 +31,89 @@ T = TypeVar("T")
 
 REFUSED = "agent_messages_refused"
 STALE = "agent_messages_stale"
+REPLAYED = "agent_messages_replayed"
 MALFORMED = "agent_messages_malformed"
 
+_COUNTER = {
+    signing.BAD_CREDENTIALS: REFUSED,
+    signing.MISDIRECTED: REFUSED,
+    signing.MALFORMED: REFUSED,
+    signing.STALE: STALE,
+    signing.REPLAYED: REPLAYED,
+}
+_NONCE_PREFIX = "tfdash:nonce:"
 
-def host_with_token(name: str, token: str) -> Host | None:
-    """The host called `name` if `token` is its token, else None."""
+# (name, fresh) -> (host, its MAC key); (None, None) for an unknown name. `fresh`: not from a cache.
+KeyLookup = Callable[[str, bool], tuple[Host | None, bytes | None]]
+
+
+def host_and_key(name: str, fresh: bool = True) -> tuple[Host | None, bytes | None]:
     host = Host.objects.filter(name=name).first()
-    return host if host is not None and host.check_token(token) else None
+    return (host, host.mac_key()) if host is not None else (None, None)
 
 
-def authenticate(payload: Any, lookup: Callable[[str, str], Host | None] = host_with_token) -> Host | None:
-    """The host a message comes from, or None (logged and counted) when it cannot be trusted; `lookup(name, token)`
-    finds the host whose token it is (the ingest passes one with a short-lived cache)."""
-    if not isinstance(payload, dict):
-        log.warning("agent message refused: payload is %s, not an object", type(payload).__name__)
-        counters.incr(REFUSED)
+@dataclass(frozen=True)
+class Accepted:
+    host: Host
+    message: signing.Opened
+
+
+@lru_cache(maxsize=1)
+def _nonces() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
+
+
+def _nonce_key(message: signing.Opened) -> str:
+    return f"{_NONCE_PREFIX}{message.host}:{message.nonce}"
+
+
+def authenticate(payload: Any, name: str, *, key_of: KeyLookup = host_and_key, stream: bool = False) -> Accepted | None:
+    """The host a message `name` comes from and what it says, or None (logged and counted) when it cannot be
+    trusted: not sealed by that host's key, outside the age bounds, or (Celery messages) seen before.
+    `stream`: a stream entry (generous age bound, no nonce check; see the module's doc)."""
+    max_age = settings.TFDASH_STREAM_MAX_AGE_S if stream else settings.TFDASH_MESSAGE_MAX_AGE_S
+    try:
+        host_name = signing.envelope_host(payload)
+        host, key = key_of(host_name, False)
+        try:
+            opened = signing.open_sealed(
+                payload, key, name, max_age_s=max_age, max_skew_s=settings.TFDASH_MESSAGE_MAX_SKEW_S
+            )
+        except signing.Refused as refused:
+            if refused.reason != signing.BAD_CREDENTIALS or key_of is host_and_key:
+                raise
+            # A cached key that does not match is read again: a new token works at once.
+            host, key = key_of(host_name, True)
+            opened = signing.open_sealed(
+                payload, key, name, max_age_s=max_age, max_skew_s=settings.TFDASH_MESSAGE_MAX_SKEW_S
+            )
+        if not stream and _nonces().exists(_nonce_key(opened)):
+            raise signing.Refused(signing.REPLAYED, f"nonce {opened.nonce[:16]} of {host_name!r} seen before")
+    except signing.Refused as refused:
+        # One line for an unknown host and a bad MAC alike: a probe learns nothing about which names exist.
+        log.warning("agent message %s refused: %s", str(name)[:100], refused)
+        counters.incr(_COUNTER.get(refused.reason, REFUSED))
         return None
-    name, token = payload.get("host"), payload.get("token")
-    if not isinstance(name, str) or not isinstance(token, str):
-        log.warning("agent message refused: host or token missing")
-        counters.incr(REFUSED)
-        return None
-    host = lookup(name, token)
-    # Same message for an unknown host and a wrong token: a probe learns nothing about which names exist.
-    if host is None:
-        log.warning("agent message refused: bad credentials for host %r", name[:100])
-        counters.incr(REFUSED)
-        return None
-    return host
+    assert host is not None  # a key was found, so was its host
+    return Accepted(host, opened)
+
+
+def remember(accepted: Accepted) -> None:
+    """Note a Celery message as handled: the same nonce is refused from now on, while it could still be fresh."""
+    window = settings.TFDASH_MESSAGE_MAX_AGE_S + settings.TFDASH_MESSAGE_MAX_SKEW_S
+    _nonces().set(_nonce_key(accepted.message), b"1", nx=True, ex=max(1, math.ceil(window)))
 
 
 def authenticated_body(
-    payload: Any, body_type: type[T], lookup: Callable[[str, str], Host | None] = host_with_token
-) -> tuple[Host, T] | None:
-    """The sending host and the message body as `body_type`, or None (logged and counted) when either fails."""
-    host = authenticate(payload, lookup)
-    if host is None:
+    payload: Any, name: str, body_type: type[T], *, key_of: KeyLookup = host_and_key, stream: bool = False
+) -> tuple[Accepted, T] | None:
+    """The sender and the message body as `body_type`, or None (logged and counted) when either fails."""
+    accepted = authenticate(payload, name, key_of=key_of, stream=stream)
+    if accepted is None:
         return None
     try:
-        return host, body_type(**payload["body"])
+        return accepted, body_type(**accepted.message.body)
     except (KeyError, TypeError) as exc:
-        log.warning("malformed %s from %s: %r", body_type.__name__, host.name, exc)
+        log.warning("malformed %s from %s: %r", body_type.__name__, accepted.host.name, exc)
         counters.incr(MALFORMED)
         return None

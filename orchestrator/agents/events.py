@@ -11,9 +11,9 @@ from typing import Any
 
 from django.db import transaction
 
-from contracts.protocol import TaskEvent
+from contracts.protocol import TASK_EVENT, TaskEvent
 from orchestrator import counters
-from orchestrator.agents.auth import authenticated_body
+from orchestrator.agents.auth import authenticated_body, remember
 from orchestrator.control.lifecycle import apply_event
 from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task
 
@@ -24,10 +24,16 @@ REPLAYED = "task_events_replayed"
 
 
 def handle_task_event(payload: Any) -> bool:
-    found = authenticated_body(payload, TaskEvent)
+    found = authenticated_body(payload, TASK_EVENT, TaskEvent)
     if found is None:
         return False
-    host, event = found
+    accepted, event = found
+    applied = _apply(accepted.host, event)
+    remember(accepted)  # handled (an exception above leaves it to be retried)
+    return applied
+
+
+def _apply(host: Host, event: TaskEvent) -> bool:
     with transaction.atomic():
         task = _lock_task(event.task_id, host)
         if task is None or task.attempt != event.attempt:

@@ -9,10 +9,10 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from contracts.protocol import PROTOCOL_VERSION, parse_facts, parse_task_report
+from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, parse_facts, parse_task_report
 from orchestrator import counters
 from orchestrator.agents import reconcile
-from orchestrator.agents.auth import MALFORMED, REFUSED, STALE, authenticate
+from orchestrator.agents.auth import MALFORMED, REFUSED, STALE, authenticate, remember
 from orchestrator.control import passes
 from orchestrator.models import Host, HostStatus
 
@@ -24,15 +24,21 @@ REPORT_LAG = "orchestrator_report_lag_s"
 
 def handle_report(payload: Any, *, hello: bool) -> bool:
     """Process a hello or heartbeat; returns True when it was accepted."""
-    host = authenticate(payload)
-    if host is None:
+    accepted = authenticate(payload, AGENT_HELLO if hello else AGENT_HEARTBEAT)
+    if accepted is None:
         return False
-    if payload.get("protocol") != PROTOCOL_VERSION:
-        log.warning("agent %s speaks protocol %r, expected %s", host.name, payload.get("protocol"), PROTOCOL_VERSION)
-        counters.incr(REFUSED)
+    applied = _apply(accepted.host, accepted.message.ts, accepted.message.body, hello=hello)
+    remember(accepted)  # handled (an exception above leaves it to be retried)
+    return applied
+
+
+def _apply(host: Host, sent_at: float, body: Any, *, hello: bool) -> bool:
+    if not isinstance(body, dict):
+        log.warning("agent %s sent a report that is not an object", host.name)
+        counters.incr(MALFORMED)
         return False
     timeout_s = settings.TFDASH_HEARTBEAT_TIMEOUT_S
-    age = time.time() - float(payload.get("sent_at", 0))
+    age = time.time() - sent_at
     # Measured before the stale check: a backlog that makes reports stale is exactly what the watchdog must know.
     counters.record_reading(REPORT_LAG, host.name, max(age, 0.0))
     if age > timeout_s:
@@ -41,7 +47,7 @@ def handle_report(payload: Any, *, hello: bool) -> bool:
         counters.incr(STALE)
         return False
     try:
-        facts = parse_facts(payload.get("facts") or {})
+        facts = parse_facts(body.get("facts") or {})
     except ValueError as exc:
         log.warning("agent %s sent malformed facts: %s", host.name, exc)
         counters.incr(REFUSED)
@@ -63,14 +69,14 @@ def handle_report(payload: Any, *, hello: bool) -> bool:
     if host.record_heartbeat(facts, hello=hello):
         log.info("host %s is online", host.name)
         passes.schedule_soon(host.cluster_id)  # a queued job may fit now
-    _converge(host, payload)
+    _converge(host, body)
     return True
 
 
-def _converge(host: Host, payload: dict[str, Any]) -> None:
+def _converge(host: Host, body: dict[str, Any]) -> None:
     """What the agent says about its tasks against what this side believes (orchestrator/agents/reconcile.py)."""
     try:
-        report = parse_task_report(payload.get("tasks"))
+        report = parse_task_report(body.get("tasks"))
     except ValueError as exc:
         log.warning("agent %s sent a malformed task report: %s", host.name, exc)
         counters.incr(MALFORMED)

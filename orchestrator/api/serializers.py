@@ -105,4 +105,5 @@ class HostCreatedSerializer(HostSerializer):
         return self.context["token"]
 
     def get_agent_command(self, obj: Host) -> str:
-        return shlex.join(obj.agent_command(self.context["token"], agent_server_url()))
+        # The token goes into the file the command names (mode 0600), never onto a command line.
+        return shlex.join(obj.agent_command(agent_server_url()))

@@ -1,4 +1,7 @@
-"""Orders to agents: one signed Celery message per task on the host's own queue, carrying ids and a small spec.
+"""Orders to agents: one Celery message per task on the host's own queue, carrying ids and a small spec, signed with
+the control plane's Ed25519 key (contracts/signing.py), which the agent pins: nothing in the database or on the
+broker is enough to sign one. Each order has an id of its own and is fresh for a minute (signing.ORDER_MAX_AGE_S);
+a resend is a new order.
 
 Every order may be lost or delivered twice: each stamps `Task.ordered_at`, and the heartbeat's convergence
 (orchestrator/agents/reconcile.py) sends it again when the agent's report shows it was not acted on; the agent
@@ -22,10 +25,11 @@ from contracts.protocol import (
     LaunchSpec,
     ProgramSpec,
     agent_queue,
-    sign,
 )
 from contracts.run_config import script_env
+from contracts.signing import sign_order
 from contracts.strategies import Strategy
+from orchestrator.agents.keys import control_private_key
 from orchestrator.control.passes import BROKER_ERRORS
 from orchestrator.core import tf_config
 from orchestrator.models import Host, Job, ProgramKind, Task, TaskState
@@ -86,7 +90,7 @@ def launch_tasks(task_ids: list[int]) -> None:
         if job.program_kind == ProgramKind.SCRIPT:
             env.update(script_env(job.builtin_config or {}))  # a builtin gets its config as --config-json instead
         spec = launch_spec(task, env)
-        _send(AGENT_LAUNCH, sign(asdict(spec), task.host.token_hash), task.host.name)
+        _send(AGENT_LAUNCH, asdict(spec), task.host.name)
 
 
 def kill_tasks(tasks: list[Task], reason: str) -> None:
@@ -94,17 +98,18 @@ def kill_tasks(tasks: list[Task], reason: str) -> None:
     _stamp(tasks)
     for task in tasks:
         order = KillOrder(job_id=task.job_id, task_id=task.pk, attempt=task.attempt, reason=reason)
-        _send(AGENT_KILL, sign(asdict(order), task.host.token_hash), task.host.name)
+        _send(AGENT_KILL, asdict(order), task.host.name)
 
 
 def acknowledge_exits(host: Host, keys: list[tuple[int, int]]) -> None:
     """Tell the agent these exits are stored, so its heartbeat stops carrying them."""
     if keys:
         body = {"exits": [list(key) for key in keys]}
-        _send(AGENT_ACK_EXITS, sign(body, host.token_hash), host.name)
+        _send(AGENT_ACK_EXITS, body, host.name)
 
 
-def _send(order: str, message: dict[str, Any], host: str) -> None:
+def _send(order: str, body: dict[str, Any], host: str) -> None:
+    message = sign_order(control_private_key(), host, order, body)
     try:
         app.send_task(order, args=[message], queue=agent_queue(host))
     except BROKER_ERRORS as exc:  # stamped already: the heartbeat's convergence sends it again

@@ -14,7 +14,7 @@ from django.db.models import Count, F, Sum
 
 from contracts.limits import MAX_ARTIFACT_BYTES
 from contracts.names import artifact_name_problem
-from contracts.protocol import TaskArtifact
+from contracts.protocol import TASK_ARTIFACT, TaskArtifact
 from orchestrator import limits
 from orchestrator.metrics import live
 from orchestrator.metrics.lookups import task_of
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 def handle_task_artifact(payload: Any) -> JobArtifact | None:
-    found = task_of(payload, TaskArtifact)
+    found = task_of(payload, TASK_ARTIFACT, TaskArtifact)
     if found is None:
         return None
     task, artifact = found

@@ -37,7 +37,7 @@ from orchestrator import counters
 from orchestrator.agents import auth
 from orchestrator.metrics import hosts, live, log_store
 from orchestrator.metrics.artifacts import handle_task_artifact
-from orchestrator.metrics.lookups import DROPPED, lookups, task_of
+from orchestrator.metrics.lookups import DROPPED, host_of, lookups, task_of
 from orchestrator.metrics.points import (
     MAX_EVENTS_PER_BATCH,
     PointRow,
@@ -191,7 +191,7 @@ def _stored(batch: _Batch, stored: Stored) -> None:
 
 
 def _collect_metrics(payload: Any, batch: _Batch) -> bool:
-    found = task_of(payload, TaskMetricsBatch)
+    found = task_of(payload, TASK_METRICS, TaskMetricsBatch)
     if found is None:
         return False
     task, body = found
@@ -203,7 +203,7 @@ def _collect_metrics(payload: Any, batch: _Batch) -> bool:
 
 
 def _collect_samples(payload: Any, batch: _Batch) -> bool:
-    found = auth.authenticated_body(payload, HostSampleBatch, lookups.host)
+    found = host_of(payload, HOST_SAMPLES, HostSampleBatch)
     if found is None:
         return False
     host, body = found
@@ -226,7 +226,7 @@ def _collect_samples(payload: Any, batch: _Batch) -> bool:
 
 
 def _collect_logs(payload: Any, batch: _Batch) -> bool:
-    found = task_of(payload, TaskLogBatch)
+    found = task_of(payload, TASK_LOGS, TaskLogBatch)
     if found is None:
         return False
     task, body = found

@@ -1,8 +1,8 @@
-"""The ingest's caches: hosts by name (a few seconds, so a new token takes effect quickly) and tasks by id (what the
-ingest checks of a task row never changes; only tasks found: a miss is read again, so a task created after a report
-named it still gets its later points), and the one check every task report passes: right host, right task,
-right attempt. Reading them per report was most of a small report's cost (measured: 1.5 to 3.9 ms to authenticate,
-plus the task lookup, for about 8 ms a one-point message)."""
+"""The ingest's caches: hosts and their MAC keys by name (a few seconds, so a new token takes effect quickly) and
+tasks by id (what the ingest checks of a task row never changes; only tasks found: a miss is read again, so a task
+created after a report named it still gets its later points), and the one check every task report passes: right
+host, right task, right attempt. Reading them per report was most of a small report's cost (measured: 1.5 to 3.9 ms
+to authenticate, plus the task lookup, for about 8 ms a one-point message)."""
 
 from __future__ import annotations
 
@@ -24,23 +24,24 @@ class _Lookups:
     on a task row: job, attempt, host, type, index)."""
 
     def __init__(self) -> None:
-        self.hosts: dict[str, tuple[float, Host | None]] = {}
+        self.hosts: dict[str, tuple[float, Host | None, bytes | None]] = {}
         self.tasks: dict[int, Task] = {}
 
-    def host(self, name: str, token: str) -> Host | None:
-        """The host called `name` if `token` is its token. A cached host whose token does not match is read again:
-        a new token works at once; the replaced one keeps working for at most HOST_CACHE_S."""
+    def host(self, name: str, fresh: bool = False) -> tuple[Host | None, bytes | None]:
+        """The host called `name` and its MAC key (decrypted once per HOST_CACHE_S, not per report); (None, None)
+        for an unknown name, cached too, so a flood of forged reports does not reach the database. `fresh`: read
+        again unless the name is unknown (auth asks when a cached key does not match: a new token works at once);
+        the replaced key keeps working for at most HOST_CACHE_S."""
         now = time.monotonic()
         hit = self.hosts.get(name)
-        if hit is not None and hit[0] > now and hit[1] is not None and hit[1].check_token(token):
-            return hit[1]
-        if hit is not None and hit[0] > now and hit[1] is None:
-            return None  # an unknown name, seen lately: a flood of forged reports does not reach the database
+        if hit is not None and hit[0] > now and (not fresh or hit[1] is None):
+            return hit[1], hit[2]
         if len(self.hosts) > 10_000:  # names from forged reports must not grow this without bound
             self.hosts.clear()
         host = Host.objects.filter(name=name).first()
-        self.hosts[name] = (now + HOST_CACHE_S, host)
-        return host if host is not None and host.check_token(token) else None
+        key = host.mac_key() if host is not None else None
+        self.hosts[name] = (now + HOST_CACHE_S, host, key)
+        return host, key
 
     def task(self, task_id: int) -> Task | None:
         """The task with this id. A miss is never cached: an id unknown now may be a task created a moment later (a
@@ -63,8 +64,14 @@ class _Lookups:
 lookups = _Lookups()
 
 
-def task_of(payload: Any, body_type: type) -> tuple[Task, Any] | None:
-    found = auth.authenticated_body(payload, body_type, lookups.host)
+def host_of(payload: Any, name: str, body_type: type) -> tuple[Host, Any] | None:
+    """The sending host and the body of a stream report `name`, or None (refused: logged and counted)."""
+    found = auth.authenticated_body(payload, name, body_type, key_of=lookups.host, stream=True)
+    return (found[0].host, found[1]) if found is not None else None
+
+
+def task_of(payload: Any, name: str, body_type: type) -> tuple[Task, Any] | None:
+    found = host_of(payload, name, body_type)
     if found is None:
         return None
     host, body = found

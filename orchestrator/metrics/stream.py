@@ -11,8 +11,9 @@ have to use another consumer name and would break that order. It survives what i
   stream's first entry, and reads what agents added since (they keep retrying while Redis is down);
 - PostgreSQL unavailable: nothing is acknowledged; it retries the same entries with backoff;
 - an entry it cannot store (not a report, too deep to parse, a row the database refuses, anything else that raises):
-  it goes to the dead letters (`<stream>:dead`, capped, each field cut short, the token hidden), is acknowledged like
-  the others, and is counted. Were it left pending, it would be read first again after every restart: a crash loop.
+  it goes to the dead letters (`<stream>:dead`, capped, each field cut short, MACs and any token hidden), is
+  acknowledged like the others, and is counted. Were it left pending, it would be read first again after every
+  restart: a crash loop.
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ DEAD_LETTERED = "metric_entries_dead_lettered"  # the counter
 DEAD_LETTERS_MAXLEN = 10_000
 DEAD_FIELD_BYTES = 4096  # what a dead letter keeps of each field: enough to see what it was, not a 10 MB copy
 DEAD_MAX_FIELDS = 8
-_TOKEN = re.compile(rb'("token"\s*:\s*")[^"]*')  # also when the value was cut short
+# No secret travels in an entry any more (a MAC is not one, but it need not be kept either); an old agent's token is
+# hidden all the same. Also when the value was cut short.
+_SECRETS = re.compile(rb'("(?:token|mac)"\s*:\s*")[^"]*')
 _HOST = re.compile(rb'"host"\s*:\s*"([^"\\]{1,100})"')
 
 
@@ -166,11 +169,11 @@ def _report(fields: dict[bytes, bytes]) -> tuple[str, Any]:
 
 
 def _dead_letter(fields: dict[bytes, bytes], exc: Exception) -> dict[bytes, bytes | str]:
-    """What the dead letters keep of an entry: a bounded prefix of its first fields with any token hidden, the host
-    it names when that can be seen, why it failed and when."""
+    """What the dead letters keep of an entry: a bounded prefix of its first fields with any MAC or token hidden, the
+    host it names when that can be seen, why it failed and when."""
     letter: dict[bytes, bytes | str] = {}
     for key, value in list(fields.items())[:DEAD_MAX_FIELDS]:
-        letter[key[:100]] = _TOKEN.sub(rb"\1<hidden>", value[:DEAD_FIELD_BYTES])
+        letter[key[:100]] = _SECRETS.sub(rb"\1<hidden>", value[:DEAD_FIELD_BYTES])
     host = _HOST.search(fields.get(b"envelope", b"")[:DEAD_FIELD_BYTES])
     letter[b"host"] = host.group(1) if host else b""
     letter[b"size"] = str(len(fields.get(b"envelope", b"")))

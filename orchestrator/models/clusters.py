@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 from typing import Any
 
@@ -11,7 +12,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from contracts.protocol import HostFacts
-from orchestrator.agents import tokens
+from contracts.signing import agent_mac_key
+from orchestrator.agents import keys, tokens
 from orchestrator.models.validators import (
     parse_labels,
     validate_address,
@@ -92,7 +94,10 @@ class Host(models.Model):
     agent_pid = models.PositiveIntegerField(null=True, blank=True)
     agent_started_at = models.DateTimeField(null=True, blank=True)
 
-    token_hash = models.CharField(max_length=64, editable=False)
+    # The key this host's messages are MACed with (derived from its token by HKDF; the token itself is never stored),
+    # encrypted with a key of the control plane's (orchestrator/agents/keys.py): without that key, a database dump
+    # can forge no message of the host's. Blank: no token issued yet (or issued before protocol 3).
+    agent_key = models.CharField(max_length=200, editable=False, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -128,15 +133,24 @@ class Host(models.Model):
 
     # --- the agent token ---
     def issue_token(self) -> str:
-        """Set a fresh token and return it in plain text: the only time anyone sees it."""
+        """Set a fresh token and return it in plain text: the only time anyone sees it. Only the key derived from it
+        is kept (encrypted); the host's name is part of that derivation, so a renamed host needs a new token."""
         token = tokens.new_token()
-        self.token_hash = tokens.hash_token(token)
+        self.agent_key = keys.seal_host_key(self.name, agent_mac_key(token, self.name))
         return token
 
-    def check_token(self, token: str) -> bool:
-        return tokens.token_matches(token, self.token_hash)
+    def mac_key(self) -> bytes | None:
+        """The key this host's messages must be MACed with; None when it has none (or it does not open)."""
+        return keys.open_host_key(self.name, self.agent_key) if self.agent_key else None
 
-    def agent_command(self, token: str, server: str) -> list[str]:
+    def check_token(self, token: str) -> bool:
+        key = self.mac_key()
+        return key is not None and secrets.compare_digest(key, agent_mac_key(token, self.name))
+
+    def agent_command(self, server: str, token_file: str = "tfdash-agent.token") -> list[str]:  # noqa: S107 - a file name
+        """How to start this host's agent. The token goes into `token_file` (mode 0600), never onto the command line
+        (a flag shows in `ps`); `--control-key` is the control plane's public key, which the agent pins to check
+        every order."""
         return [
             "python",
             "-m",
@@ -145,8 +159,10 @@ class Host(models.Model):
             server,
             "--host",
             self.name,
-            "--token",
-            token,
+            "--token-file",
+            token_file,
+            "--control-key",
+            keys.control_public_key(),
             "--port-range",
             f"{self.port_min}-{self.port_max}",
         ]

@@ -5,7 +5,6 @@ lines it missed."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -13,12 +12,14 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
+from contracts.protocol import TASK_LOGS
 from orchestrator.metrics import ingest
 from orchestrator.models import Job, Task
 from tests import factories
 from tests.browser.conftest import Orm, WebServer
 from tests.browser.test_job_e2e import watch_errors
 from tests.browser.test_job_live import NETWORK_NOISE, WAIT_MS, sign_in, wait_live
+from tests.support.wire import sealed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,7 +40,7 @@ def make_scene() -> dict[str, Any]:
 def print_lines(scene: dict[str, Any], task_id: int, lines: list[tuple[int, str]]) -> int:
     """What an agent sends when the task prints: stored by the orchestrator's own handler."""
     body = {"task_id": task_id, "attempt": 1, "lines": [[seq, "stdout", text] for seq, text in lines]}
-    envelope = {"host": scene["host"], "token": scene["token"], "body": body, "sent_at": time.time(), "protocol": 1}
+    envelope = sealed(scene["host"], scene["token"], TASK_LOGS, body)
     return ingest.handle_task_logs(envelope)
 
 

@@ -14,10 +14,12 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
 from config.asgi import application
+from contracts.protocol import TASK_LOGS, TASK_METRICS
 from dashboard.routing import websocket_urlpatterns
 from orchestrator.metrics import ingest
 from orchestrator.models import Job, MetricPoint, Task
 from tests import factories
+from tests.support.wire import sealed
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -48,7 +50,7 @@ def batch(host, token, task, steps):
         for s in steps
     ]
     body = {"task_id": task.pk, "attempt": 1, "events": events}
-    return {"host": host.name, "token": token, "body": body, "sent_at": time.time(), "protocol": 1}
+    return sealed(host.name, token, TASK_METRICS, body)
 
 
 async def connect(user, job_id, since=None, log_since=None):
@@ -185,7 +187,7 @@ async def test_points_from_a_running_job_reach_a_subscribed_client(alice, orches
 
 def log_batch(host, token, task, lines):
     body = {"task_id": task.pk, "attempt": 1, "lines": [[seq, "stdout", f"line {seq}"] for seq in lines]}
-    return {"host": host.name, "token": token, "body": body, "sent_at": time.time(), "protocol": 1}
+    return sealed(host.name, token, TASK_LOGS, body)
 
 
 async def test_the_socket_carries_the_jobs_state_its_tasks_and_their_log_lines(alice):

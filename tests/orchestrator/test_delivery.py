@@ -28,13 +28,10 @@ from django.db import connections, transaction
 from contracts.protocol import (
     AGENT_LAUNCH,
     ORCHESTRATOR_QUEUE,
-    PROTOCOL_VERSION,
     TASK_EVENT,
     TaskEvent,
     TaskEventKind,
     agent_queue,
-    sign,
-    token_digest,
 )
 from orchestrator.control import dispatch
 from orchestrator.models import Cluster, Host, HostStatus, Job, JobState, Script, Task, TaskState
@@ -45,6 +42,7 @@ from tests.orchestrator.test_redis_restart import (  # noqa: F401 - the fixtures
     private_redis,
 )
 from tests.support.processes import ManagedProcess, wait_until
+from tests.support.wire import control_key_flags, sealed, signed_order
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=[DB])
 
@@ -75,13 +73,7 @@ def _publish_exit(redis_url: str, host: str, token: str, task: Task, code: int, 
     event = TaskEvent(
         task_id=task.pk, attempt=task.attempt, kind=TaskEventKind.EXITED, pid=4242, exit_code=code, seq=seq
     )
-    envelope = {
-        "host": host,
-        "token": token,
-        "body": asdict(event),
-        "sent_at": time.time(),
-        "protocol": PROTOCOL_VERSION,
-    }
+    envelope = sealed(host, token, TASK_EVENT, asdict(event))
     app.send_task(TASK_EVENT, args=[envelope], queue=ORCHESTRATOR_QUEUE)
     app.close()
 
@@ -226,7 +218,7 @@ def _start_agent(stack: Deployment, host: str, token: str, workdir: Path) -> Man
     env.pop("DJANGO_SETTINGS_MODULE", None)
     proc = ManagedProcess(
         f"agent-{host}",
-        [sys.executable, "-m", "worker_agent", "--server", stack.redis_url, "--host", host,
+        [sys.executable, "-m", "worker_agent", "--server", stack.redis_url, "--host", host, *control_key_flags(),
          "--heartbeat-interval", "0.5", "--workdir", str(workdir)],
         env,
     )  # fmt: skip
@@ -239,5 +231,6 @@ def _send_launch(redis_url: str, task: Task, token: str) -> None:
     task = Task.objects.using(DB).select_related("host", "job", "job__script", "job__cluster").get(pk=task.pk)
     spec = dispatch.launch_spec(task, {})
     app = Celery("delivery-test", broker=redis_url, set_as_current=False)
-    app.send_task(AGENT_LAUNCH, args=[sign(asdict(spec), token_digest(token))], queue=agent_queue(task.host.name))
+    order = signed_order(task.host.name, AGENT_LAUNCH, asdict(spec))
+    app.send_task(AGENT_LAUNCH, args=[order], queue=agent_queue(task.host.name))
     app.close()

@@ -7,6 +7,7 @@ import re
 import pytest
 from django.conf import settings
 
+from orchestrator.agents.keys import control_public_key
 from orchestrator.models import Host
 from tests import factories
 
@@ -77,9 +78,14 @@ def test_it_shows_the_token_once_with_the_agent_command(admin_client):
     token = re.search(r"<code>(tfa_[\w-]+)</code>", page)[1]
     host = Host.objects.get(name="gpu-1")
     assert host.check_token(token)
-    assert token not in host.token_hash  # stored hashed
+    assert token not in host.agent_key  # only a key derived from it is stored, encrypted
     assert host.labels == "fast-net, gpu"
-    assert f"python -m worker_agent --server {settings.REDIS_URL} --host gpu-1 --token {token}" in page
+    command = (
+        f"python -m worker_agent --server {settings.REDIS_URL} --host gpu-1 --token-file tfdash-agent.token "
+        f"--control-key {control_public_key()} --port-range"
+    )
+    assert command in page
+    assert page.count(token) == 1  # shown once, and not on the command line (which `ps` shows)
     # Never again: the change page does not show it.
     assert token not in admin_client.get(f"/admin/orchestrator/host/{host.pk}/change/").content.decode()
 

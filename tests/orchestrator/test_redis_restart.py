@@ -36,6 +36,7 @@ from rest_framework.authtoken.models import Token
 from contracts.protocol import METRICS_QUEUE
 from orchestrator.models import Cluster, Host, HostStatus, Job, MetricPoint, Task
 from tests.support.processes import ManagedProcess, wait_until
+from tests.support.wire import control_key_flags
 
 DB = "isolated"  # tests/settings.py: a test database of its own, made only when a test asks for it
 pytestmark = [
@@ -104,7 +105,7 @@ class Deployment:
             agent_env.pop("DJANGO_SETTINGS_MODULE", None)  # the agent must work without Django
             self.procs[f"agent-{host}"] = ManagedProcess(
                 f"agent-{host}",
-                [py, "-m", "worker_agent", "--server", self.redis_url, "--host", host,
+                [py, "-m", "worker_agent", "--server", self.redis_url, "--host", host, *control_key_flags(),
                  "--heartbeat-interval", str(AGENT_HEARTBEAT_S), "--workdir", str(self.workdir / f"agent-{host}")],
                 agent_env,
             )  # fmt: skip

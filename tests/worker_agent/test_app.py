@@ -10,20 +10,23 @@ from dataclasses import asdict
 import psutil
 import pytest
 from celery import Celery
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from contracts.protocol import (
-    AGENT_KILL,
-    AGENT_LAUNCH,
-    KillOrder,
-    LaunchSpec,
-    agent_queue,
-    sign,
-    token_digest,
-)
+from contracts.protocol import AGENT_KILL, AGENT_LAUNCH, KillOrder, LaunchSpec, agent_queue
+from contracts.signing import sign_order
 from tests.support.processes import wait_until
+from tests.support.wire import signed_order
 from tests.worker_agent.recording import gone
 from tests.worker_agent.supervision.specs import spec_for
 from worker_agent.app import make_app
+from worker_agent.orders import OrderGate
+
+CONTROL = Ed25519PrivateKey.generate()
+OTHER = Ed25519PrivateKey.generate()
+
+
+def order(kind: str, body: dict, *, key: Ed25519PrivateKey = CONTROL, host: str = "gpu-1") -> dict:
+    return sign_order(key, host, kind, body)
 
 
 # --- signed orders (app.py) -----------------------------------------------------------------------------------------
@@ -40,18 +43,18 @@ class FakeRunner:
 
 
 @pytest.fixture
-def runner_app() -> tuple[Celery, FakeRunner]:
+def runner_app(tmp_path) -> tuple[Celery, FakeRunner]:  # type: ignore[no-untyped-def]
     runner = FakeRunner()
-    return make_app("redis://127.0.0.1:1/0", "gpu-1", "tfa_right", runner), runner
+    gate = OrderGate(CONTROL.public_key(), "gpu-1", tmp_path)
+    return make_app("redis://127.0.0.1:1/0", "gpu-1", gate, runner), runner
 
 
 def test_a_signed_launch_and_kill_reach_the_supervisor(runner_app):
     app, runner = runner_app
     spec = spec_for("chatty.py", "0")
-    key = token_digest("tfa_right")
 
-    app.tasks[AGENT_LAUNCH](sign(asdict(spec), key))
-    app.tasks[AGENT_KILL](sign({"job_id": 7, "task_id": spec.task_id, "attempt": 0, "reason": "r"}, key))
+    app.tasks[AGENT_LAUNCH](order(AGENT_LAUNCH, asdict(spec)))
+    app.tasks[AGENT_KILL](order(AGENT_KILL, {"job_id": 7, "task_id": spec.task_id, "attempt": 0, "reason": "r"}))
 
     assert runner.launched == [spec]
     assert runner.killed == [KillOrder(job_id=7, task_id=spec.task_id, attempt=0, reason="r")]
@@ -60,12 +63,14 @@ def test_a_signed_launch_and_kill_reach_the_supervisor(runner_app):
 @pytest.mark.parametrize(
     "message",
     [
-        sign({"job_id": 7, "task_id": 1, "attempt": 0}, token_digest("tfa_wrong")),
-        sign({"job_id": 7, "task_id": 1, "attempt": 0}, "tfa_right"),  # the token itself is not the key
-        {"body": json.dumps({"job_id": 7, "task_id": 1, "attempt": 0}), "mac": "0" * 64},
+        order(AGENT_KILL, {"job_id": 7, "task_id": 1, "attempt": 0}, key=OTHER),  # not the pinned key
+        order(AGENT_KILL, {"job_id": 7, "task_id": 1, "attempt": 0}, host="gpu-2"),  # another host's
+        {"order": json.dumps({"job_id": 7, "task_id": 1, "attempt": 0}), "sig": "0" * 88},
+        {"body": json.dumps({"job_id": 7, "task_id": 1, "attempt": 0}), "mac": "0" * 64},  # protocol 2
         {"job_id": 7, "task_id": 1, "attempt": 0},  # unsigned
         None,
     ],
+    ids=["other key", "other host", "bad signature", "HMAC", "unsigned", "None"],
 )
 def test_an_order_without_a_valid_signature_is_dropped(runner_app, caplog, message):
     app, runner = runner_app
@@ -75,16 +80,28 @@ def test_an_order_without_a_valid_signature_is_dropped(runner_app, caplog, messa
         app.tasks[AGENT_KILL](message)
 
     assert runner.launched == [] and runner.killed == []
-    assert caplog.text.count("dropping agent.") == 2
+    assert caplog.text.count("refused agent.") == 2
+
+
+def test_an_order_delivered_as_another_kind_or_twice_is_refused(runner_app, caplog):
+    app, runner = runner_app
+    kill = order(AGENT_KILL, {"job_id": 7, "task_id": 1, "attempt": 0})
+
+    with caplog.at_level(logging.WARNING, logger="worker_agent.app"):
+        app.tasks[AGENT_LAUNCH](kill)  # a kill presented as a launch
+        app.tasks[AGENT_KILL](kill)
+        app.tasks[AGENT_KILL](kill)  # the same order again
+
+    assert runner.killed == [KillOrder(job_id=7, task_id=1, attempt=0)]
+    assert "delivered as 'agent.launch'" in caplog.text and "was seen before" in caplog.text
 
 
 def test_a_signed_but_malformed_order_is_dropped(runner_app, caplog):
     app, runner = runner_app
-    key = token_digest("tfa_right")
 
     with caplog.at_level(logging.WARNING, logger="worker_agent.app"):
-        app.tasks[AGENT_LAUNCH](sign({"job_id": 7}, key))
-        app.tasks[AGENT_KILL](sign({"job_id": 7, "colour": "red"}, key))
+        app.tasks[AGENT_LAUNCH](order(AGENT_LAUNCH, {"job_id": 7}))
+        app.tasks[AGENT_KILL](order(AGENT_KILL, {"job_id": 7, "colour": "red"}))
 
     assert runner.launched == [] and runner.killed == []
     assert "malformed launch spec" in caplog.text and "malformed kill order" in caplog.text
@@ -101,7 +118,7 @@ def test_a_real_agent_launches_a_signed_order_and_kills_its_tasks_when_stopped(s
     spec = spec_for("stubborn.py", "--pidfile", str(pidfile))
     client = Celery("test-client", broker=redis_url, set_as_current=False)
 
-    client.send_task(AGENT_LAUNCH, args=[sign(asdict(spec), token_digest(token))], queue=agent_queue(host))
+    client.send_task(AGENT_LAUNCH, args=[signed_order(host, AGENT_LAUNCH, asdict(spec))], queue=agent_queue(host))
     wait_until(pidfile.exists, timeout=30, what="the task to start")
     child, grandchild = map(int, pidfile.read_text().split())
     assert psutil.Process(child).ppid() == agent.pid

@@ -1,45 +1,86 @@
-"""The agent's command line refuses bad input with a clear message before connecting anywhere."""
+"""The agent's command line refuses bad input with a clear message before connecting anywhere, and takes its token
+only from a file or the environment (then gone from the environment), keeping just the key derived from it."""
 
 from __future__ import annotations
 
-import pytest
+import os
 
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from contracts.signing import agent_mac_key, public_key_text
 from worker_agent.cli import parse_args
+
+CONTROL_KEY = public_key_text(Ed25519PrivateKey.generate().public_key())
+
+
+@pytest.fixture
+def token_file(tmp_path):
+    path = tmp_path / "agent.token"
+    path.write_text("tfa_from_file\n")
+    path.chmod(0o600)
+    return path
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (
-            ["--host", "a", "--token", "t", "--port-range", "80-90"],
-            "ports must satisfy 1024 <= first <= last",
-        ),
-        (
-            ["--host", "a", "--token", "t", "--port-range", "23099-23000"],
-            "ports must satisfy 1024 <= first <= last",
-        ),
-        (["--host", "a", "--token", "t", "--port-range", "lots"], "is not a port range like 23000-23099"),
-        (["--host", "Not_A_Host", "--token", "t"], "is not a host name"),
-        (["--host", "a"], "an agent token is required"),
-        (
-            ["--host", "a", "--token", "t", "--heartbeat-interval", "0"],
-            "--heartbeat-interval must be between",
-        ),
+        (["--host", "a", "--port-range", "80-90"], "ports must satisfy 1024 <= first <= last"),
+        (["--host", "a", "--port-range", "23099-23000"], "ports must satisfy 1024 <= first <= last"),
+        (["--host", "a", "--port-range", "lots"], "is not a port range like 23000-23099"),
+        (["--host", "Not_A_Host"], "is not a host name"),
+        (["--host", "a", "--heartbeat-interval", "0"], "--heartbeat-interval must be between"),
+        (["--host", "a", "--control-key", "not-a-key"], "--control-key: not a base64 Ed25519 public key"),
+        (["--host", "a", "--control-key", ""], "the control plane's public key is required"),
     ],
 )
-def test_it_rejects_bad_arguments(argv, message, capsys, monkeypatch):
+def test_it_rejects_bad_arguments(argv, message, capsys, monkeypatch, token_file):
     monkeypatch.delenv("TFDASH_AGENT_TOKEN", raising=False)
+    monkeypatch.delenv("TFDASH_CONTROL_PUBLIC_KEY", raising=False)
+    if "--control-key" not in argv:
+        argv = [*argv, "--control-key", CONTROL_KEY]
     with pytest.raises(SystemExit) as exit_info:
-        parse_args(argv)
+        parse_args([*argv, "--token-file", str(token_file)])
 
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
 
 
-def test_it_reads_the_token_from_the_environment(monkeypatch):
+def test_it_requires_a_token(capsys, monkeypatch):
+    monkeypatch.delenv("TFDASH_AGENT_TOKEN", raising=False)
+    with pytest.raises(SystemExit):
+        parse_args(["--host", "a", "--control-key", CONTROL_KEY])
+
+    assert "an agent token is required: --token-file FILE or env TFDASH_AGENT_TOKEN" in capsys.readouterr().err
+
+
+def test_there_is_no_token_flag(capsys, monkeypatch):
+    """A flag shows in `ps` to every user of the machine."""
+    monkeypatch.setenv("TFDASH_AGENT_TOKEN", "tfa_from_env")
+    with pytest.raises(SystemExit):
+        parse_args(["--host", "a", "--control-key", CONTROL_KEY, "--token", "tfa_on_the_command_line"])
+
+    assert "unrecognized arguments: --token" in capsys.readouterr().err
+
+
+def test_it_takes_the_token_from_the_environment_and_removes_it(monkeypatch):
     monkeypatch.setenv("TFDASH_AGENT_TOKEN", "tfa_from_env")
 
-    args = parse_args(["--host", "gpu-1", "--port-range", "23000-23099"])
+    args = parse_args(["--host", "gpu-1", "--port-range", "23000-23099", "--control-key", CONTROL_KEY])
 
-    assert args.token == "tfa_from_env"
+    assert "TFDASH_AGENT_TOKEN" not in os.environ  # no child process can inherit it
+    assert args.mac_key == agent_mac_key("tfa_from_env", "gpu-1")
+    assert not any("tfa_from_env" in repr(value) for value in vars(args).values())  # only the derived key is kept
+    assert public_key_text(args.control_key) == CONTROL_KEY
     assert args.port_range == (23000, 23099)
+
+
+def test_it_reads_the_token_and_control_key_from_files(monkeypatch, token_file, tmp_path):
+    monkeypatch.delenv("TFDASH_AGENT_TOKEN", raising=False)
+    key_file = tmp_path / "control.pub"
+    key_file.write_text(CONTROL_KEY + "\n")
+
+    args = parse_args(["--host", "gpu-1", "--token-file", str(token_file), "--control-key-file", str(key_file)])
+
+    assert args.mac_key == agent_mac_key("tfa_from_file", "gpu-1")
+    assert public_key_text(args.control_key) == CONTROL_KEY

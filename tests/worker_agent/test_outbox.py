@@ -20,11 +20,11 @@ from contracts.protocol import (
     HOST_SAMPLES,
     METRICS_QUEUE,
     ORCHESTRATOR_QUEUE,
-    PROTOCOL_VERSION,
     TASK_EVENT,
     TASK_LOGS,
     TASK_METRICS,
 )
+from contracts.signing import agent_mac_key, open_sealed
 from tests.support.processes import ManagedProcess, wait_until
 from worker_agent.outbox import Outbox
 
@@ -45,14 +45,22 @@ class FlakyTransport:
 
     def __call__(self, task_name: str, envelope: dict[str, Any], queue: str = ORCHESTRATOR_QUEUE) -> None:
         self.gate.wait()
-        self.attempts.append((time.monotonic(), envelope["body"]["n"]))
+        self.attempts.append((time.monotonic(), body_of(envelope)["n"]))
         if self.failures_left > 0:
             self.failures_left -= 1
             raise ConnectionRefusedError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
         self.delivered.append((task_name, envelope))
 
     def numbers(self) -> list[int]:
-        return [envelope["body"]["n"] for _, envelope in self.delivered]
+        return [body_of(envelope)["n"] for _, envelope in self.delivered]
+
+
+KEY = agent_mac_key("tfa_token", "gpu-1")
+
+
+def body_of(envelope: dict) -> object:
+    """What a sealed envelope carries (unverified: these tests look at order and content)."""
+    return json.loads(envelope["signed"])["body"]
 
 
 def free_port() -> int:
@@ -63,22 +71,22 @@ def free_port() -> int:
 
 def test_it_wraps_each_body_in_the_host_envelope():
     transport = FlakyTransport()
-    outbox = Outbox(UNUSED_APP, "gpu-1", "tfa_token", transport=transport)
+    outbox = Outbox(UNUSED_APP, "gpu-1", KEY, transport=transport)
 
     outbox.send(TASK_EVENT, {"n": 0})
 
     assert outbox.flush(5)
     [(name, envelope)] = transport.delivered
     assert name == TASK_EVENT
-    assert envelope["host"] == "gpu-1" and envelope["token"] == "tfa_token"
-    assert envelope["body"] == {"n": 0} and envelope["protocol"] == PROTOCOL_VERSION
-    assert abs(envelope["sent_at"] - time.time()) < 5
+    opened = open_sealed(envelope, KEY, TASK_EVENT, max_age_s=5)  # sealed under the host's key, fresh
+    assert (opened.host, opened.body) == ("gpu-1", {"n": 0})
+    assert set(envelope) == {"host", "signed", "mac"}
     outbox.stop()
 
 
 def test_it_retries_the_oldest_message_first_and_keeps_the_order():
     transport = FlakyTransport(failures=4)
-    outbox = Outbox(UNUSED_APP, "gpu-1", "t", transport=transport)
+    outbox = Outbox(UNUSED_APP, "gpu-1", KEY, transport=transport)
 
     for n in range(10):
         outbox.send(TASK_LOGS if n % 2 else TASK_EVENT, {"n": n})
@@ -92,7 +100,7 @@ def test_it_retries_the_oldest_message_first_and_keeps_the_order():
 
 def test_its_backoff_grows_and_stays_under_the_cap():
     transport = FlakyTransport(failures=8)
-    outbox = Outbox(UNUSED_APP, "gpu-1", "t", transport=transport, max_backoff_s=0.2)
+    outbox = Outbox(UNUSED_APP, "gpu-1", KEY, transport=transport, max_backoff_s=0.2)
 
     outbox.send(TASK_EVENT, {"n": 0})
 
@@ -108,7 +116,7 @@ def test_its_backoff_grows_and_stays_under_the_cap():
 def test_send_never_blocks_or_raises_while_the_broker_hangs():
     transport = FlakyTransport()
     transport.gate.clear()  # the first publish hangs, as a connect to a black-holed broker would
-    outbox = Outbox(UNUSED_APP, "gpu-1", "t", transport=transport)
+    outbox = Outbox(UNUSED_APP, "gpu-1", KEY, transport=transport)
 
     started = time.monotonic()
     for n in range(100):
@@ -120,13 +128,14 @@ def test_send_never_blocks_or_raises_while_the_broker_hangs():
     assert outbox.pending() == 101
     transport.gate.set()
     assert outbox.flush(5)
+    assert outbox.dropped == 1  # what cannot be sealed is dropped (logged), not retried forever
     outbox.stop()
 
 
 def test_a_full_outbox_drops_log_batches_before_events():
     transport = FlakyTransport()
     transport.gate.clear()
-    outbox = Outbox(UNUSED_APP, "gpu-1", "t", transport=transport, max_queued=4)
+    outbox = Outbox(UNUSED_APP, "gpu-1", KEY, transport=transport, max_queued=4)
 
     outbox.send(TASK_EVENT, {"n": 0})  # taken by the publisher, hanging
     wait_until(lambda: outbox._in_flight, timeout=5, what="the first publish to start")
@@ -142,7 +151,7 @@ def test_a_full_outbox_drops_log_batches_before_events():
 
 def test_stop_gives_up_on_a_broker_that_never_returns():
     transport = FlakyTransport(failures=10**9)
-    outbox = Outbox(UNUSED_APP, "gpu-1", "t", transport=transport, max_backoff_s=0.05)
+    outbox = Outbox(UNUSED_APP, "gpu-1", KEY, transport=transport, max_backoff_s=0.05)
     outbox.send(TASK_EVENT, {"n": 0})
 
     assert not outbox.flush(0.3)
@@ -158,7 +167,7 @@ def test_an_event_sent_while_redis_is_down_arrives_once_it_is_up(tmp_path):
     url = f"redis://127.0.0.1:{port}/0"
     app = Celery("outbox-redis-test", broker=url, set_as_current=False)
     app.conf.broker_connection_timeout = 1  # fail each attempt fast; the outbox retries
-    outbox = Outbox(app, "gpu-1", "t")
+    outbox = Outbox(app, "gpu-1", KEY)
     for n in range(3):
         outbox.send(TASK_EVENT, {"n": n})
 
@@ -181,7 +190,7 @@ def test_an_event_sent_while_redis_is_down_arrives_once_it_is_up(tmp_path):
     # kombu LPUSHes and consumers BRPOP: the oldest message is at the right end.
     messages = [json.loads(item) for item in reversed(raw)]
     assert [m["headers"]["task"] for m in messages] == [TASK_EVENT] * 3
-    bodies = [json.loads(base64.b64decode(m["body"]))[0][0]["body"] for m in messages]
+    bodies = [body_of(json.loads(base64.b64decode(m["body"]))[0][0]) for m in messages]
     assert bodies == [{"n": 0}, {"n": 1}, {"n": 2}]
 
 
@@ -192,12 +201,12 @@ class QueueTransport:
         self.delivered: list[tuple[str, int, str]] = []  # (task name, n, queue)
 
     def __call__(self, task_name: str, envelope: dict[str, Any], queue: str) -> None:
-        self.delivered.append((task_name, envelope["body"]["n"], queue))
+        self.delivered.append((task_name, body_of(envelope)["n"], queue))
 
 
 def test_each_message_goes_to_its_queue_in_order_and_the_orchestrator_queue_by_default():
     transport = QueueTransport()
-    outbox = Outbox(UNUSED_APP, "gpu-1", "t", transport=transport)
+    outbox = Outbox(UNUSED_APP, "gpu-1", KEY, transport=transport)
 
     for n in range(6):
         if n % 2:
@@ -220,7 +229,7 @@ def test_each_message_goes_to_its_queue_in_order_and_the_orchestrator_queue_by_d
 def test_a_full_outbox_drops_host_samples_then_logs_before_anything_else():
     transport = FlakyTransport()
     transport.gate.clear()
-    outbox = Outbox(UNUSED_APP, "gpu-1", "t", transport=transport, max_queued=4)
+    outbox = Outbox(UNUSED_APP, "gpu-1", KEY, transport=transport, max_queued=4)
 
     outbox.send(TASK_EVENT, {"n": 0})  # taken by the publisher, hanging
     wait_until(lambda: outbox._in_flight, timeout=5, what="the first publish to start")
@@ -245,7 +254,7 @@ def test_metric_traffic_lands_in_the_metrics_stream_of_redis(tmp_path):
          "--dir", str(tmp_path)],
         {**os.environ},
     )  # fmt: skip
-    outbox = Outbox(Celery("outbox-queues-test", broker=url, set_as_current=False), "gpu-1", "t")
+    outbox = Outbox(Celery("outbox-queues-test", broker=url, set_as_current=False), "gpu-1", KEY)
     try:
         server.wait_for_line("Ready to accept connections", timeout=15)
         outbox.send(TASK_EVENT, {"n": 0})
@@ -262,8 +271,8 @@ def test_metric_traffic_lands_in_the_metrics_stream_of_redis(tmp_path):
 
     assert [json.loads(item)["headers"]["task"] for item in events] == [TASK_EVENT]
     reports = [(fields[b"name"].decode(), json.loads(fields[b"envelope"])) for _id, fields in entries]
-    assert [(name, envelope["body"]["n"]) for name, envelope in reports] == [
+    assert [(name, body_of(envelope)["n"]) for name, envelope in reports] == [
         (HOST_SAMPLES, 1),
         *((TASK_METRICS, n) for n in range(2, 302)),
     ]
-    assert all(envelope["host"] == "gpu-1" and envelope["token"] == "t" for _name, envelope in reports)
+    assert all(open_sealed(envelope, KEY, name, max_age_s=60).host == "gpu-1" for name, envelope in reports)

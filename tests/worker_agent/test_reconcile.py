@@ -22,6 +22,7 @@ from contracts.protocol import (
     TaskReport,
     parse_task_report,
 )
+from contracts.signing import agent_mac_key, open_sealed
 from tests.support.processes import wait_until
 from tests.worker_agent.recording import Recorder, gone
 from tests.worker_agent.supervision.specs import PROGRAMS, spec_for
@@ -186,6 +187,9 @@ class _Broker:
         self.sent.append((name, args[0]))
 
 
+KEY = agent_mac_key("tfa_t", "h")
+
+
 def test_every_report_carries_the_task_report_and_it_survives_the_wire():
     report = TaskReport(
         running=[RunningTask(job_id=1, task_id=2, attempt=1, pid=321)],
@@ -196,7 +200,7 @@ def test_every_report_carries_the_task_report_and_it_survives_the_wire():
     beat = Heartbeat(
         broker,  # type: ignore[arg-type]
         host="h",
-        token="t",
+        key=KEY,
         interval_s=1,
         facts=lambda: HostFacts(cpu_count=1, memory_total_mb=1),
         tasks=lambda: report,
@@ -207,6 +211,8 @@ def test_every_report_carries_the_task_report_and_it_survives_the_wire():
 
     (hello_name, hello), (beat_name, heartbeat) = broker.sent
     assert (hello_name, beat_name) == (AGENT_HELLO, AGENT_HEARTBEAT)
-    assert parse_task_report(json.loads(json.dumps(hello["tasks"]))) == report
-    assert parse_task_report(json.loads(json.dumps(heartbeat["tasks"]))) == report
+    hello_body = open_sealed(json.loads(json.dumps(hello)), KEY, AGENT_HELLO, max_age_s=60).body
+    beat_body = open_sealed(json.loads(json.dumps(heartbeat)), KEY, AGENT_HEARTBEAT, max_age_s=60).body
+    assert parse_task_report(hello_body["tasks"]) == report
+    assert parse_task_report(beat_body["tasks"]) == report
     assert parse_task_report(None) is None

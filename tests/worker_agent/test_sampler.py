@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from contracts.protocol import (
     HOST_SAMPLES,
@@ -26,6 +27,7 @@ from contracts.protocol import (
     TASK_EVENT,
     TASK_METRICS,
 )
+from contracts.signing import public_key_text
 from tests.support.processes import wait_until
 from worker_agent.app import Agent
 from worker_agent.cli import parse_args
@@ -262,24 +264,33 @@ def test_the_sampler_refuses_an_interval_out_of_range(interval):
         Sampler(Captured(), interval_s=interval)
 
 
+@pytest.fixture
+def agent_args(tmp_path) -> list[str]:  # type: ignore[no-untyped-def]
+    """What every agent command line needs besides the interval: a host, a token file, the control key."""
+    token_file = tmp_path / "token"
+    token_file.write_text("tfa_t")
+    control_key = public_key_text(Ed25519PrivateKey.generate().public_key())
+    return ["--host", "a", "--token-file", str(token_file), "--control-key", control_key]
+
+
 @pytest.mark.parametrize("value", ["0.05", "61", "nan", "-1"])
-def test_the_cli_refuses_a_sample_interval_out_of_range(value, capsys):
+def test_the_cli_refuses_a_sample_interval_out_of_range(value, capsys, agent_args):
     with pytest.raises(SystemExit) as exit_info:
-        parse_args(["--host", "a", "--token", "t", "--sample-interval", value])
+        parse_args([*agent_args, "--sample-interval", value])
 
     assert exit_info.value.code == 2
     assert "--sample-interval must be between 0.1 and 60 seconds" in capsys.readouterr().err
 
 
-def test_the_cli_takes_the_sample_interval_from_flag_env_or_default(monkeypatch, capsys):
+def test_the_cli_takes_the_sample_interval_from_flag_env_or_default(monkeypatch, capsys, agent_args):
     monkeypatch.delenv("TFDASH_SAMPLE_INTERVAL", raising=False)
-    assert parse_args(["--host", "a", "--token", "t"]).sample_interval == 1.0
-    assert parse_args(["--host", "a", "--token", "t", "--sample-interval", "0.1"]).sample_interval == 0.1
+    assert parse_args(agent_args).sample_interval == 1.0
+    assert parse_args([*agent_args, "--sample-interval", "0.1"]).sample_interval == 0.1
     monkeypatch.setenv("TFDASH_SAMPLE_INTERVAL", "5")
-    assert parse_args(["--host", "a", "--token", "t"]).sample_interval == 5.0
+    assert parse_args(agent_args).sample_interval == 5.0
     monkeypatch.setenv("TFDASH_SAMPLE_INTERVAL", "often")
     with pytest.raises(SystemExit):
-        parse_args(["--host", "a", "--token", "t"])
+        parse_args(agent_args)
     assert "invalid float value: 'often'" in capsys.readouterr().err
 
 
@@ -312,11 +323,18 @@ def test_task_metrics_and_artifacts_go_to_the_metrics_queue(sent, tmp_path: Path
 
 
 def test_the_agent_routes_the_supervisors_reports_by_queue(tmp_path: Path):
-    agent = Agent(server="redis://127.0.0.1:1/0", host="gpu-1", token="t", workdir=tmp_path, sample_interval_s=2.5)
+    agent = Agent(
+        server="redis://127.0.0.1:1/0",
+        host="gpu-1",
+        mac_key=b"k" * 32,
+        control_key=Ed25519PrivateKey.generate().public_key(),
+        workdir=tmp_path,
+        sample_interval_s=2.5,
+    )
     delivered: list[tuple[str, str]] = []
     agent.outbox.stop()
     agent.outbox = Outbox(
-        agent.app, "gpu-1", "t", transport=lambda name, envelope, queue: delivered.append((name, queue))
+        agent.app, "gpu-1", b"k" * 32, transport=lambda name, envelope, queue: delivered.append((name, queue))
     )
     try:
         agent._report(TASK_EVENT, {"n": 0})  # the supervisor's own (name, body) calls: events, logs

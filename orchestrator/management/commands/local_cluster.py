@@ -1,6 +1,7 @@
 """Register (or refresh) the local cluster the quick start runs: N hosts on this machine, disjoint port ranges.
 
-Prints one JSON object per host with a fresh agent token, for the process that starts the agents.
+Prints one JSON object: the control plane's public key (every agent pins it) and, per host, a fresh agent token, for
+the process that starts the agents.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
+from orchestrator.agents.keys import control_public_key
 from orchestrator.models import Cluster, Host
 
 FIRST_PORT = 23000
@@ -30,7 +32,12 @@ class Command(BaseCommand):
             action="store_true",
             help="each host's address is its own name (one container per agent, as in docker-compose)",
         )
-        parser.add_argument("--token-dir", type=Path, help="also write each token to DIR/<host>.token (mode 0600)")
+        parser.add_argument(
+            "--token-dir",
+            type=Path,
+            help="also write each host's token to DIR/<host>/token (mode 0600) beside the control public key "
+            "(DIR/<host>/control.pub): one folder per host, so each agent can be given its own alone",
+        )
         parser.add_argument("--shared-dir", default="", help="the cluster's shared folder for checkpoints/artifacts")
 
     @transaction.atomic
@@ -67,11 +74,15 @@ class Command(BaseCommand):
                 },
             )
             token = host.issue_token()
-            host.save(update_fields=["token_hash"])
+            host.save(update_fields=["agent_key"])
             if token_dir is not None:
-                token_dir.mkdir(parents=True, exist_ok=True)
-                token_file = token_dir / f"{host.name}.token"
+                host_dir = token_dir / host.name
+                host_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+                token_file = host_dir / "token"
                 token_file.touch(mode=0o600, exist_ok=True)
                 token_file.write_text(token)
+                # Beside the token, for an agent started with --control-key-file.
+                (host_dir / "control.pub").write_text(control_public_key() + "\n")
             out.append({"host": host.name, "token": token, "port_range": f"{host.port_min}-{host.port_max}"})
-        self.stdout.write(json.dumps({"cluster_id": the_cluster.pk, "hosts": out}))
+        # The public key every agent pins to check the orders it is sent.
+        self.stdout.write(json.dumps({"cluster_id": the_cluster.pk, "control_key": control_public_key(), "hosts": out}))

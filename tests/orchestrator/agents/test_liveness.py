@@ -75,5 +75,5 @@ def test_it_refuses_a_wrong_token_and_changes_nothing(orchestrator, start_agent)
     assert unchanged.cpu_count is None
     assert not Host.objects.filter(name="never-registered").exists()
     log = orchestrator.output()
-    assert f"agent message refused: bad credentials for host '{host.name}'" in log
-    assert "agent message refused: bad credentials for host 'never-registered'" in log
+    assert f"refused: bad credentials: host '{host.name}'" in log
+    assert "refused: bad credentials: host 'never-registered'" in log

@@ -10,6 +10,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from celery import Celery
@@ -17,11 +18,21 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from contracts.protocol import AGENT_HEARTBEAT, AgentMessage, HostFacts, RecordedExit, RunningTask, TaskReport
+from contracts.protocol import (
+    AGENT_HEARTBEAT,
+    AGENT_HELLO,
+    HostFacts,
+    HostReport,
+    RecordedExit,
+    RunningTask,
+    TaskReport,
+)
+from contracts.signing import agent_mac_key
 from orchestrator.agents import reconcile, reports
 from orchestrator.models import Host, HostStatus, Job, JobState, Task, TaskState
 from tests import factories
 from tests.support.processes import wait_until
+from tests.support.wire import sealed
 from tests.worker_agent.recording import gone
 from worker_agent.heartbeat import Heartbeat
 
@@ -63,7 +74,9 @@ def standing_in_for(host: Host, token: str, redis_url: str) -> Iterator[None]:
     """Heartbeats for `host` from the test while its agent restarts, so a slow start on a loaded machine cannot make
     the watchdog declare the host lost first (a real restart beats the default 15 s timeout; the tests' is 4 s)."""
     app = Celery("stand-in", broker=redis_url, set_as_current=False)
-    beat = Heartbeat(app, host=host.name, token=token, interval_s=0.5, facts=lambda: HostFacts(2, 1024))
+    beat = Heartbeat(
+        app, host=host.name, key=agent_mac_key(token, host.name), interval_s=0.5, facts=lambda: HostFacts(2, 1024)
+    )
     stopped = threading.Event()
 
     def run() -> None:
@@ -164,10 +177,12 @@ def orders(monkeypatch):
     return sent
 
 
-def report_of(host: Host, token: str, tasks: TaskReport | None) -> dict:
-    return AgentMessage(
-        host=host.name, token=token, facts=HostFacts(cpu_count=2, memory_total_mb=1024), tasks=tasks
-    ).to_payload()
+def report_of(host: Host, token: str, tasks: TaskReport | None, *, hello: bool = False, raw_tasks: Any = None) -> dict:
+    """A heartbeat (or hello) as `host`'s agent seals it; `raw_tasks`: a task section as it comes, malformed."""
+    body = HostReport(facts=HostFacts(cpu_count=2, memory_total_mb=1024), tasks=tasks).to_body()
+    if raw_tasks is not None:
+        body["tasks"] = raw_tasks
+    return sealed(host.name, token, AGENT_HELLO if hello else AGENT_HEARTBEAT, body)
 
 
 def running(job: Job, *tasks: Task) -> list[RunningTask]:
@@ -216,7 +231,7 @@ def test_a_restarted_agents_lost_exits_send_the_job_through_its_policy(placed, o
     detail = "the agent restarted; its process (pid 1000) was still running and was killed"
     exits = [RecordedExit(job_id=job.pk, task_id=w0.pk, attempt=1, seq=SEQ + 9, pid=1000, detail=detail, lost=True)]
 
-    reports.handle_report(report_of(host, token, TaskReport(exits=exits, events_upto=SEQ + 9)), hello=True)
+    reports.handle_report(report_of(host, token, TaskReport(exits=exits, events_upto=SEQ + 9), hello=True), hello=True)
 
     assert (fresh(w0).state, fresh(w0).detail) == (TaskState.LOST, detail)
     assert fresh(w1).state == TaskState.LOST
@@ -321,9 +336,8 @@ def test_processes_that_are_not_active_tasks_here_are_killed(placed, orders):
 def test_reports_without_tasks_or_malformed_ones_converge_nothing(placed, orders):
     host, token, job, (w0, _w1) = placed
 
-    reports.handle_report(report_of(host, token, None), hello=True)
-    bad = report_of(host, token, None)
-    bad["tasks"] = {"running": [{"task_id": "w0"}]}
+    reports.handle_report(report_of(host, token, None, hello=True), hello=True)
+    bad = report_of(host, token, None, raw_tasks={"running": [{"task_id": "w0"}]})
     assert reports.handle_report(bad, hello=False)  # a malformed report is logged; the heartbeat still counts
 
     assert fresh(w0).state == TaskState.RUNNING

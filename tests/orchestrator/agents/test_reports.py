@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from contracts.protocol import AgentMessage, HostFacts
+from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, HostFacts, HostReport
 from orchestrator.agents import reports
 from orchestrator.models import Host, HostStatus
 from tests import factories
+from tests.support.wire import sealed
 
 pytestmark = pytest.mark.django_db
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.django_db
 )
 def test_a_host_claiming_an_impossible_size_is_refused_and_changes_nothing(facts, caplog):
     host, token = factories.host("liar-0")
-    payload = AgentMessage(host=host.name, token=token, facts=facts).to_payload()
+    payload = sealed(host.name, token, AGENT_HELLO, HostReport(facts=facts).to_body())
 
     assert not reports.handle_report(payload, hello=True)
 
@@ -30,8 +31,9 @@ def test_a_host_claiming_an_impossible_size_is_refused_and_changes_nothing(facts
 
 def test_a_host_claiming_a_million_gpus_is_refused_before_any_list_is_built():
     host, token = factories.host("liar-1")
-    payload = AgentMessage(host=host.name, token=token, facts=HostFacts(cpu_count=2, memory_total_mb=1)).to_payload()
-    payload["facts"]["gpus"] = [{"index": 0, "name": "fake", "memory_total_mb": 1}] * 10**6
+    body = HostReport(facts=HostFacts(cpu_count=2, memory_total_mb=1)).to_body()
+    body["facts"]["gpus"] = [{"index": 0, "name": "fake", "memory_total_mb": 1}] * 10**6
+    payload = sealed(host.name, token, AGENT_HEARTBEAT, body)
 
     assert not reports.handle_report(payload, hello=False)
     assert Host.objects.get(pk=host.pk).gpus == []

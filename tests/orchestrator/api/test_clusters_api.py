@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from orchestrator.agents.keys import control_public_key
 from orchestrator.models import Cluster, Host
 from tests import factories
 
@@ -58,7 +59,7 @@ def test_it_lists_hosts_with_status_heartbeat_and_devices(alice):
     assert "last_heartbeat" in rows[0]
     assert rows[0]["devices"] == ["CPU slot 0", "CPU slot 1"]
     assert "agent_token" not in rows[0]
-    assert "token_hash" not in rows[0]
+    assert "token_hash" not in rows[0] and "agent_key" not in rows[0]
 
 
 def test_a_non_staff_user_cannot_create_clusters_or_hosts(alice):
@@ -96,7 +97,8 @@ def test_staff_registers_a_host_and_gets_its_token_once(staff):
 
     host = Host.objects.get(name="gpu-2")
     assert host.check_token(body["agent_token"])
-    assert f"--host gpu-2 --token {body['agent_token']}" in body["agent_command"]
+    assert body["agent_token"] not in body["agent_command"]  # a command line shows in `ps`
+    assert f"--host gpu-2 --token-file tfdash-agent.token --control-key {control_public_key()}" in body["agent_command"]
     assert "agent_token" not in client.get(f"/api/clusters/{cluster.pk}/hosts/{host.pk}/").json()
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -10,10 +9,11 @@ from typing import Any
 import pytest
 import redis
 
-from contracts.protocol import METRICS_QUEUE
+from contracts.protocol import HOST_SAMPLES, METRICS_QUEUE, TASK_ARTIFACT, TASK_LOGS, TASK_METRICS
 from orchestrator.metrics.stream import dead_letter_stream
 from orchestrator.models import Job, Task
 from tests import factories
+from tests.support.wire import sealed
 
 
 @pytest.fixture
@@ -37,6 +37,16 @@ def running(django_user_model):  # type: ignore[no-untyped-def]
     return owner, host, token, job, task
 
 
-def envelope(host: Any, token: str, body: dict[str, Any]) -> dict[str, Any]:
-    """What an agent's outbox sends: the body wrapped with the host's name and token."""
-    return {"host": host.name, "token": token, "body": body, "sent_at": time.time(), "protocol": 1}
+def envelope(host: Any, token: str, body: Any, name: str = "") -> dict[str, Any]:
+    """What an agent's outbox sends: the body sealed by the host (contracts/signing.py) as report `name`, by default
+    the kind of report the body is."""
+    return sealed(host.name, token, name or _kind_of(body), body)
+
+
+def _kind_of(body: Any) -> str:
+    if not isinstance(body, dict):
+        return TASK_METRICS
+    for field, name in (("events", TASK_METRICS), ("samples", HOST_SAMPLES), ("lines", TASK_LOGS)):
+        if field in body:
+            return name
+    return TASK_ARTIFACT

@@ -11,12 +11,14 @@ import redis
 from celery import Celery
 
 from contracts.protocol import METRICS_GROUP, TASK_METRICS
+from contracts.signing import agent_mac_key
 from orchestrator import counters
 from orchestrator.agents import auth
 from orchestrator.metrics.stream import DEAD_LETTERED, MetricsConsumer, dead_letter_stream
 from orchestrator.models import Job, MetricPoint, Task
 from tests import factories
 from tests.support.processes import wait_until
+from tests.support.wire import sealed
 from worker_agent.outbox import Outbox
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,7 +39,7 @@ def metric(step: int, **values: float) -> dict:
 
 
 def add(client: redis.Redis, stream: str, host, token: str, body: dict) -> None:  # type: ignore[no-untyped-def]
-    envelope = {"host": host.name, "token": token, "body": body, "sent_at": time.time(), "protocol": 1}
+    envelope = sealed(host.name, token, TASK_METRICS, body)
     client.xadd(stream, {"name": TASK_METRICS, "envelope": json.dumps(envelope)})
 
 
@@ -51,7 +53,8 @@ def test_what_an_agent_outbox_sends_is_stored_and_leaves_the_stream(stream, runn
     client, name = stream
     host, token, job, task = running
     ingest = consumer(client, name)
-    outbox = Outbox(Celery("stream-test", broker=redis_url, set_as_current=False), host.name, token, streams=[name])
+    app = Celery("stream-test", broker=redis_url, set_as_current=False)
+    outbox = Outbox(app, host.name, agent_mac_key(token, host.name), streams=[name])
     for step in range(1, 301):
         outbox.send(TASK_METRICS, {"task_id": task.pk, "attempt": 1, "events": [metric(step, loss=1 / step)]},
                     queue=name)  # fmt: skip

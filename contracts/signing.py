@@ -1,0 +1,266 @@
+"""How messages are authenticated on the wire, both ways (part of the protocol; see contracts/protocol.py).
+
+Agent -> orchestrator (`seal`, `open_sealed`): no token travels. Each message carries its host, a timestamp, a random
+nonce, its name (the Celery task or stream report it is) and its body, all inside `signed`, a JSON text; `mac` is
+HMAC-SHA256 over exactly those bytes under the host's MAC key, which HKDF derives from the agent token, bound to the
+host's name and to this purpose (`agent_mac_key`). The orchestrator keeps that derived key (encrypted at rest), never
+the token. Signing a text rather than a re-serialised object means both sides MAC the same bytes, whatever a
+transport does to key order or number formats.
+
+Orchestrator -> agent (`sign_order`, `open_order`): orders are signed with the control plane's Ed25519 private key;
+an agent pins the matching public key given at registration. The envelope carries a random order id, the host it is
+for, when it was issued, its kind and its body. The agent refuses an order that is unsigned, badly signed, for
+another host or another kind, outside the freshness window, or already seen (worker_agent/seen_orders.py).
+
+Freshness, on the receiver's clock: a message is accepted from `ts - max_skew` up to `ts + max_age`. The bounds are
+arguments: the orchestrator's are settings (config/settings.py), the agent's ORDER_MAX_AGE_S and MAX_CLOCK_SKEW_S.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hmac as crypto_hmac
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+# Version of the wire these envelopes are (contracts.protocol.PROTOCOL_VERSION re-exports it).
+WIRE_VERSION = 3
+
+# An order older than this (agent's clock) is refused: held in the broker while the agent was down, or captured and
+# replayed. Convergence resends an unanswered order as a fresh one every TFDASH_ORDER_RESEND_S (10 s by default), so
+# a refused stale order costs a short delay, never a lost launch or kill.
+ORDER_MAX_AGE_S = 60.0
+# How far ahead of the receiver's clock a timestamp may be (clocks of two machines disagree a little; NTP keeps them
+# well within this).
+MAX_CLOCK_SKEW_S = 30.0
+
+_SALT = b"tfdash agent-mac v3"
+_PURPOSE = b"agent->orchestrator message MAC"
+NONCE_BYTES = 16
+MAX_SIGNED_CHARS = 64 * 1024 * 1024  # an artifact is the largest report; nothing legitimate comes near this
+
+
+class Refused(ValueError):
+    """A message that must not be acted on; `reason` is one of the REASON_* values (for counting)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+# Why a message was refused. BAD_CREDENTIALS covers an unknown host and a wrong MAC alike (a prober learns nothing).
+BAD_CREDENTIALS = "bad credentials"
+MALFORMED = "malformed"
+STALE = "stale"
+REPLAYED = "replayed"
+MISDIRECTED = "misdirected"
+
+
+def agent_mac_key(token: str, host: str) -> bytes:
+    """The key an agent's messages are MACed with: HKDF-SHA256 of its token, bound to the host's name and this use.
+    One-way: the key does not give the token back, and a token for another host gives another key."""
+    hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=_SALT, info=_PURPOSE + b"\x00" + host.encode("utf-8"))
+    return hkdf.derive(token.encode("utf-8"))
+
+
+def _mac(key: bytes, data: bytes) -> bytes:
+    mac = crypto_hmac.HMAC(key, hashes.SHA256())
+    mac.update(data)
+    return mac.finalize()
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def seal(key: bytes, host: str, name: str, body: Any, *, now: float | None = None) -> dict[str, Any]:
+    """An agent -> orchestrator envelope for `body` (JSON-able) as message `name`."""
+    signed = _dumps(
+        {
+            "protocol": WIRE_VERSION,
+            "host": host,
+            "name": name,
+            "ts": time.time() if now is None else now,
+            "nonce": secrets.token_hex(NONCE_BYTES),
+            "body": body,
+        }
+    )
+    return {"host": host, "signed": signed, "mac": _mac(key, signed.encode("utf-8")).hex()}
+
+
+def envelope_host(envelope: Any) -> str:
+    """The host an envelope claims to come from (unverified), for finding its key; Refused when there is none."""
+    if not isinstance(envelope, dict) or not isinstance(envelope.get("host"), str) or not envelope["host"]:
+        raise Refused(MALFORMED, "not an agent envelope")
+    return str(envelope["host"])[:100]
+
+
+@dataclass(frozen=True)
+class Opened:
+    host: str
+    name: str
+    ts: float
+    nonce: str
+    body: Any
+
+
+def open_sealed(
+    envelope: Any,
+    key: bytes | None,
+    name: str,
+    *,
+    max_age_s: float,
+    max_skew_s: float = MAX_CLOCK_SKEW_S,
+    now: float | None = None,
+) -> Opened:
+    """The verified content of an envelope sealed under `key` (None: the host is unknown) as message `name`, or
+    Refused. The MAC is checked before anything inside `signed` is read."""
+    host = envelope_host(envelope)
+    signed, mac = envelope.get("signed"), envelope.get("mac")
+    if not isinstance(signed, str) or not isinstance(mac, str) or len(signed) > MAX_SIGNED_CHARS:
+        raise Refused(MALFORMED, "not an agent envelope")
+    try:
+        given = bytes.fromhex(mac)
+    except ValueError:
+        given = b""
+    if key is None or not secrets.compare_digest(given, _mac(key, signed.encode("utf-8"))):
+        raise Refused(BAD_CREDENTIALS, f"host {host!r}")
+    try:
+        content = json.loads(signed)
+        opened = Opened(
+            host=content["host"], name=content["name"], ts=float(content["ts"]), nonce=content["nonce"],
+            body=content["body"],
+        )  # fmt: skip
+        protocol = content["protocol"]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise Refused(MALFORMED, f"from {host!r}: {exc!r}") from exc
+    if protocol != WIRE_VERSION:
+        raise Refused(MALFORMED, f"{host!r} speaks protocol {protocol!r}, expected {WIRE_VERSION}")
+    if opened.host != host or opened.name != name:
+        raise Refused(MISDIRECTED, f"{opened.name!r} of {opened.host!r} presented as {name!r} of {host!r}")
+    if not isinstance(opened.nonce, str) or not 16 <= len(opened.nonce) <= 64:
+        raise Refused(MALFORMED, f"from {host!r}: no nonce")
+    check_fresh(opened.ts, max_age_s=max_age_s, max_skew_s=max_skew_s, now=now)
+    return opened
+
+
+def check_fresh(ts: float, *, max_age_s: float, max_skew_s: float = MAX_CLOCK_SKEW_S, now: float | None = None) -> None:
+    """Refused unless `ts` lies within [now - max_age_s, now + max_skew_s] (nan and infinities are refused too)."""
+    now = time.time() if now is None else now
+    if not now - max_age_s <= ts <= now + max_skew_s:
+        raise Refused(STALE, f"{now - ts:.1f} s old (accepted: {-max_skew_s:g} to {max_age_s:g})")
+
+
+# --- orders: orchestrator -> agent ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Order:
+    order_id: str
+    host: str
+    kind: str
+    issued_at: float
+    body: dict[str, Any]
+
+
+def sign_order(
+    private_key: Ed25519PrivateKey, host: str, kind: str, body: dict[str, Any], *, now: float | None = None
+) -> dict[str, Any]:
+    """An order for `host`'s agent, signed by the control plane (`now`: when it is issued, by default now)."""
+    text = _dumps(
+        {
+            "protocol": WIRE_VERSION,
+            "id": secrets.token_hex(NONCE_BYTES),
+            "host": host,
+            "kind": kind,
+            "issued_at": time.time() if now is None else now,
+            "body": body,
+        }
+    )
+    return {"order": text, "sig": base64.b64encode(private_key.sign(text.encode("utf-8"))).decode("ascii")}
+
+
+def open_order(
+    message: Any,
+    public_key: Ed25519PublicKey,
+    host: str,
+    kind: str,
+    *,
+    max_age_s: float = ORDER_MAX_AGE_S,
+    max_skew_s: float = MAX_CLOCK_SKEW_S,
+    now: float | None = None,
+) -> Order:
+    """The verified order, or Refused: unsigned, badly signed, for another host or kind, or outside the window.
+    Whether it was seen before is the caller's to check (it keeps the seen ids)."""
+    if not isinstance(message, dict) or not isinstance(message.get("order"), str) or not message.get("sig"):
+        raise Refused(MALFORMED, "unsigned")
+    text = message["order"]
+    try:
+        public_key.verify(base64.b64decode(str(message["sig"]), validate=True), text.encode("utf-8"))
+    except (InvalidSignature, binascii.Error, ValueError) as exc:
+        raise Refused(BAD_CREDENTIALS, "bad signature") from exc
+    try:
+        content = json.loads(text)
+        order = Order(
+            order_id=str(content["id"]), host=content["host"], kind=content["kind"],
+            issued_at=float(content["issued_at"]), body=content["body"],
+        )  # fmt: skip
+        protocol = content["protocol"]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise Refused(MALFORMED, repr(exc)) from exc
+    if protocol != WIRE_VERSION or not isinstance(order.body, dict):
+        raise Refused(MALFORMED, f"protocol {protocol!r}")
+    if order.host != host or order.kind != kind:
+        raise Refused(MISDIRECTED, f"a {order.kind!r} order for {order.host!r} delivered as {kind!r} to {host!r}")
+    check_fresh(order.issued_at, max_age_s=max_age_s, max_skew_s=max_skew_s, now=now)
+    return order
+
+
+# --- key formats ---------------------------------------------------------------------------------------------------
+def public_key_text(key: Ed25519PublicKey) -> str:
+    """The form an agent is given (`--control-key`): base64 of the raw 32 bytes."""
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return base64.b64encode(raw).decode("ascii")
+
+
+def load_public_key(text: str) -> Ed25519PublicKey:
+    """A public key as `public_key_text` writes it, or PEM; ValueError otherwise."""
+    text = text.strip()
+    if text.startswith("-----BEGIN"):
+        key = serialization.load_pem_public_key(text.encode("ascii"))
+        if not isinstance(key, Ed25519PublicKey):
+            raise ValueError("not an Ed25519 public key")
+        return key
+    try:
+        return Ed25519PublicKey.from_public_bytes(base64.b64decode(text, validate=True))
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError("not a base64 Ed25519 public key (32 bytes)") from exc
+
+
+def private_key_text(key: Ed25519PrivateKey) -> str:
+    """PEM (PKCS#8, unencrypted: the file's mode protects it)."""
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode("ascii")
+
+
+def load_private_key(text: str) -> Ed25519PrivateKey:
+    """A private key as PEM (PKCS#8) or base64 of the raw 32 bytes; ValueError otherwise."""
+    text = text.strip()
+    if text.startswith("-----BEGIN"):
+        key = serialization.load_pem_private_key(text.encode("ascii"), password=None)
+        if not isinstance(key, Ed25519PrivateKey):
+            raise ValueError("not an Ed25519 private key")
+        return key
+    try:
+        return Ed25519PrivateKey.from_private_bytes(base64.b64decode(text, validate=True))
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError("not an Ed25519 private key (PEM, or base64 of 32 bytes)") from exc

@@ -47,9 +47,18 @@ def test_the_compose_file_validates_with_every_service():
     assert services["web"]["ports"][0]["host_ip"] == "127.0.0.1"  # not published on every interface by default
     assert services["web"]["environment"]["SECRET_KEY"] == SECRETS["SECRET_KEY"]
     assert services["orchestrator"]["environment"]["TFDASH_CONTROL_KEY"] == SECRETS["TFDASH_CONTROL_KEY"]
-    # An agent gets no secret of the control plane's, and no token on its command line.
-    assert set(services["agent-1"]["environment"]) == {"PYTHONUNBUFFERED"}
-    assert "--token" not in services["agent-1"]["command"] and "--control-key-file" in services["agent-1"]["command"]
+    # An agent gets no secret of the control plane's, no token or broker URL on its command line, runs as root so its
+    # tasks get uids of their own, and mounts its own token alone (not the other agent's).
+    for number in (1, 2):
+        agent = services[f"agent-{number}"]
+        assert set(agent["environment"]) == {"PYTHONUNBUFFERED", "TFDASH_SERVER", "TFDASH_TASK_UIDS"}
+        assert agent["user"] == "root"
+        assert "--token" not in agent["command"] and "--server" not in agent["command"]
+        assert "--control-key-file" in agent["command"]
+        assert [v["source"] for v in agent["volumes"]] == [f"agent-{number}-secrets"]
+        assert {v["source"]: v["target"] for v in services["web"]["volumes"]}[f"agent-{number}-secrets"] == (
+            f"/tokens/compose-{number}"
+        )
 
 
 @pytest.mark.parametrize("missing", sorted(SECRETS))

@@ -208,13 +208,13 @@ def queue_order(order: dict[str, Any], kind: str = AGENT_LAUNCH) -> None:
 
 
 @pytest.fixture
-def lived(watcher, orchestrator, start_agent, alice, tmp_path):  # type: ignore[no-untyped-def]
+def lived(watcher, orchestrator, start_agent, alice, open_tmp):  # type: ignore[no-untyped-def]
     """A host's agent runs one job to its end under the watcher: (host, token, agent, marker file)."""
     host, token = factories.host(HOST, port_min=27500)
     Host.objects.filter(pk=host.pk).update(port_max=27509, cpu_slots=2)
     agent = start_agent(host.name, token)
     wait_until(lambda: Host.objects.get(pk=host.pk).status == HostStatus.ONLINE, timeout=30, what="the host online")
-    markers = tmp_path / "markers"
+    markers = open_tmp / "markers"  # task uids can enter open_tmp, not pytest's tmp_path
     markers.mkdir(mode=0o777)
     markers.chmod(0o777)  # whatever user the task runs as writes here
     marker = markers / "job"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from contracts.protocol import TaskEventKind
+from tests.support.wire import control_key_flags
 from tests.worker_agent.recording import Recorder
 from tests.worker_agent.test_metrics_pipe import artifacts, script_spec
 from worker_agent.supervision import Supervisor, identity
@@ -129,7 +130,7 @@ def agent(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     token.chmod(0o600)
     return subprocess.run(
         [sys.executable, "-m", "worker_agent", "--server", "redis://127.0.0.1:1/0", "--host", "h-1",
-         "--token-file", str(token), *argv],
+         "--token-file", str(token), *control_key_flags(), *argv],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
 

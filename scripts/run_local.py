@@ -34,6 +34,14 @@ from local_services import (  # noqa: E402 - after the path
 )
 
 PY = sys.executable
+# What the local agents' environment leaves out: the control plane's own secrets, and its Django settings (the agent
+# imports no Django; with DJANGO_SETTINGS_MODULE set, Celery would load the control plane's settings into it).
+NOT_FOR_AGENTS = frozenset(
+    {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "TFDASH_CONTROL_KEY", "TFDASH_CONTROL_KEY_FILE",
+     "DJANGO_SUPERUSER_PASSWORD", "DJANGO_SETTINGS_MODULE"}
+)  # fmt: skip
+TASK_UIDS_ENV = "TFDASH_TASK_UIDS"  # set it (even empty) to choose the local agents' task uids yourself
+LOCAL_TASK_UIDS = "20000-29999"
 GRACE_S = 10.0
 
 
@@ -143,6 +151,23 @@ class Stack:
         self.env["DATABASE_URL"] = server.url
         self.say(f"Started an embedded PostgreSQL at 127.0.0.1:{server.port} (data in {server.data})")
 
+    def agent_env(self) -> dict[str, str]:
+        """What the local agents run with: none of the control plane's secrets (a task that could read its agent's
+        environment would find nothing of the control plane's), the broker URL by environment, not on the command
+        line (any local user reads command lines), and, as root, each job's tasks under a uid of its own."""
+        env = {k: v for k, v in self.env.items() if k not in NOT_FOR_AGENTS}
+        env["TFDASH_SERVER"] = self.env["REDIS_URL"]
+        if os.geteuid() == 0 and TASK_UIDS_ENV not in env:
+            from worker_agent.supervision import identity
+
+            problem = identity.task_uids_problem(identity.parse_range(LOCAL_TASK_UIDS), self.var)
+            if problem is None:
+                env[TASK_UIDS_ENV] = LOCAL_TASK_UIDS
+                self.say(f"tasks run under a uid of their own job ({LOCAL_TASK_UIDS})")
+            else:
+                self.say(f"tasks run as root: {problem}")
+        return env
+
     def wait_for_web(self, url: str, timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -192,19 +217,15 @@ class Stack:
         )  # fmt: skip
         # The one consumer of the metric stream (point ids then grow in commit order).
         self.start("ingest", [PY, "manage.py", "ingest_metrics"])
+        agent_env = self.agent_env()
         for host in cluster["hosts"]:
-            # The token by environment (the agent drops it from its own at once), never by flag (`ps` shows flags);
-            # the control plane's keys stay with the control plane.
-            env = {**self.env, "TFDASH_AGENT_TOKEN": host["token"]}
-            for secret in ("TFDASH_CONTROL_KEY_FILE", "TFDASH_CONTROL_KEY"):
-                env.pop(secret, None)
+            # The token by environment (the agent drops it from its own at once), never by flag (`ps` shows flags).
             self.start(
                 f"agent-{host['host']}",
-                [PY, "-m", "worker_agent", "--server", self.env["REDIS_URL"], "--host", host["host"],
-                 "--control-key", cluster["control_key"],
+                [PY, "-m", "worker_agent", "--host", host["host"], "--control-key", cluster["control_key"],
                  "--port-range", host["port_range"], "--heartbeat-interval", "2",
                  "--workdir", str(self.var / "agents" / host["host"])],
-                env,
+                {**agent_env, "TFDASH_AGENT_TOKEN": host["token"]},
             )  # fmt: skip
         url = f"http://{'127.0.0.1' if bind in ('0.0.0.0', '::') else bind}:{port}/"  # noqa: S104
         self.wait_for_web(url + "accounts/login/")

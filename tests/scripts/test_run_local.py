@@ -19,6 +19,15 @@ import requests
 
 from tests.support.processes import ROOT, ManagedProcess, wait_until
 
+OWN_SETTINGS = (
+    "DATABASE_URL",
+    "SECRET_KEY",
+    "DEBUG",
+    "TFDASH_CONTROL_KEY_FILE",
+    "TFDASH_CONTROL_KEY",
+    "TFDASH_TASK_UIDS",
+)
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -26,15 +35,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_make_run_brings_up_two_online_hosts_and_stops_everything(tmp_path):
+def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
     port, redis_port, pg_port = free_port(), free_port(), free_port()
     env = {
-        # No DATABASE_URL: the embedded PostgreSQL must start; no SECRET_KEY or DEBUG: make run brings its own.
-        **{k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "SECRET_KEY", "DEBUG")},
+        # No DATABASE_URL: the embedded PostgreSQL must start; no SECRET_KEY, DEBUG, control key or task uids: make run
+        # brings its own.
+        **{k: v for k, v in os.environ.items() if k not in OWN_SETTINGS},
         "PORT": str(port),
         "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",  # nothing listens there: the embedded one must start
         "TFDASH_PG_PORT": str(pg_port),
-        "TFDASH_VAR_DIR": str(tmp_path / "var"),
+        "TFDASH_VAR_DIR": str(open_tmp / "var"),  # open_tmp: a folder task uids can enter, as a checkout's var/ is
         "DJANGO_SUPERUSER_USERNAME": "quickstart",
         "DJANGO_SUPERUSER_PASSWORD": "quick-start-pw-1",
         "DJANGO_SETTINGS_MODULE": "config.settings",
@@ -69,11 +79,28 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(tmp_path):
         assert {(h["port_min"], h["port_max"]) for h in hosts} == {(23000, 23099), (23100, 23199)}
 
         # Its secrets and its database are the operator's alone.
-        var = tmp_path / "var"
-        for secret in ("secret-key", "redis-password", "postgres-password"):
+        var = open_tmp / "var"
+        for secret in ("secret-key", "control-key", "redis-password", "postgres-password"):
             assert stat.S_IMODE((var / secret).stat().st_mode) == 0o600, secret
         for folder in ("postgres", "redis", "log"):
             assert stat.S_IMODE((var / folder).stat().st_mode) == 0o700, folder
+
+        # The agents hold none of the control plane's secrets; the broker's password (which an agent needs) only in
+        # its environment, never on its command line (which every local user reads); and as root they run each
+        # job's tasks under a uid of its own, which cannot read the agent's environment.
+        secret_key, postgres_pw = ((var / name).read_text().strip() for name in ("secret-key", "postgres-password"))
+        redis_pw = (var / "redis-password").read_text().strip()
+        agents = [c for c in children if "worker_agent" in c.cmdline()]
+        assert len(agents) == 2
+        for agent in agents:
+            environ = agent.environ()
+            assert not [s for s in (secret_key, postgres_pw, redis_pw) if s in " ".join(agent.cmdline())]
+            assert not [s for s in (secret_key, postgres_pw) if s in " ".join(environ.values())]
+            assert [k for k, v in environ.items() if redis_pw in v] == ["TFDASH_SERVER"]
+            if os.geteuid() == 0:
+                assert environ["TFDASH_TASK_UIDS"] == "20000-29999"
+        if os.geteuid() == 0:
+            assert "tasks run under a uid of their own job (20000-29999)" in run.output()
 
         os.killpg(run.pid, signal.SIGTERM)
         assert run.proc.wait(timeout=30) == 0

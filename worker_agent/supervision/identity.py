@@ -121,6 +121,25 @@ def prepare(uids: UidRange | None, workdir: Path, token_file: Path | None) -> No
     log.info("tasks run under their job's own uid from %s (jobs/ folders 0700, owned by it)", uids)
 
 
+def task_uids_problem(uids: UidRange, workdir: Path) -> str | None:
+    """Why an agent with these task uids and workdir would refuse to start, found without starting anything (the
+    range holds an account, or a folder task uids must enter is closed); None when nothing is in the way. For a
+    launcher (`make run`) that picks task uids when it can."""
+    try:
+        check_range(uids)
+    except Unusable as exc:
+        return str(exc)
+    from worker_agent.supervision.launch import PACKAGE_ROOT
+
+    for path in (Path(sys.executable).resolve(), Path(sys.base_prefix), PACKAGE_ROOT, workdir):
+        closed = closed_ancestor(path)
+        if closed is not None:
+            return (
+                f"{path} is under {closed} (mode {stat.S_IMODE(closed.stat().st_mode):o}), which task uids cannot enter"
+            )
+    return None
+
+
 # --- the agent's own folders --------------------------------------------------------------------------------------
 def secure_workdir(workdir: Path) -> None:
     """Root-owned; tasks may enter it but not list it; the agent's state folders private; the script cache

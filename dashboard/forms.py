@@ -9,6 +9,7 @@ from django import forms
 
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import PROGRAM_KEYS
+from contracts.strategies import STRATEGY_HINTS
 from orchestrator.control import job_fields, scheduling, submission
 from orchestrator.control.job_fields import JobField
 from orchestrator.models import Cluster, Job, ProgramKind, Script, Strategy
@@ -178,19 +179,6 @@ def shape_for(strategy: str, guidance: ClusterGuidance | None) -> dict[str, Any]
     if strategy == Strategy.PARAMETER_SERVER:
         return {"strategy": strategy, "workers": max(1, min(hosts, 2)), "ps": 1, "devices_per_worker": 1}
     return {"strategy": strategy, "workers": 2, "ps": 0, "devices_per_worker": 1}
-
-
-# TensorFlow's decision table (the tf.distribute guide), one line per strategy, shown next to the choice.
-STRATEGY_HINTS: dict[str, str] = {
-    Strategy.MIRRORED: "One machine with several devices: one process, gradients all-reduced across its devices.",
-    Strategy.MULTI_WORKER_MIRRORED: (
-        "Several machines, alike, on a fast interconnect: synchronous all-reduce; every step waits for the slowest."
-    ),
-    Strategy.PARAMETER_SERVER: (
-        "Many or unlike workers, stragglers, asynchronous updates acceptable: a chief coordinates, ps tasks hold the "
-        "variables, workers never wait for each other."
-    ),
-}
 
 
 @dataclass(frozen=True)

@@ -183,12 +183,16 @@ def submit(job: Job, upload: Upload | None) -> Job:
     return job
 
 
-def _check_active_jobs(owner_id: int) -> None:
-    """The per-user limit on queued and running jobs, staff included (limits.active_jobs_problem). The owner's row is
-    locked first, so two submissions racing cannot both take the last place."""
+def lock_owner_and_count_active(owner_id: int) -> int:
+    """The owner's jobs not yet ended, counted with the owner's row locked (inside a transaction), so two
+    submissions racing cannot both take the last place."""
     get_user_model().objects.select_for_update().filter(pk=owner_id).values_list("pk").first()
-    active = Job.objects.filter(owner_id=owner_id).exclude(state__in=TERMINAL_JOB_STATES).count()
-    problem = limits.active_jobs_problem(active)
+    return Job.objects.filter(owner_id=owner_id).exclude(state__in=TERMINAL_JOB_STATES).count()
+
+
+def _check_active_jobs(owner_id: int) -> None:
+    """The per-user limit on queued and running jobs, staff included (limits.active_jobs_problem)."""
+    problem = limits.active_jobs_problem(lock_owner_and_count_active(owner_id))
     if problem:
         raise JobInvalid({"non_field_errors": [problem]})
 

@@ -1,0 +1,108 @@
+"""An experiment's summary: per variant what its run measured (orchestrator/metrics/runs.py, the numbers the job
+comparison shows too), the derived figures and the verdict (orchestrator/core/verdict.py). The experiment page and
+`/api/experiments/<id>/` both render this one dict, so they show the same numbers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contracts.strategies import STRATEGY_LABELS, Strategy
+from orchestrator.control.experiments import state_of
+from orchestrator.core import verdict
+from orchestrator.metrics.runs import METRICS, JobRun, chart_data, load_runs
+from orchestrator.models import Experiment, Host, Job, Task
+
+NOT_STARTED = "not started"
+
+
+def summarize(experiment: Experiment) -> dict[str, Any]:
+    jobs = list(experiment.jobs.select_related("cluster").order_by("pk"))
+    by_variant = {job.variant: job for job in jobs}
+    runs = {run.job.pk: run for run in load_runs(jobs)}
+    target = experiment.target_accuracy
+
+    results: list[verdict.VariantResult] = []
+    rows: list[dict[str, Any]] = []
+    for variant in experiment.variants:
+        job = by_variant.get(variant["label"])
+        run = runs.get(job.pk) if job is not None else None
+        result = _result(variant, job, run, target)
+        results.append(result)
+        rows.append(_row(variant, job, run, result))
+    baseline = next((r for r in results if r.baseline and r.state == verdict.SUCCEEDED), None)
+    for row, result in zip(rows, results, strict=True):
+        efficiency = None
+        if baseline is not None and not result.baseline:
+            efficiency = verdict.scaling_efficiency(result.examples_per_s, result.replicas, baseline.examples_per_s)
+        row["scaling_efficiency"] = efficiency
+
+    hosts, gpus = _hosts_used(jobs)
+    return {
+        "state": state_of(experiment, jobs),
+        "target_accuracy": target,
+        "hosts_used": hosts,
+        "variants": rows,
+        "verdict": verdict.verdict(results, target, hosts=hosts, gpus=gpus),
+        "charts": _charts([runs[j.pk] for j in jobs if j.pk in runs]),
+    }
+
+
+def _result(variant: dict[str, Any], job: Job | None, run: JobRun | None, target: float) -> verdict.VariantResult:
+    replicas = verdict.replicas_of(variant["strategy"], variant["workers"], variant["devices_per_worker"])
+    baseline = verdict.is_baseline(
+        variant["strategy"], variant["workers"], variant["ps"], variant["devices_per_worker"]
+    )
+    if job is None or run is None:
+        return verdict.VariantResult(variant["label"], variant["strategy"], replicas, NOT_STARTED, baseline=baseline)
+    reached = verdict.time_to_target([(e.number, e.elapsed_s, e.values.get("accuracy")) for e in run.epochs], target)
+    return verdict.VariantResult(
+        label=variant["label"],
+        strategy=variant["strategy"],
+        replicas=replicas,
+        state=job.state,
+        mean_epoch_s=run.mean_epoch_s,
+        examples_per_s=run.examples_per_s,
+        final_loss=run.final.get("loss"),
+        final_accuracy=run.final.get("accuracy"),
+        time_to_target_s=reached[1] if reached else None,
+        epochs_to_target=reached[0] if reached else None,
+        reason=job.reason if job.state != verdict.SUCCEEDED else "",
+        baseline=baseline,
+    )
+
+
+def _row(variant: dict[str, Any], job: Job | None, run: JobRun | None, r: verdict.VariantResult) -> dict[str, Any]:
+    return {
+        "label": variant["label"],
+        "strategy": variant["strategy"],
+        "strategy_label": STRATEGY_LABELS[Strategy(variant["strategy"])],
+        "workers": variant["workers"],
+        "ps": variant["ps"],
+        "devices_per_worker": variant["devices_per_worker"],
+        "replicas": r.replicas,
+        "baseline": r.baseline,
+        "job": job.pk if job is not None else None,
+        "state": r.state,
+        "reason": job.reason if job is not None else "",
+        "epochs": len(run.epochs) if run is not None else 0,
+        "mean_epoch_s": r.mean_epoch_s,
+        "run_s": run.run_s if run is not None else None,
+        "examples_per_s": r.examples_per_s,
+        "final_loss": r.final_loss,
+        "final_accuracy": r.final_accuracy,
+        "time_to_target_s": r.time_to_target_s,
+        "epochs_to_target": r.epochs_to_target,
+    }
+
+
+def _charts(runs: list[JobRun]) -> dict[str, Any]:
+    reported = {name for run in runs for epoch in run.epochs for name in epoch.values}
+    metrics = [m for m in METRICS if m in reported]
+    return chart_data(runs, metrics, lambda run: f"{run.job.variant} (#{run.job.pk})")
+
+
+def _hosts_used(jobs: list[Job]) -> tuple[int, bool]:
+    """How many hosts ran a task of the experiment, and whether any of them has GPUs."""
+    host_ids = set(Task.objects.filter(job__in=jobs, host__isnull=False).values_list("host_id", flat=True))
+    gpus = any(h.gpus for h in Host.objects.filter(pk__in=host_ids).only("gpus"))
+    return max(1, len(host_ids)), gpus

@@ -68,8 +68,10 @@ class Comparison:
                 rows.append(Row(key, label, [Cell("—" if v is None else str(v)) for v in facts]))
         rows += [
             Row("epochs", "Epochs", [Cell(str(len(r.epochs))) for r in self.runs]),
-            _measured("mean_epoch_s", "Wall time per epoch (mean)", [r.mean_epoch_s for r in self.runs], _seconds),
-            _measured("run_s", "Run time (first start to end)", [r.run_s for r in self.runs], _seconds),
+            _measured(
+                "mean_epoch_s", "Wall time per epoch (mean)", [r.mean_epoch_s for r in self.runs], format_seconds
+            ),
+            _measured("run_s", "Run time (first start to end)", [r.run_s for r in self.runs], format_seconds),
             _measured(
                 "examples_per_s",
                 "Examples/s (training)",
@@ -152,7 +154,7 @@ def _measured(
     return Row(key, label, [Cell("—") if v is None else Cell(fmt(v), best=v == best) for v in values])
 
 
-def _seconds(value: float) -> str:
+def format_seconds(value: float) -> str:
     if value >= 120:
         minutes, seconds = divmod(value, 60)
         return f"{int(minutes)} min {seconds:.0f} s"

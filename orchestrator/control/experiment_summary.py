@@ -16,7 +16,7 @@ NOT_STARTED = "not started"
 
 
 def summarize(experiment: Experiment) -> dict[str, Any]:
-    jobs = list(experiment.jobs.select_related("cluster").order_by("pk"))
+    jobs = list(Job.objects.filter(experiment=experiment).order_by("pk"))
     by_variant = {job.variant: job for job in jobs}
     runs = {run.job.pk: run for run in load_runs(jobs)}
     target = experiment.target_accuracy

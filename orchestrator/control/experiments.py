@@ -12,6 +12,7 @@ idempotent: the experiment row is locked, and a unique constraint keeps one job 
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -140,14 +141,22 @@ def create(
     if not 0 < target_accuracy <= 1:
         raise ExperimentInvalid({"target_accuracy": ["The target accuracy is a fraction above 0, at most 1."]})
     problems: list[str] = []
+    common: dict[str, list[str]] = {}  # the program's problems, the same under every variant: once, on their field
     for variant in variants:
-        probe = Job(**{f.name: getattr(base, f.attname) for f in Job._meta.concrete_fields if f.name != "id"})
+        probe = copy.copy(base)  # unsaved: a probe of this variant's job
         for key in VARIANT_SHAPE:
             setattr(probe, key, getattr(variant, key))
         try:
             submission.validate(probe, upload)
         except submission.JobInvalid as exc:
-            problems += [f"{variant.label}: {m}" for messages in exc.errors.values() for m in messages]
+            for key, messages in exc.errors.items():
+                if key in (*VARIANT_SHAPE, "non_field_errors"):
+                    problems += [f"{variant.label}: {m}" for m in messages]
+                else:
+                    common.setdefault(key, [])
+                    common[key] += [m for m in messages if m not in common[key]]
+    if common:
+        raise ExperimentInvalid(common)
     if problems:
         raise ExperimentInvalid({"variants": problems})
     needed = 1 if mode == ExperimentMode.SEQUENTIAL else len(variants)

@@ -38,7 +38,7 @@ def experiment_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
             value = variant[column.key]
             if value is None:
                 text = _missing(column.key, variant)
-                cells.append((column.key, Cell(text)))
+                cells.append((column, Cell(text)))
                 continue
             best = column.lower_is_better is not None and is_best(
                 [v[column.key] for v in variants], value, lower_is_better=column.lower_is_better
@@ -46,7 +46,7 @@ def experiment_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
             text = column.fmt(value)
             if column.key == "time_to_target_s":
                 text += f" (epoch {variant['epochs_to_target']})"
-            cells.append((column.key, Cell(text, best=best)))
+            cells.append((column, Cell(text, best=best)))
         rows.append({"variant": variant, "cells": cells})
     return rows
 

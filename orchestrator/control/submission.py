@@ -88,6 +88,8 @@ def check_script(upload: Upload) -> list[str]:
     except SyntaxError as exc:
         where = f" line {exc.lineno}" if exc.lineno is not None else ""  # a NUL byte has no line
         return [f"Syntax error in {upload.filename}{where}: {exc.msg}."]
+    except ValueError as exc:  # Python 3.11 refuses a NUL byte with ValueError (3.12: SyntaxError, caught above)
+        return [f"Syntax error in {upload.filename}: {exc}."]
     except (MemoryError, RecursionError):
         # e.g. `x=` followed by 200,000 minus signs: a valid-looking expression nested too deep for the parser.
         return [f"{upload.filename} is nested too deeply to compile."]

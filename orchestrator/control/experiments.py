@@ -87,6 +87,12 @@ def parse_variants(raw: Any) -> list[Variant]:
             variants.append(Variant(strategy=str(strategy), **numbers))
     if problems:
         raise ExperimentInvalid({"variants": problems})
+    check_count(variants)
+    return variants
+
+
+def check_count(variants: Sequence[Variant]) -> None:
+    """From MIN_VARIANTS to MAX_VARIANTS variants, each once."""
     if not MIN_VARIANTS <= len(variants) <= MAX_VARIANTS:
         raise ExperimentInvalid(
             {"variants": [f"Choose from {MIN_VARIANTS} to {MAX_VARIANTS} variants ({len(variants)} given)."]}
@@ -95,7 +101,6 @@ def parse_variants(raw: Any) -> list[Variant]:
     twice = sorted({label for label in labels if labels.count(label) > 1})
     if twice:
         raise ExperimentInvalid({"variants": [f"Each variant once: {', '.join(twice)} is given more than once."]})
-    return variants
 
 
 def template_of(job: Job) -> dict[str, Any]:
@@ -136,6 +141,7 @@ def create(
 ) -> Experiment:
     """Check every variant as its own job would be checked, then store the experiment and submit what its mode starts
     with. `base` is an unsaved job (owner, cluster, name, program, hyperparameters); its shape is ignored."""
+    check_count(variants)
     if mode not in ExperimentMode.values:
         raise ExperimentInvalid({"mode": [f"Choose one of: {', '.join(ExperimentMode.values)}."]})
     if not 0 < target_accuracy <= 1:

@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from contracts.strategies import STRATEGY_LABELS, Strategy
+from orchestrator import limits
 from orchestrator.control.experiments import state_of
 from orchestrator.core import verdict
 from orchestrator.metrics.runs import METRICS, JobRun, chart_data, load_runs
-from orchestrator.models import Experiment, Host, Job, Task
+from orchestrator.models import TERMINAL_JOB_STATES, Experiment, ExperimentMode, Host, Job, Task
 
 NOT_STARTED = "not started"
 
@@ -35,6 +36,11 @@ def summarize(experiment: Experiment) -> dict[str, Any]:
         if baseline is not None and not result.baseline:
             efficiency = verdict.scaling_efficiency(result.examples_per_s, result.replicas, baseline.examples_per_s)
         row["scaling_efficiency"] = efficiency
+
+    waiting = _why_waiting(experiment, jobs)
+    for row in rows:
+        if row["job"] is None:
+            row["reason"] = waiting
 
     hosts, gpus = _hosts_used(jobs)
     return {
@@ -106,3 +112,14 @@ def _hosts_used(jobs: list[Job]) -> tuple[int, bool]:
     host_ids = set(Task.objects.filter(job__in=jobs, host__isnull=False).values_list("host_id", flat=True))
     gpus = any(h.gpus for h in Host.objects.filter(pk__in=host_ids).only("gpus"))
     return max(1, len(host_ids)), gpus
+
+
+def _why_waiting(experiment: Experiment, jobs: list[Job]) -> str:
+    """Why a variant has no job yet, in words for its row."""
+    if experiment.cancelled_at is not None:
+        return "not run: the experiment was cancelled"
+    if experiment.mode == ExperimentMode.SEQUENTIAL and any(not j.is_terminal for j in jobs):
+        return "waits for the run before it to end"
+    active = Job.objects.filter(owner_id=experiment.owner_id).exclude(state__in=TERMINAL_JOB_STATES).count()
+    problem = limits.active_jobs_problem(active)
+    return f"waits for a place: {problem}" if problem else "submitted on the control loop's next pass"

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from contracts.strategies import STRATEGY_LABELS, Strategy
 from orchestrator import limits
-from orchestrator.control import job_fields, lifecycle, submission
+from orchestrator.control import job_fields, lifecycle, scheduling, submission
 from orchestrator.core.verdict import ENDED, is_baseline
 from orchestrator.models import TERMINAL_JOB_STATES, Cluster, Experiment, ExperimentMode, Job, JobState, Script
 
@@ -165,13 +165,46 @@ def create(
         raise ExperimentInvalid(common)
     if problems:
         raise ExperimentInvalid({"variants": problems})
+    if mode == ExperimentMode.PARALLEL:
+        # Side by side only where the cluster has room for every variant at once (else they would run one after
+        # another anyway, behind each other in the queue, and say nothing of it).
+        probes = []
+        for variant in variants:
+            probe = copy.copy(base)
+            probe.variant = variant.label
+            for key in VARIANT_SHAPE:
+                setattr(probe, key, getattr(variant, key))
+            probes.append(probe)
+        crowded = scheduling.fits_together(probes, base.cluster)
+        if crowded:
+            raise ExperimentInvalid(
+                {
+                    "mode": [
+                        f"These variants cannot run side by side on cluster {base.cluster.name}, even idle "
+                        f"({crowded} once the others are placed); run them one after another."
+                    ]
+                }
+            )
     needed = 1 if mode == ExperimentMode.SEQUENTIAL else len(variants)
     with transaction.atomic():
         active = submission.lock_owner_and_count_active(base.owner_id)
-        problem = limits.active_jobs_problem(active + needed - 1)
-        if problem:
-            what = "its first run" if needed == 1 else f"all {needed} variants side by side"
-            raise ExperimentInvalid({"non_field_errors": [f"This experiment cannot queue {what}: {problem}"]})
+        if needed == 1:
+            problem = limits.active_jobs_problem(active)
+            if problem:
+                raise ExperimentInvalid(
+                    {"non_field_errors": [f"This experiment cannot queue its first run: {problem}"]}
+                )
+        else:
+            problem = limits.jobs_at_once_problem(active, needed)
+            if problem:
+                raise ExperimentInvalid(
+                    {
+                        "non_field_errors": [
+                            f"This experiment cannot queue all {needed} variants side by side: {problem} Run them "
+                            "one after another (one job at a time), or wait for jobs to end."
+                        ]
+                    }
+                )
         if upload is not None:
             base.script = submission.store_script(upload)
         experiment = Experiment.objects.create(

@@ -58,6 +58,7 @@ def test_create_runs_the_variants_one_after_another_each_an_ordinary_job(alice, 
         "MultiWorkerMirrored 2 × 1",
     ]
     experiment = Experiment.objects.get(pk=data["id"])
+    assert [v["reason"] for v in data["summary"]["variants"][1:]] == ["waits for the run before it to end"] * 2
     (first,) = experiment.jobs.all()  # one at a time
     assert (first.variant, first.strategy, first.devices_per_worker, first.state) == (
         "1-replica baseline", "mirrored", 1, "queued"
@@ -84,14 +85,26 @@ def test_create_runs_the_variants_one_after_another_each_an_ordinary_job(alice, 
 
 
 def test_side_by_side_submits_every_variant_at_once(alice, lab) -> None:
-    response = client_for(alice).post("/api/experiments/", body(mode="parallel"), format="json")
+    response = client_for(alice).post(
+        "/api/experiments/", body(mode="parallel", variants=[BASELINE, MWMS_2]), format="json"
+    )
 
     assert response.status_code == 201, response.content
     assert sorted(Job.objects.filter(experiment_id=response.json()["id"]).values_list("variant", flat=True)) == [
         "1-replica baseline",
-        "Mirrored × 2 devices",
         "MultiWorkerMirrored 2 × 1",
     ]
+
+
+def test_side_by_side_is_refused_where_the_cluster_cannot_hold_every_variant_at_once(alice, lab) -> None:
+    # 1 + 2 + 2 device slots on two hosts of 2: together they never fit.
+    response = client_for(alice).post("/api/experiments/", body(mode="parallel"), format="json")
+
+    assert response.status_code == 400
+    (message,) = response.json()["mode"]
+    assert message.startswith("These variants cannot run side by side on cluster lab, even idle (")
+    assert message.endswith("; run them one after another.")
+    assert not Experiment.objects.exists() and not Job.objects.exists()
 
 
 def test_list_shows_own_experiments_staff_all_and_outsiders_get_404(alice, bob, django_user_model, lab) -> None:
@@ -156,13 +169,19 @@ def test_bad_input_is_refused_with_a_message_and_creates_nothing(alice, lab, cha
 
 
 def test_side_by_side_past_the_active_jobs_limit_says_so(alice, lab, settings) -> None:
-    settings.TFDASH_MAX_ACTIVE_JOBS_PER_USER = 2
+    settings.TFDASH_MAX_ACTIVE_JOBS_PER_USER = 1
 
-    response = client_for(alice).post("/api/experiments/", body(mode="parallel"), format="json")
+    response = client_for(alice).post(
+        "/api/experiments/", body(mode="parallel", variants=[BASELINE, MWMS_2]), format="json"
+    )
 
     assert response.status_code == 400
     (message,) = response.json()["non_field_errors"]
-    assert message.startswith("This experiment cannot queue all 3 variants side by side: ")
-    assert "the limit is 2 per user (TFDASH_MAX_ACTIVE_JOBS_PER_USER)" in message
+    assert message.startswith("This experiment cannot queue all 2 variants side by side: ")
+    assert message == (
+        "This experiment cannot queue all 2 variants side by side: that takes 2 places; you have 0 queued or running "
+        "jobs and the limit is 1 per user (TFDASH_MAX_ACTIVE_JOBS_PER_USER). Run them one after another (one job at "
+        "a time), or wait for jobs to end."
+    )
     # One after another holds a single active job, so it fits.
     assert client_for(alice).post("/api/experiments/", body(), format="json").status_code == 201

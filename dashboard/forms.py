@@ -274,7 +274,7 @@ class ExperimentOptionsForm(forms.Form):
         choices=ExperimentMode.choices,
         initial=ExperimentMode.SEQUENTIAL,
         widget=forms.RadioSelect,
-        help_text="side by side only where the cluster has room for all at once (otherwise they queue)",
+        help_text="side by side only where the cluster has room for every variant at once",
     )
     target_accuracy = forms.FloatField(
         label="Target accuracy",

@@ -68,6 +68,7 @@ def test_a_three_variant_experiment_from_the_form_finishes_and_its_page_and_api_
     expect(page.get_by_role("checkbox", name="ParameterServer 2 × 1 + 1 ps")).not_to_be_checked()
     page.set_viewport_size({"width": 390, "height": 844})
     assert page.evaluate("document.documentElement.scrollWidth <= innerWidth"), "the form scrolls sideways at 390 px"
+    page.locator("#section-compare").screenshot(path=str(screens_dir(artifacts_dir) / "experiment-form-390.png"))
     page.set_viewport_size({"width": 1280, "height": 900})
 
     page.get_by_role("button", name="Compare strategies").click()

@@ -185,3 +185,20 @@ def test_side_by_side_past_the_active_jobs_limit_says_so(alice, lab, settings) -
     )
     # One after another holds a single active job, so it fits.
     assert client_for(alice).post("/api/experiments/", body(), format="json").status_code == 201
+
+
+def test_the_watchdog_tick_submits_the_next_variant_with_no_message_about_the_end(alice, lab) -> None:
+    """Level-triggered: a run's end whose scheduler pass was lost (or an orchestrator restarted since) still leads to
+    the next run, on the watchdog's next tick."""
+    from orchestrator import tasks
+
+    experiment_id = client_for(alice).post("/api/experiments/", body(), format="json").json()["id"]
+    (first,) = Job.objects.filter(experiment_id=experiment_id)
+    end(first)
+
+    tasks.watchdog()
+
+    assert list(Job.objects.filter(experiment_id=experiment_id).order_by("pk").values_list("variant", flat=True)) == [
+        "1-replica baseline",
+        "Mirrored × 2 devices",
+    ]

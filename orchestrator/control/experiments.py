@@ -25,7 +25,7 @@ from contracts.strategies import STRATEGY_LABELS, Strategy
 from orchestrator import limits
 from orchestrator.control import job_fields, lifecycle, scheduling, submission
 from orchestrator.core.verdict import ENDED, is_baseline
-from orchestrator.models import TERMINAL_JOB_STATES, Cluster, Experiment, ExperimentMode, Job, JobState, Script
+from orchestrator.models import TERMINAL_JOB_STATES, Experiment, ExperimentMode, Job, JobState, Script
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def parse_variants(raw: Any) -> list[Variant]:
             problems.append(f"Variant {n} is not an object.")
             continue
         strategy = item.get("strategy")
-        if strategy not in Strategy.__members__.values() and strategy not in [s.value for s in Strategy]:
+        if strategy not in [s.value for s in Strategy]:
             problems.append(f"Variant {n}: choose a strategy among {', '.join(s.value for s in Strategy)}.")
             continue
         numbers: dict[str, int] = {}
@@ -149,9 +149,7 @@ def create(
     problems: list[str] = []
     common: dict[str, list[str]] = {}  # the program's problems, the same under every variant: once, on their field
     for variant in variants:
-        probe = copy.copy(base)  # unsaved: a probe of this variant's job
-        for key in VARIANT_SHAPE:
-            setattr(probe, key, getattr(variant, key))
+        probe = _probe(base, variant)
         try:
             submission.validate(probe, upload)
         except submission.JobInvalid as exc:
@@ -168,14 +166,7 @@ def create(
     if mode == ExperimentMode.PARALLEL:
         # Side by side only where the cluster has room for every variant at once (else they would run one after
         # another anyway, behind each other in the queue, and say nothing of it).
-        probes = []
-        for variant in variants:
-            probe = copy.copy(base)
-            probe.variant = variant.label
-            for key in VARIANT_SHAPE:
-                setattr(probe, key, getattr(variant, key))
-            probes.append(probe)
-        crowded = scheduling.fits_together(probes, base.cluster)
+        crowded = scheduling.fits_together([_probe(base, v) for v in variants], base.cluster)
         if crowded:
             raise ExperimentInvalid(
                 {
@@ -219,6 +210,15 @@ def create(
     advance(experiment.pk)
     experiment.refresh_from_db()
     return experiment
+
+
+def _probe(base: Job, variant: Variant) -> Job:
+    """The unsaved job of `variant`, to check: `base` with the variant's strategy and shape."""
+    probe = copy.copy(base)
+    probe.variant = variant.label
+    for key in VARIANT_SHAPE:
+        setattr(probe, key, getattr(variant, key))
+    return probe
 
 
 def advance(experiment_id: int) -> list[int]:
@@ -308,7 +308,3 @@ def state_of(experiment: Experiment, jobs: Sequence[Job] | None = None) -> str:
 def script_of(experiment: Experiment) -> Script | None:
     sha = experiment.template.get("script")
     return Script.objects.filter(pk=sha).first() if sha else None
-
-
-def default_cluster() -> Cluster | None:
-    return submission.default_cluster()

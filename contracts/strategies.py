@@ -22,6 +22,19 @@ STRATEGY_LABELS: dict[Strategy, str] = {
 }
 
 
+# TensorFlow's decision table (the tf.distribute guide), one line per strategy, shown next to the choice.
+STRATEGY_HINTS: dict[str, str] = {
+    Strategy.MIRRORED: "One machine with several devices: one process, gradients all-reduced across its devices.",
+    Strategy.MULTI_WORKER_MIRRORED: (
+        "Several machines, alike, on a fast interconnect: synchronous all-reduce; every step waits for the slowest."
+    ),
+    Strategy.PARAMETER_SERVER: (
+        "Many or unlike workers, stragglers, asynchronous updates acceptable: a chief coordinates, ps tasks hold the "
+        "variables, workers never wait for each other."
+    ),
+}
+
+
 class TaskType(StrEnum):
     CHIEF = "chief"
     WORKER = "worker"

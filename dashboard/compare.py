@@ -3,31 +3,25 @@
 The seed's "run both on your hardware and compare": per job, the wall time of each epoch, the throughput, the final
 loss and accuracy, and the epoch-end metrics as series for charts overlaid on an epoch or a wall-time axis.
 
-Whose numbers: epoch-end metrics are those of the task that speaks for the job
-(`contracts.strategies.speaks_for_job`: the chief of a ParameterServer job, worker 0 otherwise; the same task whose
-facts become `Job.facts`). A job restarted from a
-checkpoint reports some epochs twice (once per placement); the later placement's report of an epoch wins.
+The numbers themselves (whose epochs, which placement's, throughput) are orchestrator/metrics/runs.py's, the same
+ones experiments show.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-from django.db.models import Avg, QuerySet
+from django.db.models import QuerySet
 
-from contracts.strategies import speaks_for_job
-from orchestrator.models import TERMINAL_JOB_STATES, Job, MetricPoint, Task
+from orchestrator.metrics.runs import METRICS, Epoch, JobRun, chart_data, load_runs
+from orchestrator.models import TERMINAL_JOB_STATES, Job
 
 MIN_JOBS = 2
 MAX_JOBS = 8  # past this the charts' colours and the columns stop being readable
 _MAX_PK = 2**31 - 1  # Job ids are 32-bit: a larger number is simply no job (and no database error)
 
-# Epoch-end metrics compared (table and charts), in this order, when any compared job reported them.
-METRICS = ("loss", "accuracy", "val_loss", "val_accuracy")
 _LOWER_IS_BETTER = {"loss": True, "accuracy": False, "val_loss": True, "val_accuracy": False}
 
 
@@ -37,32 +31,6 @@ class CannotCompare(Exception):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
-
-
-@dataclass(frozen=True)
-class Epoch:
-    number: int
-    wall_s: float | None  # how long the epoch took (the runtime's epoch_time_s, else the gap between epoch ends)
-    elapsed_s: float | None  # seconds from the job's first task start to this epoch's end (the wall-time axis)
-    values: dict[str, float]  # the speaking task's epoch-end metrics (loss, accuracy, val_*, learning_rate, ...)
-
-
-@dataclass(frozen=True)
-class JobRun:
-    job: Job
-    speaker: str  # "worker 0" / "chief 0": whose epoch-end metrics these are
-    epochs: list[Epoch]
-    examples_per_s: float | None  # the job's training throughput (see `_throughput`)
-    run_s: float | None  # first task start to job end
-
-    @property
-    def final(self) -> dict[str, float]:
-        return self.epochs[-1].values if self.epochs else {}
-
-    @property
-    def mean_epoch_s(self) -> float | None:
-        walls = [e.wall_s for e in self.epochs if e.wall_s is not None]
-        return sum(walls) / len(walls) if walls else None
 
 
 @dataclass(frozen=True)
@@ -100,8 +68,10 @@ class Comparison:
                 rows.append(Row(key, label, [Cell("—" if v is None else str(v)) for v in facts]))
         rows += [
             Row("epochs", "Epochs", [Cell(str(len(r.epochs))) for r in self.runs]),
-            _measured("mean_epoch_s", "Wall time per epoch (mean)", [r.mean_epoch_s for r in self.runs], _seconds),
-            _measured("run_s", "Run time (first start to end)", [r.run_s for r in self.runs], _seconds),
+            _measured(
+                "mean_epoch_s", "Wall time per epoch (mean)", [r.mean_epoch_s for r in self.runs], format_seconds
+            ),
+            _measured("run_s", "Run time (first start to end)", [r.run_s for r in self.runs], format_seconds),
             _measured(
                 "examples_per_s",
                 "Examples/s (training)",
@@ -130,19 +100,9 @@ class Comparison:
 
     def chart_data(self) -> dict[str, Any]:
         """What compare.js draws: per job, its epoch numbers, elapsed seconds and each metric's values."""
-        return {
-            "metrics": self.metrics,
-            "jobs": [
-                {
-                    "id": r.job.pk,
-                    "label": f"#{r.job.pk} {r.job.name} ({r.job.get_strategy_display()})",
-                    "epoch": [e.number for e in r.epochs],
-                    "elapsed": [e.elapsed_s for e in r.epochs],
-                    "values": {m: [e.values.get(m) for e in r.epochs] for m in self.metrics},
-                }
-                for r in self.runs
-            ],
-        }
+        return chart_data(
+            self.runs, self.metrics, lambda r: f"#{r.job.pk} {r.job.name} ({r.job.get_strategy_display()})"
+        )
 
 
 def parse_ids(values: Iterable[str]) -> list[int]:
@@ -175,97 +135,9 @@ def compare(visible: QuerySet[Job], ids: list[int]) -> Comparison:
         states = ", ".join(f"#{j.pk} is {j.state}" for j in unfinished)
         raise CannotCompare(f"Only finished jobs ({', '.join(TERMINAL_JOB_STATES)}) can be compared: {states}.")
     jobs = sorted(found.values(), key=lambda j: j.pk)
-    tasks = list(Task.objects.filter(job__in=jobs).only("pk", "job_id", "type", "index", "attempt", "started_at"))
-    runs = _runs(jobs, tasks)
+    runs = load_runs(jobs)
     reported = {name for run in runs for epoch in run.epochs for name in epoch.values}
     return Comparison(runs=runs, metrics=[m for m in METRICS if m in reported])
-
-
-def _runs(jobs: list[Job], tasks: list[Task]) -> list[JobRun]:
-    tasks_of: dict[int, list[Task]] = defaultdict(list)
-    for task in tasks:
-        tasks_of[task.job_id].append(task)
-    speakers: dict[int, Task] = {}  # task id -> task, for every placement's speaking task
-    for job in jobs:
-        kind, index = speaks_for_job(job.strategy)
-        speakers.update({t.pk: t for t in tasks_of[job.pk] if (t.type, t.index) == (kind, index)})
-
-    points: dict[int, list[tuple[Task, int, str, float, float]]] = defaultdict(list)
-    rows = MetricPoint.objects.filter(task_id__in=list(speakers), phase="epoch_end", epoch__isnull=False)
-    for task_id, epoch, name, value, ts in rows.values_list("task_id", "epoch", "name", "value", "ts"):
-        task = speakers[task_id]
-        points[task.job_id].append((task, epoch, name, value, ts))
-
-    throughput = _throughput(tasks)
-    runs = []
-    for job in jobs:
-        starts = [t.started_at for t in tasks_of[job.pk] if t.started_at is not None]
-        first_start = min(starts) if starts else job.started_at
-        kind, index = speaks_for_job(job.strategy)
-        runs.append(
-            JobRun(
-                job=job,
-                speaker=f"{kind} {index}",
-                epochs=_epochs(points[job.pk], first_start),
-                examples_per_s=throughput.get(job.pk),
-                run_s=_between(first_start, job.finished_at),
-            )
-        )
-    return runs
-
-
-def _epochs(points: list[tuple[Task, int, str, float, float]], first_start: datetime | None) -> list[Epoch]:
-    # (attempt, epoch) -> the task, its values and when the epoch ended
-    reports: dict[tuple[int, int], tuple[Task, dict[str, float], float]] = {}
-    for task, epoch, name, value, ts in points:
-        _, values, end = reports.setdefault((task.attempt, epoch), (task, {}, ts))
-        values[name] = value
-        reports[(task.attempt, epoch)] = (task, values, max(end, ts))
-    latest: dict[int, tuple[int, Task, dict[str, float], float]] = {}
-    for (attempt, epoch), (task, values, end) in sorted(reports.items()):
-        latest[epoch] = (attempt, task, values, end)  # sorted by attempt: the later placement's report wins
-
-    origin = first_start.timestamp() if first_start is not None else None
-    epochs: list[Epoch] = []
-    cumulative: float | None = 0.0
-    for number in sorted(latest):
-        attempt, task, values, end = latest[number]
-        values = dict(values)
-        wall = values.pop("epoch_time_s", None)
-        if wall is None:
-            # A script reporting through report() has no epoch_time_s: the gap since its previous epoch's end, or
-            # since its task started for the first epoch it ran (that one then includes start-up).
-            previous = reports.get((attempt, number - 1))
-            if previous is not None:
-                wall = end - previous[2]
-            elif task.started_at is not None:
-                wall = end - task.started_at.timestamp()
-        cumulative = cumulative + wall if cumulative is not None and wall is not None else None
-        elapsed = end - origin if origin is not None else cumulative
-        epochs.append(Epoch(number=number, wall_s=wall, elapsed_s=elapsed, values=values))
-    return epochs
-
-
-def _throughput(tasks: list[Task]) -> dict[int, float]:
-    """Per job: each task's mean training examples_per_s, summed over the tasks of one placement.
-
-    The runtime counts each task's share of a synchronous global batch (the whole batch for a ParameterServer
-    coordinator; its workers report nothing), so the sum is the job's examples/s. A restarted job counts its last
-    placement that reported any."""
-    by_pk = {t.pk: t for t in tasks}
-    means = (
-        MetricPoint.objects.filter(task_id__in=list(by_pk), phase="train", name="examples_per_s")
-        .values("task_id")
-        .annotate(mean=Avg("value"))
-    )
-    per_placement: dict[tuple[int, int], float] = defaultdict(float)
-    for row in means:
-        task = by_pk[row["task_id"]]
-        per_placement[(task.job_id, task.attempt)] += row["mean"]
-    result: dict[int, float] = {}
-    for (job_id, _attempt), total in sorted(per_placement.items()):
-        result[job_id] = total  # sorted by attempt: the last placement's wins
-    return result
 
 
 def _measured(
@@ -282,15 +154,11 @@ def _measured(
     return Row(key, label, [Cell("—") if v is None else Cell(fmt(v), best=v == best) for v in values])
 
 
-def _seconds(value: float) -> str:
+def format_seconds(value: float) -> str:
     if value >= 120:
         minutes, seconds = divmod(value, 60)
         return f"{int(minutes)} min {seconds:.0f} s"
     return f"{value:.1f} s"
-
-
-def _between(start: datetime | None, end: datetime | None) -> float | None:
-    return (end - start).total_seconds() if start is not None and end is not None else None
 
 
 def _shape(job: Job) -> str:

@@ -9,9 +9,10 @@ from django import forms
 
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import PROGRAM_KEYS
-from orchestrator.control import job_fields, scheduling, submission
+from contracts.strategies import STRATEGY_HINTS
+from orchestrator.control import experiments, job_fields, scheduling, submission
 from orchestrator.control.job_fields import JobField
-from orchestrator.models import Cluster, Job, ProgramKind, Script, Strategy
+from orchestrator.models import Cluster, ExperimentMode, Job, ProgramKind, Script, Strategy
 
 SCRIPT = "script"  # the Program choice for a script of the user's own; the others are the builtin programs
 PROGRAM_CHOICES = [*((name, name) for name in BUILTIN_PROGRAMS), (SCRIPT, "My script")]
@@ -180,19 +181,6 @@ def shape_for(strategy: str, guidance: ClusterGuidance | None) -> dict[str, Any]
     return {"strategy": strategy, "workers": 2, "ps": 0, "devices_per_worker": 1}
 
 
-# TensorFlow's decision table (the tf.distribute guide), one line per strategy, shown next to the choice.
-STRATEGY_HINTS: dict[str, str] = {
-    Strategy.MIRRORED: "One machine with several devices: one process, gradients all-reduced across its devices.",
-    Strategy.MULTI_WORKER_MIRRORED: (
-        "Several machines, alike, on a fast interconnect: synchronous all-reduce; every step waits for the slowest."
-    ),
-    Strategy.PARAMETER_SERVER: (
-        "Many or unlike workers, stragglers, asynchronous updates acceptable: a chief coordinates, ps tasks hold the "
-        "variables, workers never wait for each other."
-    ),
-}
-
-
 @dataclass(frozen=True)
 class StrategyFit:
     strategy: str
@@ -253,3 +241,58 @@ def cluster_guidance(cluster: Cluster) -> ClusterGuidance:
             for value, label in Strategy.choices
         ],
     )
+
+
+# "Compare strategies" on the New job form: the variants offered, as "strategy:workers:ps:devices" (the seed's own
+# comparison, and the 1-replica baseline scaling efficiency is measured against).
+VARIANT_CHOICES: tuple[tuple[str, str], ...] = tuple(
+    (f"{v.strategy}:{v.workers}:{v.ps}:{v.devices_per_worker}", v.label)
+    for v in (
+        experiments.Variant(Strategy.MIRRORED.value, 1, 0, 1),
+        experiments.Variant(Strategy.MIRRORED.value, 1, 0, 2),
+        experiments.Variant(Strategy.MULTI_WORKER_MIRRORED.value, 2, 0, 1),
+        experiments.Variant(Strategy.PARAMETER_SERVER.value, 2, 1, 1),
+    )
+)
+DEFAULT_VARIANTS = [value for value, _ in VARIANT_CHOICES[1:3]]
+
+
+class ExperimentOptionsForm(forms.Form):
+    """The part of the New job form that turns its program and hyperparameters into a compare-strategies experiment;
+    the strategy and shape fields above are then ignored (each variant brings its own)."""
+
+    label_suffix = ""
+    variants = forms.MultipleChoiceField(
+        label="Variants to compare",
+        choices=VARIANT_CHOICES,
+        widget=forms.CheckboxSelectMultiple,
+        initial=DEFAULT_VARIANTS,
+        help_text="two or more; the same program and hyperparameters run under each",
+    )
+    experiment_mode = forms.ChoiceField(
+        label="Run them",
+        choices=ExperimentMode.choices,
+        initial=ExperimentMode.SEQUENTIAL,
+        widget=forms.RadioSelect,
+        help_text="side by side only where the cluster has room for every variant at once",
+    )
+    target_accuracy = forms.FloatField(
+        label="Target accuracy",
+        min_value=0.01,
+        max_value=1.0,
+        initial=0.9,
+        help_text="the experiment compares the time each variant takes to reach it",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["target_accuracy"].widget.attrs["step"] = "any"
+        for name, field in self.fields.items():
+            field.widget.attrs["aria-describedby"] = f"hint-{name}"
+
+    def chosen_variants(self) -> list[experiments.Variant]:
+        chosen = []
+        for value in self.cleaned_data["variants"]:
+            strategy, workers, ps, devices = value.split(":")
+            chosen.append(experiments.Variant(strategy, int(workers), int(ps), int(devices)))
+        return chosen

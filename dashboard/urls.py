@@ -19,6 +19,9 @@ urlpatterns = [
     path("jobs/<int:job_id>/", views.job_detail, name="job"),
     path("jobs/<int:job_id>/live/", views.job_live, name="job-live"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
+    path("experiments/<int:experiment_id>/", views.experiment_detail, name="experiment"),
+    path("experiments/<int:experiment_id>/cancel/", views.experiment_cancel, name="experiment-cancel"),
+    path("experiments/<int:experiment_id>/target/", views.experiment_target, name="experiment-target"),
     path("jobs/<int:job_id>/tasks/<int:task_id>/log/", views.task_log, name="task-log"),
     path("jobs/<int:job_id>/log-tail/", views.job_log_tail, name="job-log-tail"),
 ]

@@ -16,20 +16,33 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import PROGRAM_KEYS, SCRIPT_ENV
 from dashboard import calculator, compare, page_data
+from dashboard.experiment_page import experiment_rows
 from dashboard.forms import (
     CONFIG_FIELDS,
     SCRIPT,
     SECTIONS,
     ClusterGuidance,
+    ExperimentOptionsForm,
     JobForm,
     cluster_guidance,
     default_shape,
     initial_from,
     shape_for,
 )
-from orchestrator.control import lifecycle, submission
+from orchestrator.control import experiment_summary, experiments, lifecycle, submission
+from orchestrator.core.verdict import ENDED
 from orchestrator.metrics import log_reader
-from orchestrator.models import TERMINAL_JOB_STATES, Cluster, Host, Job, JobState, ProgramKind, Strategy, Task
+from orchestrator.models import (
+    TERMINAL_JOB_STATES,
+    Cluster,
+    Experiment,
+    Host,
+    Job,
+    JobState,
+    ProgramKind,
+    Strategy,
+    Task,
+)
 
 
 def _clusters_with_hosts() -> list[Cluster]:
@@ -132,7 +145,13 @@ def job_new(request: HttpRequest) -> HttpResponse:
     guidance = [cluster_guidance(c) for c in Cluster.objects.prefetch_related("hosts")]
     initial = initial_from(source) if source else _new_initial(request, guidance)
     form = JobForm(request.POST or None, request.FILES or None, initial=initial, user=request.user)
-    if request.method == "POST" and form.is_valid():
+    comparing = request.method == "POST" and "compare" in request.POST
+    options = ExperimentOptionsForm(request.POST if comparing else None)
+    if comparing:
+        experiment = _new_experiment(request, form, options, source)
+        if experiment is not None:
+            return redirect(experiment)
+    elif request.method == "POST" and form.is_valid():
         try:
             job, upload = form.build(request.user)
             if source is not None and upload is None:
@@ -144,7 +163,86 @@ def job_new(request: HttpRequest) -> HttpResponse:
             return redirect(job)
     if source is not None:
         messages.info(request, _clone_note(source))
-    return render(request, "dashboard/job_new.html", _job_form_context(form, guidance, plan=None))
+    context = _job_form_context(form, guidance, plan=None)
+    return render(request, "dashboard/job_new.html", {**context, "options": options, "comparing": comparing})
+
+
+def _new_experiment(
+    request: HttpRequest, form: JobForm, options: ExperimentOptionsForm, source: Job | None
+) -> Experiment | None:
+    """ "Compare strategies": the form's program and hyperparameters under each chosen variant. None (with the
+    errors on the forms) when it cannot start."""
+    if not (form.is_valid() & options.is_valid()):  # both validated, so every error shows at once
+        return None
+    try:
+        base, upload = form.build(request.user)
+        if source is not None and upload is None:
+            _run_program_of(source, base, chosen=form.chose_program())
+        return experiments.create(
+            base=base,
+            upload=upload,
+            variants=options.chosen_variants(),
+            mode=options.cleaned_data["experiment_mode"],
+            target_accuracy=options.cleaned_data["target_accuracy"],
+        )
+    except submission.JobInvalid as exc:
+        for key, messages_ in exc.errors.items():
+            if key in options.fields:
+                for message in messages_:
+                    options.add_error(key, message)
+            elif key == "mode":
+                options.add_error("experiment_mode", messages_)
+            else:
+                form.add_job_errors({key: messages_})
+        return None
+
+
+def _experiment_for(request: HttpRequest, experiment_id: int) -> Experiment:
+    return get_object_or_404(Experiment.objects.visible_to(request.user), pk=experiment_id)
+
+
+@require_GET
+def experiment_detail(request: HttpRequest, experiment_id: int) -> HttpResponse:
+    """The experiment page: per variant the numbers, the curves and the verdict (the API's `summary`, the same dict)."""
+    experiment = _experiment_for(request, experiment_id)
+    summary = experiment_summary.summarize(experiment)
+    return render(
+        request,
+        "dashboard/experiment.html",
+        {
+            "experiment": experiment,
+            "summary": summary,
+            "rows": experiment_rows(summary),
+            "jobs": list(experiment.jobs.order_by("pk")),
+            "ended": summary["state"] in ENDED,
+            "script": experiments.script_of(experiment),
+        },
+    )
+
+
+@require_POST
+def experiment_cancel(request: HttpRequest, experiment_id: int) -> HttpResponse:
+    experiment = _experiment_for(request, experiment_id)
+    if experiments.cancel(experiment.pk, by=request.user.get_username()):
+        messages.info(request, "Cancelled: its queued and running jobs are cancelled, and no further one starts.")
+    else:
+        messages.info(request, f"The experiment had already ended ({experiments.state_of(experiment)}).")
+    return redirect(experiment)
+
+
+@require_POST
+def experiment_target(request: HttpRequest, experiment_id: int) -> HttpResponse:
+    """A new target accuracy: stored, so the page and the API keep showing the same numbers."""
+    experiment = _experiment_for(request, experiment_id)
+    try:
+        target = float(request.POST.get("target_accuracy", ""))
+    except ValueError:
+        target = -1.0
+    if not 0 < target <= 1:
+        messages.error(request, "The target accuracy is a fraction above 0, at most 1 (e.g. 0.9).")
+    else:
+        Experiment.objects.filter(pk=experiment.pk).update(target_accuracy=target)
+    return redirect(experiment)
 
 
 def _new_initial(request: HttpRequest, guidance: list[ClusterGuidance]) -> dict[str, Any]:

@@ -20,12 +20,28 @@ def _bytes(n: int) -> str:
 def active_jobs_problem(active: int) -> str | None:
     """Why one more job may not be submitted by a user who has `active` jobs not yet ended (None: it may)."""
     limit = settings.TFDASH_MAX_ACTIVE_JOBS_PER_USER
-    if active < limit:
+    if _room_for(active, 1):
         return None
     return (
         f"You already have {active} queued or running jobs; the limit is {limit} per user "
         "(TFDASH_MAX_ACTIVE_JOBS_PER_USER). Wait for one to end or cancel one, then submit again."
     )
+
+
+def jobs_at_once_problem(active: int, wanted: int) -> str | None:
+    """Why a user who has `active` jobs not yet ended may not queue `wanted` more at once (an experiment's variants
+    side by side), None when they may."""
+    if _room_for(active, wanted):
+        return None
+    limit = settings.TFDASH_MAX_ACTIVE_JOBS_PER_USER
+    return (
+        f"that takes {wanted} places; you have {active} queued or running jobs and the limit is {limit} per user "
+        "(TFDASH_MAX_ACTIVE_JOBS_PER_USER)."
+    )
+
+
+def _room_for(active: int, wanted: int) -> bool:
+    return active + wanted <= settings.TFDASH_MAX_ACTIVE_JOBS_PER_USER
 
 
 # --- uploaded scripts ---

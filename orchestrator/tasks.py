@@ -21,7 +21,7 @@ from django.db import InterfaceError, OperationalError, close_old_connections
 from config.celery import app
 from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, ORCHESTRATOR_QUEUE, TASK_EVENT, TASK_LOGS
 from orchestrator.agents import events, liveness, reports
-from orchestrator.control import lifecycle, passes, scheduling
+from orchestrator.control import experiments, lifecycle, passes, scheduling
 from orchestrator.control.scheduling import WAITING_STATES
 from orchestrator.metrics import ingest
 from orchestrator.models import Job
@@ -93,6 +93,8 @@ def task_logs(payload: Any) -> None:
 
 @entry(passes.SCHEDULE)
 def schedule(cluster_id: int) -> None:
+    # A pass follows every job's end: the next run of a one-after-another experiment is submitted first.
+    experiments.advance_all(cluster_id)
     scheduling.schedule_cluster(cluster_id)
 
 
@@ -104,6 +106,7 @@ def watchdog() -> None:
     lifecycle.check_startup_deadlines()
     lifecycle.reap_finished_jobs()
     lifecycle.check_progress()
+    experiments.advance_all()  # level-triggered: no experiment waits on a message that was lost
     for cluster_id in set(Job.objects.filter(state__in=WAITING_STATES).values_list("cluster_id", flat=True)):
         scheduling.schedule_cluster(cluster_id)
 

@@ -13,13 +13,21 @@ ERROR_SCHEMA = {
     "properties": {"detail": {"type": "string"}},
     "required": ["detail"],
 }
-# `{"field": ["message", ...]}`, `{"non_field_errors": [...]}`, or `{"detail": "..."}` for a body that is not JSON.
+# `{"field": ["message", ...]}`, `{"non_field_errors": [...]}`, `{"variants": [{"field": [...]}, {}]}` for a list of
+# objects, or `{"detail": "..."}` for a body that is not JSON.
 VALIDATION_ERROR_SCHEMA = {
     "type": "object",
     "additionalProperties": {
         "anyOf": [
             {"type": "string"},
-            {"type": "array", "items": {"type": "string"}},
+            # A list field's errors (experiment variants) are one entry per item: an object of field errors (`{}` for
+            # an item without any), or a list of messages for an item that is no object at all.
+            {
+                "type": "array",
+                "items": {
+                    "anyOf": [{"type": "string"}, {"type": "object"}, {"type": "array", "items": {"type": "string"}}]
+                },
+            },
             {"type": "object"},
         ]
     },

@@ -144,7 +144,7 @@ def schedule_cluster(cluster_id: int) -> list[int]:
                 blocked_by = job
                 continue
             _start(job, result, hosts)
-            states = _take(states, result)
+            states = take(states, result)
             started.append(job.pk)
     return started
 
@@ -155,7 +155,7 @@ def _set_reason(job: Job, reason: str) -> None:
         job.save(update_fields=["reason"])
 
 
-def _take(states: list[placement.HostState], where: placement.Placement) -> list[placement.HostState]:
+def take(states: list[placement.HostState], where: placement.Placement) -> list[placement.HostState]:
     """Host states with a freshly placed job's ports and devices marked used, for the next job in this pass."""
     by_host: dict[str, list[placement.TaskPlacement]] = defaultdict(list)
     for task in where.tasks:
@@ -207,3 +207,14 @@ def _start(job: Job, where: placement.Placement, hosts: dict[str, Host]) -> None
     )
     ids = [task.pk for task in tasks]
     transaction.on_commit(lambda: dispatch.launch_tasks(ids))
+
+
+def fits_together(jobs: list[Job], cluster: Cluster) -> str | None:
+    """Whether `jobs` could all run at once on the idle cluster (None), or the first that could not, and why."""
+    states = host_states(cluster.hosts.all(), empty=True)
+    for job in jobs:
+        result = placement.place(job_shape(job), states)
+        if isinstance(result, placement.Unplaceable):
+            return f"{job.variant or job.name}: {result.reason}"
+        states = take(states, result)
+    return None

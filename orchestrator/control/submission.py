@@ -88,6 +88,8 @@ def check_script(upload: Upload) -> list[str]:
     except SyntaxError as exc:
         where = f" line {exc.lineno}" if exc.lineno is not None else ""  # a NUL byte has no line
         return [f"Syntax error in {upload.filename}{where}: {exc.msg}."]
+    except ValueError as exc:  # Python 3.11 refuses a NUL byte with ValueError (3.12: SyntaxError, caught above)
+        return [f"Syntax error in {upload.filename}: {exc}."]
     except (MemoryError, RecursionError):
         # e.g. `x=` followed by 200,000 minus signs: a valid-looking expression nested too deep for the parser.
         return [f"{upload.filename} is nested too deeply to compile."]
@@ -183,12 +185,16 @@ def submit(job: Job, upload: Upload | None) -> Job:
     return job
 
 
-def _check_active_jobs(owner_id: int) -> None:
-    """The per-user limit on queued and running jobs, staff included (limits.active_jobs_problem). The owner's row is
-    locked first, so two submissions racing cannot both take the last place."""
+def lock_owner_and_count_active(owner_id: int) -> int:
+    """The owner's jobs not yet ended, counted with the owner's row locked (inside a transaction), so two
+    submissions racing cannot both take the last place."""
     get_user_model().objects.select_for_update().filter(pk=owner_id).values_list("pk").first()
-    active = Job.objects.filter(owner_id=owner_id).exclude(state__in=TERMINAL_JOB_STATES).count()
-    problem = limits.active_jobs_problem(active)
+    return Job.objects.filter(owner_id=owner_id).exclude(state__in=TERMINAL_JOB_STATES).count()
+
+
+def _check_active_jobs(owner_id: int) -> None:
+    """The per-user limit on queued and running jobs, staff included (limits.active_jobs_problem)."""
+    problem = limits.active_jobs_problem(lock_owner_and_count_active(owner_id))
     if problem:
         raise JobInvalid({"non_field_errors": [problem]})
 

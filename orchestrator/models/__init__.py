@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from orchestrator.models.clusters import Cluster, Host, HostSample, HostStatus
+from orchestrator.models.experiments import Experiment, ExperimentMode
 from orchestrator.models.jobs import (
     ACTIVE_TASK_STATES,
     TERMINAL_JOB_STATES,
@@ -23,6 +24,8 @@ __all__ = [
     "ACTIVE_TASK_STATES",
     "TERMINAL_JOB_STATES",
     "Cluster",
+    "Experiment",
+    "ExperimentMode",
     "Host",
     "HostPortBlock",
     "HostSample",

@@ -113,6 +113,11 @@ class Job(models.Model):
     artifact_refusal = models.TextField(blank=True, help_text="why the latest artifact was refused")
     # The task whose end failed the job; its log tail is read at display time, so late log lines still show.
     failed_task = models.ForeignKey("Task", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    # A run of a compare-strategies experiment (orchestrator/control/experiments.py), and which of its variants.
+    experiment = models.ForeignKey(
+        "orchestrator.Experiment", on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
+    )
+    variant = models.CharField(max_length=100, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)
     placed_at = models.DateTimeField(null=True, blank=True)
@@ -124,6 +129,14 @@ class Job(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["cluster", "state", "created_at"])]
+        constraints = [
+            # Never two runs of one variant of an experiment, whatever races (orchestrator/control/experiments.py).
+            models.UniqueConstraint(
+                fields=["experiment", "variant"],
+                condition=models.Q(experiment__isnull=False),
+                name="one_job_per_experiment_variant",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.name}"

@@ -2,7 +2,7 @@
 
 Every operation of the schema is exercised twice per example: once with the path ids Hypothesis drew (mostly ids
 that do not exist) and once with the ids of real rows (a cluster with a host, a job with a task, metrics, a log
-line and an artifact), so the fuzzer reaches the code behind the 404s too.
+line and an artifact, an experiment that job is a run of), so the fuzzer reaches the code behind the 404s too.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from orchestrator.models import Job, JobArtifact, MetricPoint, Task, TaskLogLine
+from orchestrator.models import Experiment, Job, JobArtifact, MetricPoint, Task, TaskLogLine
 from tests import factories
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
@@ -39,6 +39,7 @@ class World:
     host_id: int
     job_id: int
     task_id: int
+    experiment_id: int
 
     @property
     def headers(self) -> dict[str, str]:
@@ -50,6 +51,8 @@ class World:
             return {"cluster_pk": self.cluster_id, "id": self.host_id}
         if path.startswith("/api/clusters/"):
             return {"id": self.cluster_id}
+        if path.startswith("/api/experiments/"):
+            return {"id": self.experiment_id}
         return {"id": self.job_id, "task_id": self.task_id, "name": "model.keras"}
 
 
@@ -69,8 +72,24 @@ def world(django_user_model) -> World:
         job=job, task=task, name="model.keras", sha256=hashlib.sha256(content).hexdigest(), size=len(content),
         content=content,
     )  # fmt: skip
+    experiment = Experiment.objects.create(
+        owner=owner, cluster=host.cluster, name="e", template={"program_kind": "builtin", "builtin": "digits_mlp"},
+        variants=[
+            {"label": "1-replica baseline", "strategy": "mirrored", "workers": 1, "ps": 0, "devices_per_worker": 1},
+            {"label": "MultiWorkerMirrored 2 × 1", "strategy": "multi_worker_mirrored", "workers": 2, "ps": 0,
+             "devices_per_worker": 1},
+        ],
+    )  # fmt: skip
+    Job.objects.filter(pk=job.pk).update(experiment=experiment, variant="MultiWorkerMirrored 2 × 1")
     token = Token.objects.create(user=staff)
-    return World(token=token.key, cluster_id=host.cluster_id, host_id=host.pk, job_id=job.pk, task_id=task.pk)
+    return World(
+        token=token.key,
+        cluster_id=host.cluster_id,
+        host_id=host.pk,
+        job_id=job.pk,
+        task_id=task.pk,
+        experiment_id=experiment.pk,
+    )
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("orchestrator", "0008_per_user_limits"),
+        ("orchestrator", "0009_host_agent_key"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -47,6 +47,10 @@ _SALT = b"tfdash agent-mac v3"
 _PURPOSE = b"agent->orchestrator message MAC"
 NONCE_BYTES = 16
 MAX_SIGNED_CHARS = 64 * 1024 * 1024  # an artifact is the largest report; nothing legitimate comes near this
+# A hello, heartbeat or task event: a report of MAX_REPORTED_RUNNING tasks and MAX_REPORTED_EXITS exits is a few
+# hundred KB. A larger one is refused before it is parsed, so a host cannot make the orchestrator build a structure of
+# the size it claims (a million GPUs in its facts parse to hundreds of MB).
+MAX_MESSAGE_CHARS = 1024 * 1024
 
 
 class Refused(ValueError):
@@ -122,13 +126,16 @@ def open_sealed(
     max_age_s: float,
     max_skew_s: float = MAX_CLOCK_SKEW_S,
     now: float | None = None,
+    max_chars: int = MAX_SIGNED_CHARS,
 ) -> Opened:
     """The verified content of an envelope sealed under `key` (None: the host is unknown) as message `name`, or
     Refused. The MAC is checked before anything inside `signed` is read."""
     host = envelope_host(envelope)
     signed, mac = envelope.get("signed"), envelope.get("mac")
-    if not isinstance(signed, str) or not isinstance(mac, str) or len(signed) > MAX_SIGNED_CHARS:
+    if not isinstance(signed, str) or not isinstance(mac, str):
         raise Refused(MALFORMED, "not an agent envelope")
+    if len(signed) > max_chars:
+        raise Refused(MALFORMED, f"from {host!r}: {len(signed)} characters, more than {max_chars}")
     try:
         given = bytes.fromhex(mac)
     except ValueError:

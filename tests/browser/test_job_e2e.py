@@ -80,7 +80,7 @@ def test_a_job_made_with_the_form_trains_on_real_agents_with_live_charts_and_suc
     expect(page.locator("#id_ps")).to_have_value("0")  # read-only under MultiWorkerMirrored
     page.fill("#id_devices_per_worker", "1")
     expect(page.locator("#id_legacy_keras")).to_be_checked()  # tf.keras model.fit needs legacy Keras under MWMS
-    page.click("form.job-form button[type=submit]")
+    page.get_by_role("button", name="Launch", exact=True).click()
     page.wait_for_url(re.compile(r"/jobs/\d+/$"))
     job_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
     expect(page.locator("h1")).to_contain_text("form mwms")

@@ -70,6 +70,19 @@ def test_a_new_form_opens_on_the_strategy_that_suits_the_cluster_now(
     assert visible_errors(response.content.decode()) == []
 
 
+def test_enter_in_any_field_launches_the_job(client, alice):
+    # A browser's implicit submission (Enter in a text field) presses the form's first submit button.
+    hosts(2)
+    client.force_login(alice)
+
+    page = client.get("/jobs/new/").content.decode()
+
+    start = page.index('class="job-form"')
+    form = page[start : page.index("</form>", start)]
+    first_submit = re.search(r'<button type="submit"[^>]*>([^<]*)</button>', form)
+    assert first_submit is not None and first_submit.group(1) == "Launch"
+
+
 @pytest.mark.parametrize("strategy", ["mirrored", "multi_worker_mirrored", "parameter_server"])
 def test_each_strategy_opens_in_a_valid_state_with_no_error(client, alice, strategy):
     hosts(2)

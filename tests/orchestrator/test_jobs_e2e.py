@@ -206,6 +206,9 @@ def test_a_script_that_raises_fails_the_job_with_task_exit_code_and_traceback(ap
 def test_a_taken_port_is_reported_and_the_task_gets_another(api, cluster_of):
     cluster_of(2, first_port=27100)
     squatter = socket.socket()
+    # SO_REUSEADDR: an earlier test's TF connections on this port may linger in TIME_WAIT (60 s); a listening
+    # squatter still takes the port from everyone else (the agent's check and TF alike).
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     squatter.bind(("0.0.0.0", 27100))  # the first port placement would pick on e2e-0
     squatter.listen()
     try:

@@ -77,6 +77,8 @@ class SimTask:
     attempt: int
     pid: int
     ends_at: float | None  # None: serves until killed (ParameterServer ps and workers)
+    port: int | None = None
+    devices: tuple[int, ...] = ()
     step: int = 0
 
 
@@ -121,6 +123,7 @@ class Fleet:
         self.tally: dict[str, int] = {
             "hellos": 0, "heartbeats": 0, "events": 0, "metric_entries": 0, "orders": 0, "refused": 0,
             "launches": 0, "kills": 0, "acks": 0, "send_failures": 0,
+            "ports booked twice": 0, "devices booked twice": 0,
         }  # fmt: skip
         self.stopped = threading.Event()
         self._pid = 100_000
@@ -165,11 +168,20 @@ class Fleet:
                 return
             host.seen.add(key)
             self.tally["launches"] += 1
+            # What a real host would show as a bind failure or two processes on one GPU: booked twice.
+            ports = {t.port for t in host.running.values() if t.port is not None}
+            devices = {d for t in host.running.values() for d in t.devices}
+            if spec.port is not None and spec.port in ports:
+                self.tally["ports booked twice"] += 1
+            if devices & set(spec.devices):
+                self.tally["devices booked twice"] += 1
             self._pid += 1
             serves = spec.task_type == "ps" or (spec.task_type == "worker" and _has_chief(spec.env))
             drawn = random.Random(spec.job_id).uniform(*self.duration)  # a gang's tasks end together
             ends_at = None if serves else now + drawn + random.uniform(0, 0.5)
-            host.running[key] = SimTask(spec.job_id, spec.task_id, spec.attempt, self._pid, ends_at)
+            host.running[key] = SimTask(
+                spec.job_id, spec.task_id, spec.attempt, self._pid, ends_at, spec.port, tuple(spec.devices)
+            )
             self._event(host, spec.task_id, spec.attempt, TaskEventKind.STARTED, pid=self._pid)
             if spec.port is not None:
                 self._event(host, spec.task_id, spec.attempt, TaskEventKind.LISTENING, pid=self._pid)
@@ -208,7 +220,7 @@ class Fleet:
             self.app.send_task(
                 name, args=[seal(host.key, host.name, name, body)], queue=ORCHESTRATOR_QUEUE, retry=False, **options
             )
-        except Exception:  # noqa: BLE001 - the broker blinked: a real agent's outbox retries; the report repeats it
+        except Exception:  # the broker blinked: a real agent's outbox retries; the report repeats it
             self.tally["send_failures"] += 1
             return
         self.tally["events" if name == TASK_EVENT else "heartbeats" if name == AGENT_HEARTBEAT else "hellos"] += 1

@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from chaos import Stack, _free_port, with_retry  # noqa: E402
+from chaos import Stack, with_retry  # noqa: E402
 
 PY = sys.executable
 PORTS_PER_HOST = 100
@@ -84,7 +84,6 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
 
 
-
 def cpu_seconds(pids: list[int]) -> float:
     total = 0.0
     for pid in pids:
@@ -102,14 +101,30 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def handler_times(log: Path) -> dict[str, list[float]]:
+def handler_times(logs: list[Path]) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {}
-    for match in SUCCEEDED.finditer(log.read_text(errors="replace")):
-        times.setdefault(match.group(1), []).append(float(match.group(2)))
+    for log in logs:
+        for match in SUCCEEDED.finditer(log.read_text(errors="replace")):
+            times.setdefault(match.group(1), []).append(float(match.group(2)))
     return times
 
 
-# --- setup -------------------------------------------------------------------------------------------------------------
+class ScaleStack(Stack):
+    """bench/chaos.py's stack, with more orchestrator workers on the same queue when asked (`orchestrator-N`: no
+    beat, one beat is enough)."""
+
+    def _command(self, name: str) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+        if not name.startswith("orchestrator-"):
+            return super()._command(name)
+        argv = [PY, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "--pool", "threads", "-c", "4",
+                "-l", "INFO", "--hostname", f"{name}@%h"]  # fmt: skip
+        return argv, self.env, {}
+
+    def orchestrator_logs(self) -> list[Path]:
+        return sorted(self.logs.glob("orchestrator*.log"))
+
+
+# --- setup ---------------------------------------------------------------------------------------------------------
 def register_fleet(hosts: int) -> list[dict[str, Any]]:
     from orchestrator.models import Cluster, Host
 
@@ -168,16 +183,37 @@ def fill_history(total: int) -> None:
     for start in range(0, missing, 1000):
         jobs = Job.objects.bulk_create(
             [
-                Job(owner=owner, cluster=cluster, name=f"history-{start + i}", strategy="multi_worker_mirrored",
-                    program_kind="builtin", builtin="digits_mlp", workers=2, devices_per_worker=1,
-                    state=JobState.SUCCEEDED, attempt=1, placed_at=now, finished_at=now)  # fmt: skip
+                Job(
+                    owner=owner,
+                    cluster=cluster,
+                    name=f"history-{start + i}",
+                    strategy="multi_worker_mirrored",
+                    program_kind="builtin",
+                    builtin="digits_mlp",
+                    workers=2,
+                    devices_per_worker=1,
+                    state=JobState.SUCCEEDED,
+                    attempt=1,
+                    placed_at=now,
+                    finished_at=now,
+                )
                 for i in range(min(1000, missing - start))
             ]
         )
         Task.objects.bulk_create(
             [
-                Task(job=job, attempt=1, type="worker", index=k, host=hosts[k % len(hosts)], port=20000 + k,
-                     devices=[k], state=TaskState.SUCCEEDED, exit_code=0, finished_at=now)  # fmt: skip
+                Task(
+                    job=job,
+                    attempt=1,
+                    type="worker",
+                    index=k,
+                    host=hosts[k % len(hosts)],
+                    port=20000 + k,
+                    devices=[k],
+                    state=TaskState.SUCCEEDED,
+                    exit_code=0,
+                    finished_at=now,
+                )
                 for job in jobs
                 for k in range(2)
             ]
@@ -195,7 +231,7 @@ def page_latencies(base: str, job_id: int, loads: int) -> dict[str, list[float]]
     times: dict[str, list[float]] = {name: [] for name in pages}
     for name, path in pages.items():
         for i in range(loads + 1):
-            request = urllib.request.Request(base + path, headers={"Cookie": cookie})
+            request = urllib.request.Request(base + path, headers={"Cookie": cookie})  # noqa: S310 - http, ours
             start = time.perf_counter()
             with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - our own loopback server
                 response.read()
@@ -206,8 +242,8 @@ def page_latencies(base: str, job_id: int, loads: int) -> dict[str, list[float]]
     return times
 
 
-# --- the run -------------------------------------------------------------------------------------------------------------
-def main() -> int:  # noqa: PLR0915 - one linear script
+# --- the run -------------------------------------------------------------------------------------------------------
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hosts", type=int, default=500)
     parser.add_argument("--jobs", type=int, default=1000)
@@ -219,6 +255,7 @@ def main() -> int:  # noqa: PLR0915 - one linear script
     parser.add_argument("--page-jobs", type=int, default=10_000)
     parser.add_argument("--page-loads", type=int, default=20)
     parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--orchestrators", type=int, default=1, help="orchestrator workers on the one queue")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
@@ -226,8 +263,11 @@ def main() -> int:  # noqa: PLR0915 - one linear script
     load_start = os.getloadavg()
     var = Path(tempfile.mkdtemp(prefix="tfdash-scale-"))
     os.chmod(var, 0o755)  # noqa: S103 - the embedded PostgreSQL runs as its own user when we are root
-    stack = Stack(var)
-    stack.env.update({"TFDASH_MAX_ACTIVE_JOBS_PER_USER": "1000000", "DEBUG": "0", "LOG_LEVEL": "INFO"})
+    stack = ScaleStack(var)
+    # DB_CONN_MAX_AGE: the orchestrator keeps its database connections (README "Sizing"); without it every message
+    # opens one. TFDASH_TRACE_LOG_LEVEL: each handler's run time in the log, read below.
+    stack.env.update({"TFDASH_MAX_ACTIVE_JOBS_PER_USER": "1000000", "DEBUG": "0", "LOG_LEVEL": "INFO",
+                      "DB_CONN_MAX_AGE": "60", "TFDASH_TRACE_LOG_LEVEL": "INFO"})  # fmt: skip
     sims: list[subprocess.Popen[bytes]] = []
     results: dict[str, Any] = {"hosts": args.hosts, "jobs": args.jobs, "load at start": load_start}
     failures: list[str] = []
@@ -247,7 +287,7 @@ def main() -> int:  # noqa: PLR0915 - one linear script
 
         call_command("migrate", "--noinput", verbosity=0, stdout=io.StringIO())
         fleet = register_fleet(args.hosts)
-        for name in ("orchestrator", "ingest", "web"):
+        for name in ("orchestrator", *(f"orchestrator-{n}" for n in range(2, args.orchestrators + 1)), "ingest", "web"):
             stack.start(name)
         per = max(1, math.ceil(len(fleet) / args.sim_procs))
         for n in range(0, len(fleet), per):
@@ -257,27 +297,28 @@ def main() -> int:  # noqa: PLR0915 - one linear script
             path = var / f"sim-{n}.config.json"
             path.write_text(json.dumps(config))
             log = (stack.logs / f"sim-{n}.log").open("wb")
-            sims.append(subprocess.Popen([PY, str(ROOT / "bench" / "fleet_sim.py"), str(path)], stdout=log,
-                                         stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}))  # fmt: skip
+            argv = [PY, str(ROOT / "bench" / "fleet_sim.py"), str(path)]
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            sims.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env))
         online_s = wait_online(args.hosts, 120 + args.hosts * 0.2)
         print(f"[scale] {args.hosts} hosts online after {online_s:.1f} s", flush=True)
 
         # 1. idle fleet: heartbeats only.
-        orchestrator_pid = stack.children["orchestrator"].proc.pid
         pg_pid = stack.children["postgres"].proc.pid
-        log_path = stack.logs / "orchestrator.log"
-        before = handler_times(log_path)
-        cpu0, pg0, t0 = cpu_seconds([orchestrator_pid]), cpu_seconds([pg_pid]), time.monotonic()
+        orchestrator_pids = [c.proc.pid for n, c in stack.children.items() if n.startswith("orchestrator")]
+        before = handler_times(stack.orchestrator_logs())
+        cpu0, pg0, t0 = cpu_seconds(orchestrator_pids), cpu_seconds([pg_pid]), time.monotonic()
         time.sleep(args.idle_s)
-        cpu1, pg1, t1 = cpu_seconds([orchestrator_pid]), cpu_seconds([pg_pid]), time.monotonic()
-        during = handler_times(log_path)
-        beats = len(during.get("orchestrator.agent_heartbeat", [])) - len(before.get("orchestrator.agent_heartbeat", []))
+        cpu1, pg1, t1 = cpu_seconds(orchestrator_pids), cpu_seconds([pg_pid]), time.monotonic()
+        during = handler_times(stack.orchestrator_logs())
+        hb = during.get("orchestrator.agent_heartbeat", [])[len(before.get("orchestrator.agent_heartbeat", [])) :]
+        beats = len(hb)
         window = t1 - t0
         per100 = (cpu1 - cpu0) / window / (args.hosts / 100) * 100
         results["heartbeats handled/s (idle)"] = beats / window
         results["heartbeat CPU per 100 hosts, % of a core (orchestrator)"] = per100
-        results["heartbeat CPU per 100 hosts, % of a core (PostgreSQL)"] = (pg1 - pg0) / window / (args.hosts / 100) * 100
-        hb = during.get("orchestrator.agent_heartbeat", [])[len(before.get("orchestrator.agent_heartbeat", [])):]
+        pg_per100 = (pg1 - pg0) / window / (args.hosts / 100) * 100
+        results["heartbeat CPU per 100 hosts, % of a core (PostgreSQL)"] = pg_per100
         results["heartbeat handler p50/p99, ms"] = (pct(hb, 50) * 1000, pct(hb, 99) * 1000)
         print(f"[scale] idle: {beats / window:.0f} heartbeats/s, {per100:.1f}% of a core per 100 hosts", flush=True)
 
@@ -310,7 +351,7 @@ def main() -> int:  # noqa: PLR0915 - one linear script
             .annotate(n=Count("tasks"))
             .values_list("pk", "created_at", "placed_at", "n", "state")
         )
-        times = handler_times(log_path)
+        times = handler_times(stack.orchestrator_logs())
         sched = times.get("orchestrator.schedule", [])
         watchdog = times.get("orchestrator.watchdog", [])
         total_tasks = sum(n for *_, n, _s in placed)
@@ -340,10 +381,12 @@ def main() -> int:  # noqa: PLR0915 - one linear script
         final = dict(Job.objects.filter(pk__in=submitted).values_list("pk", "state"))
         not_final = [pk for pk, state in final.items() if state not in TERMINAL_JOB_STATES]
         not_succeeded = [pk for pk, state in final.items() if state in TERMINAL_JOB_STATES and state != "succeeded"]
-        counts = dict(Task.objects.filter(job__in=submitted).values("job").annotate(n=Count("id")).values_list("job", "n"))
+        per_job = Task.objects.filter(job__in=submitted).values("job").annotate(n=Count("id"))
+        counts = dict(per_job.values_list("job", "n"))
         twice = [pk for pk, data in submitted.items() if counts.get(pk, 0) > expected_tasks(data)]
         attempts = list(Job.objects.filter(pk__in=submitted, attempt__gt=1).values_list("pk", flat=True))
-        offline_log = len(re.findall(r"host \S+ is offline", log_path.read_text(errors="replace")))
+        offline_log = sum(len(re.findall(r"host \S+ is offline", p.read_text(errors="replace")))
+                          for p in stack.orchestrator_logs())  # fmt: skip
         results.update({"jobs not final": len(not_final), "jobs not succeeded": len(not_succeeded),
                         "jobs placed twice": len(twice) + len(attempts), "hosts marked offline": max(offline_log,
                         offline_seen)})  # fmt: skip
@@ -378,6 +421,10 @@ def main() -> int:  # noqa: PLR0915 - one linear script
         results["submit->launch order p50/p99, s (first wave)"] = (pct(lat_wave, 50), pct(lat_wave, 99))
         results["submit->launch order p50/p99, s (all, queueing included)"] = (pct(lat, 50), pct(lat, 99))
         results["fleet tally"] = tally
+        results["ports booked twice"] = tally.get("ports booked twice", 0)
+        results["devices booked twice"] = tally.get("devices booked twice", 0)
+        if results["ports booked twice"] or results["devices booked twice"]:
+            failures.append("a port or device was booked twice (seen by the simulated agents)")
         if tally.get("refused"):
             failures.append(f"{tally['refused']} order(s) refused by the simulated agents' OrderGate")
 

@@ -118,15 +118,21 @@ def schedule_cluster(cluster_id: int) -> list[int]:
         hosts = {h.name: h for h in cluster.hosts.all()}
         states = host_states(hosts.values())
         blocked_by: Job | None = None
+        waiting: list[Job] = []  # reasons changed, written in one statement at the end of the pass
+        fits_empty: set[placement.JobShape] = set()  # shapes already known to fit the idle cluster, this pass
         for job in queued:
             if blocked_by is not None:
-                _set_reason(job, f"waiting behind job #{blocked_by.pk} ({blocked_by.name}), first in the queue")
+                reason = f"waiting behind job #{blocked_by.pk} ({blocked_by.name}), first in the queue"
+                if job.reason != reason:
+                    job.reason = reason
+                    waiting.append(job)
                 continue
             if job.state == JobState.RESTARTING and job.tasks.filter(state__in=ACTIVE_TASK_STATES).exists():
                 # Its previous gang is still being stopped: a new one must not meet the old processes.
                 blocked_by = job
                 continue
-            result = placement.place(job_shape(job), states)
+            shape = job_shape(job)
+            result = placement.place(shape, states, fits_empty=shape in fits_empty)
             if isinstance(result, placement.Unplaceable):
                 if result.permanent:
                     # The cluster shrank since the job was accepted: it can never run here now.
@@ -144,9 +150,13 @@ def schedule_cluster(cluster_id: int) -> list[int]:
                 _set_reason(job, reason)
                 blocked_by = job
                 continue
+            fits_empty.add(shape)
             _start(job, result, hosts)
             states = _take(states, result)
             started.append(job.pk)
+        # One UPDATE for every waiting job whose reason changed (a head that changed rewrites them all); no live hint
+        # is sent for a reason alone, the job's state did not change.
+        Job.objects.bulk_update(waiting, ["reason"], batch_size=500)
     return started
 
 
@@ -185,7 +195,10 @@ def _start(job: Job, where: placement.Placement, hosts: dict[str, Host]) -> None
     configs = tf_configs(job, where)
     # How often each slot's process was started again: every gang restart, plus the slot's own in-place relaunches
     # (each a row with restart > 0; Job.restarts counts both kinds). A re-placement after a port conflict is neither.
-    relaunched = Counter(Task.objects.filter(job=job, restart__gt=0).values_list("type", "index"))
+    # A job that never restarted has no relaunched slots: no query (the common case, once per placed job).
+    relaunched = (
+        Counter(Task.objects.filter(job=job, restart__gt=0).values_list("type", "index")) if job.restarts else Counter()
+    )
     gang_restarts = job.restarts - relaunched.total()
     tasks = Task.objects.bulk_create(
         [

@@ -51,7 +51,7 @@ PORTS_PER_HOST = 100
 SUCCEEDED = re.compile(r"Task (orchestrator\.\w+)\[[^\]]+\] succeeded in ([0-9.e-]+)s")
 
 
-def job_mix(count: int, rng: random.Random) -> list[dict[str, Any]]:
+def job_mix(count: int, rng: random.Random, gpus: int = 4000) -> list[dict[str, Any]]:
     """Mixed gang jobs: mostly small MultiWorkerMirrored, some wide ones (up to 64 workers of 8 GPUs, 512 GPUs: wider
     than what is free while the fleet is busy, so they wait at the head of the queue), ParameterServer, Mirrored."""
     jobs = []
@@ -60,6 +60,8 @@ def job_mix(count: int, rng: random.Random) -> list[dict[str, Any]]:
         if kind == "mwms":
             workers = rng.choices([1, 2, 4, 8, 16, 32, 64], weights=[30, 22, 16, 12, 8, 4, 2])[0]
             devices = rng.choices([1, 2, 4, 8], weights=[5, 3, 2, 1])[0]
+            while workers * devices > gpus // 2 and workers > 1:  # a small fleet: wide jobs wait, never fail
+                workers //= 2
             shape = {"strategy": "multi_worker_mirrored", "workers": workers, "devices_per_worker": devices}
         elif kind == "ps":
             shape = {"strategy": "parameter_server", "workers": rng.choice([1, 2, 4, 8]), "ps": rng.choice([1, 2]),
@@ -327,7 +329,7 @@ def main() -> int:
 
         from orchestrator.models import TERMINAL_JOB_STATES, Host, HostStatus, Job, MetricPoint, Task
 
-        shapes = job_mix(args.jobs, random.Random(args.seed))
+        shapes = job_mix(args.jobs, random.Random(args.seed), gpus=args.hosts * 8)
         submit_start = time.time()
         submitted = submit_jobs(shapes)
         submit_s = time.time() - submit_start

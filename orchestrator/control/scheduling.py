@@ -1,7 +1,8 @@
 """FIFO gang scheduling of queued jobs onto a cluster: rows in, `placement.place`, task rows and launch orders out.
 
-One scheduler pass per cluster at a time (the cluster row is locked), so two passes never hand out the same
-port or device. Strict FIFO: a job that does not fit holds back the jobs behind it, so a big job is not starved by
+One scheduler pass per cluster at a time (the cluster row is locked for the whole pass; a pass that finds it locked
+ends at once, the running one or the watchdog's next reads the queue afresh), so two passes, in two threads or two
+orchestrator workers, never hand out the same port or device. Strict FIFO: a job that does not fit holds back the jobs behind it, so a big job is not starved by
 a stream of small ones.
 """
 
@@ -108,8 +109,14 @@ def schedule_cluster(cluster_id: int) -> list[int]:
     started: list[int] = []
     passes.pass_begins(cluster_id)
     with transaction.atomic():
-        cluster = Cluster.objects.select_for_update().filter(pk=cluster_id).first()
+        # skip_locked: when another pass (another thread or orchestrator worker) holds the cluster, this one has
+        # nothing to add; it began after this ask was made, or the watchdog's next tick (every second while jobs wait)
+        # covers it. Waiting instead tied up a worker thread per blocked pass, and with them the heartbeats that
+        # worker had already taken from the queue: hosts were declared lost while their reports sat there.
+        cluster = Cluster.objects.select_for_update(skip_locked=True).filter(pk=cluster_id).first()
         if cluster is None:
+            if Cluster.objects.filter(pk=cluster_id).exists():
+                log.debug("cluster %s: a scheduler pass is already running", cluster_id)
             return started
         # A restarting job keeps its place in the queue (created_at), ahead of what was submitted after it.
         queued = list(Job.objects.filter(cluster=cluster, state__in=WAITING_STATES).order_by("created_at", "id"))

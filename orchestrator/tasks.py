@@ -93,7 +93,7 @@ def task_logs(payload: Any) -> None:
 
 @entry(passes.SCHEDULE)
 def schedule(cluster_id: int) -> None:
-    scheduling.schedule_cluster(cluster_id)
+    scheduling.schedule_cluster(cluster_id, wait=False)
 
 
 @entry("orchestrator.watchdog")
@@ -105,7 +105,7 @@ def watchdog() -> None:
     lifecycle.reap_finished_jobs()
     lifecycle.check_progress()
     for cluster_id in set(Job.objects.filter(state__in=WAITING_STATES).values_list("cluster_id", flat=True)):
-        scheduling.schedule_cluster(cluster_id)
+        scheduling.schedule_cluster(cluster_id, wait=False)
 
 
 @entry("orchestrator.retention")

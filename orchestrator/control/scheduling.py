@@ -1,9 +1,9 @@
 """FIFO gang scheduling of queued jobs onto a cluster: rows in, `placement.place`, task rows and launch orders out.
 
-One scheduler pass per cluster at a time (the cluster row is locked for the whole pass; a pass that finds it locked
-ends at once, the running one or the watchdog's next reads the queue afresh), so two passes, in two threads or two
-orchestrator workers, never hand out the same port or device. Strict FIFO: a job that does not fit holds back the jobs behind it, so a big job is not starved by
-a stream of small ones.
+One scheduler pass per cluster at a time (the cluster row is locked for the whole pass; the orchestrator's passes
+that find it locked end at once, the running one or the watchdog's next reads the queue afresh), so two passes, in
+two threads or two orchestrator workers, never hand out the same port or device. Strict FIFO: a job that does not
+fit holds back the jobs behind it, so a big job is not starved by a stream of small ones.
 """
 
 from __future__ import annotations
@@ -104,16 +104,17 @@ def tf_configs(job: Job, where: placement.Placement) -> dict[tuple[str, int], di
 WAITING_STATES = (JobState.QUEUED, JobState.RESTARTING)
 
 
-def schedule_cluster(cluster_id: int) -> list[int]:
-    """Start every queued job of the cluster that fits, in FIFO order; returns the ids of jobs started."""
+def schedule_cluster(cluster_id: int, *, wait: bool = True) -> list[int]:
+    """Start every queued job of the cluster that fits, in FIFO order; returns the ids of jobs started. `wait`
+    False (the orchestrator's passes): when another pass holds the cluster, end at once (see below)."""
     started: list[int] = []
     passes.pass_begins(cluster_id)
     with transaction.atomic():
-        # skip_locked: when another pass (another thread or orchestrator worker) holds the cluster, this one has
-        # nothing to add; it began after this ask was made, or the watchdog's next tick (every second while jobs wait)
-        # covers it. Waiting instead tied up a worker thread per blocked pass, and with them the heartbeats that
-        # worker had already taken from the queue: hosts were declared lost while their reports sat there.
-        cluster = Cluster.objects.select_for_update(skip_locked=True).filter(pk=cluster_id).first()
+        # Not waiting (skip_locked): when another pass (another thread or orchestrator worker) holds the cluster,
+        # this one has nothing to add; it began after this ask was made, or the watchdog's next tick (every second
+        # while jobs wait) covers it. Waiting tied up a worker thread per blocked pass, and with them the heartbeats
+        # that worker had already taken from the queue (suspected: hosts declared lost while their reports sat there).
+        cluster = Cluster.objects.select_for_update(skip_locked=not wait).filter(pk=cluster_id).first()
         if cluster is None:
             if Cluster.objects.filter(pk=cluster_id).exists():
                 log.debug("cluster %s: a scheduler pass is already running", cluster_id)

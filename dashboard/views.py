@@ -58,14 +58,26 @@ def clusters(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "dashboard/clusters.html",
-        {"clusters": page_data.cluster_rows(), "heartbeat_timeout": settings.TFDASH_HEARTBEAT_TIMEOUT_S},
+        {
+            "clusters": page_data.cluster_rows(page=_page(request)),
+            "heartbeat_timeout": settings.TFDASH_HEARTBEAT_TIMEOUT_S,
+            "page": _page(request),
+        },
     )
+
+
+def _page(request: HttpRequest) -> int:
+    """The hosts page asked for (page_data.HOSTS_PER_PAGE hosts per cluster table); 1 when none or not a number."""
+    try:
+        return max(1, int(request.GET.get("page", "1")))
+    except ValueError:
+        return 1
 
 
 @require_GET
 def host_rows(request: HttpRequest) -> HttpResponse:
     """The host tables alone: htmx swaps them in every few seconds so statuses, slots and load stay live."""
-    return render(request, "dashboard/_host_tables.html", {"clusters": page_data.cluster_rows()})
+    return render(request, "dashboard/_host_tables.html", {"clusters": page_data.cluster_rows(page=_page(request))})
 
 
 JOB_LIST_LIMIT = 200

@@ -95,7 +95,7 @@ def task_logs(payload: Any) -> None:
 def schedule(cluster_id: int) -> None:
     # A pass follows every job's end: the next run of a one-after-another experiment is submitted first.
     experiments.advance_all(cluster_id)
-    scheduling.schedule_cluster(cluster_id)
+    scheduling.schedule_cluster(cluster_id, wait=False)
 
 
 @entry("orchestrator.watchdog")
@@ -108,7 +108,7 @@ def watchdog() -> None:
     lifecycle.check_progress()
     experiments.advance_all()  # level-triggered: no experiment waits on a message that was lost
     for cluster_id in set(Job.objects.filter(state__in=WAITING_STATES).values_list("cluster_id", flat=True)):
-        scheduling.schedule_cluster(cluster_id)
+        scheduling.schedule_cluster(cluster_id, wait=False)
 
 
 @entry("orchestrator.retention")

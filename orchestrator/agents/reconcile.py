@@ -62,6 +62,7 @@ def converge(host: Host, report: TaskReport) -> Converged:
         for t in Task.objects.filter(host=host)
         .filter(Q(state__in=ACTIVE_TASK_STATES) | Q(pk__in=named))
         .select_related("host")
+        .order_by()  # a dict: the model's ordering would only add a sort to every heartbeat
     }
     resend_before = timezone.now() - timedelta(seconds=settings.TFDASH_ORDER_RESEND_S)
     to_end: dict[int, list[Key]] = {}  # job id -> tasks to settle under the job's lock

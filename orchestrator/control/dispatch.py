@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
@@ -84,13 +86,14 @@ def launch_tasks(task_ids: list[int]) -> None:
         )
     )
     _stamp(tasks)
-    for task in tasks:
-        job = task.job
-        env = tf_config.environment(task.tf_config, Strategy(job.strategy), legacy_keras=job.legacy_keras)
-        if job.program_kind == ProgramKind.SCRIPT:
-            env.update(script_env(job.builtin_config or {}))  # a builtin gets its config as --config-json instead
-        spec = launch_spec(task, env)
-        _send(AGENT_LAUNCH, asdict(spec), task.host.name)
+    with _producer() as producer:  # one broker connection for the whole batch, not one acquired per order
+        for task in tasks:
+            job = task.job
+            env = tf_config.environment(task.tf_config, Strategy(job.strategy), legacy_keras=job.legacy_keras)
+            if job.program_kind == ProgramKind.SCRIPT:
+                env.update(script_env(job.builtin_config or {}))  # a builtin gets its config as --config-json instead
+            spec = launch_spec(task, env)
+            _send(AGENT_LAUNCH, asdict(spec), task.host.name, producer)
 
 
 def kill_tasks(tasks: list[Task], reason: str) -> None:
@@ -108,10 +111,26 @@ def acknowledge_exits(host: Host, keys: list[tuple[int, int]]) -> None:
         _send(AGENT_ACK_EXITS, body, host.name)
 
 
-def _send(order: str, body: dict[str, Any], host: str) -> None:
+@contextmanager
+def _producer() -> Iterator[Any]:
+    """A producer for several orders; None (each send acquires its own) when the broker cannot be reached now."""
+    try:
+        context = app.producer_or_acquire()
+        producer = context.__enter__()
+    except BROKER_ERRORS as exc:
+        log.warning("no broker connection for a batch of orders (each is tried on its own): %r", exc)
+        yield None
+        return
+    try:
+        yield producer
+    finally:
+        context.__exit__(None, None, None)
+
+
+def _send(order: str, body: dict[str, Any], host: str, producer: Any = None) -> None:
     message = sign_order(control_private_key(), host, order, body)
     try:
-        app.send_task(order, args=[message], queue=agent_queue(host))
+        app.send_task(order, args=[message], queue=agent_queue(host), producer=producer)
     except BROKER_ERRORS as exc:  # stamped already: the heartbeat's convergence sends it again
         log.warning("could not send %s to %s (it will be sent again): %r", order, host, exc)
 

@@ -4,15 +4,23 @@
 from __future__ import annotations
 
 import logging
+from functools import lru_cache
 
 import kombu.exceptions
 import redis
+from django.conf import settings
 from django.db import transaction
 
 from config.celery import app
 from contracts.protocol import ORCHESTRATOR_QUEUE
 
 SCHEDULE = "orchestrator.schedule"
+# A pass asked for and not yet begun (one key per cluster): further asks are covered by it and send nothing, so a
+# burst of 1,000 submissions costs a few passes, not 1,000 (each of which would read the whole queue). The pass
+# deletes the key before it reads anything, so an ask that arrives after that sends a new pass and nothing is missed;
+# the expiry bounds the harm of a pass message lost with its key still set (the watchdog's passes run regardless).
+PENDING_KEY = "tfdash:schedule-pending:{}"
+PENDING_TTL_S = 10
 # The broker away: what asks for a pass or sends an order after a commit must not fail for it (the rows are
 # committed; a web request would answer 500 for a job it stored). The watchdog's passes and the heartbeat's
 # convergence make good what could not be sent.
@@ -24,10 +32,29 @@ log = logging.getLogger(__name__)
 def schedule_soon(cluster_id: int) -> None:
     """Ask for a pass over the cluster's queue now (a host came back, capacity may have freed)."""
     try:
-        app.send_task(SCHEDULE, args=[cluster_id], queue=ORCHESTRATOR_QUEUE)
+        if not _pending().set(PENDING_KEY.format(cluster_id), b"1", nx=True, ex=PENDING_TTL_S):
+            return  # a pass that has not begun yet will see what this caller wrote
+        try:
+            app.send_task(SCHEDULE, args=[cluster_id], queue=ORCHESTRATOR_QUEUE)
+        except BROKER_ERRORS:
+            _pending().delete(PENDING_KEY.format(cluster_id))  # no pass is coming: the next ask must send one
+            raise
     except BROKER_ERRORS as exc:
         log.warning("could not ask for a scheduler pass over cluster %s (the watchdog's next one will do): %r",
                     cluster_id, exc)  # fmt: skip
+
+
+def pass_begins(cluster_id: int) -> None:
+    """Called by a pass before it reads the queue: asks from now on need a pass of their own."""
+    try:
+        _pending().delete(PENDING_KEY.format(cluster_id))
+    except redis.RedisError as exc:  # the key expires by itself
+        log.warning("could not clear the pending-pass mark of cluster %s: %r", cluster_id, exc)
+
+
+@lru_cache(maxsize=1)
+def _pending() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
 
 
 def schedule_after_commit(cluster_id: int) -> None:

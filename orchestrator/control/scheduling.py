@@ -1,8 +1,9 @@
 """FIFO gang scheduling of queued jobs onto a cluster: rows in, `placement.place`, task rows and launch orders out.
 
-One scheduler pass per cluster at a time (the cluster row is locked), so two passes never hand out the same
-port or device. Strict FIFO: a job that does not fit holds back the jobs behind it, so a big job is not starved by
-a stream of small ones.
+One scheduler pass per cluster at a time (the cluster row is locked for the whole pass; the orchestrator's passes
+that find it locked end at once, the running one or the watchdog's next reads the queue afresh), so two passes, in
+two threads or two orchestrator workers, never hand out the same port or device. Strict FIFO: a job that does not
+fit holds back the jobs behind it, so a big job is not starved by a stream of small ones.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterable
 from django.db import transaction
 from django.utils import timezone
 
-from orchestrator.control import dispatch
+from orchestrator.control import dispatch, passes
 from orchestrator.core import placement, tf_config
 from orchestrator.models import (
     ACTIVE_TASK_STATES,
@@ -103,12 +104,20 @@ def tf_configs(job: Job, where: placement.Placement) -> dict[tuple[str, int], di
 WAITING_STATES = (JobState.QUEUED, JobState.RESTARTING)
 
 
-def schedule_cluster(cluster_id: int) -> list[int]:
-    """Start every queued job of the cluster that fits, in FIFO order; returns the ids of jobs started."""
+def schedule_cluster(cluster_id: int, *, wait: bool = True) -> list[int]:
+    """Start every queued job of the cluster that fits, in FIFO order; returns the ids of jobs started. `wait`
+    False (the orchestrator's passes): when another pass holds the cluster, end at once (see below)."""
     started: list[int] = []
+    passes.pass_begins(cluster_id)
     with transaction.atomic():
-        cluster = Cluster.objects.select_for_update().filter(pk=cluster_id).first()
+        # Not waiting (skip_locked): when another pass (another thread or orchestrator worker) holds the cluster,
+        # this one has nothing to add; it began after this ask was made, or the watchdog's next tick (every second
+        # while jobs wait) covers it. Waiting tied up a worker thread per blocked pass, and with them the heartbeats
+        # that worker had already taken from the queue (suspected: hosts declared lost while their reports sat there).
+        cluster = Cluster.objects.select_for_update(skip_locked=not wait).filter(pk=cluster_id).first()
         if cluster is None:
+            if Cluster.objects.filter(pk=cluster_id).exists():
+                log.debug("cluster %s: a scheduler pass is already running", cluster_id)
             return started
         # A restarting job keeps its place in the queue (created_at), ahead of what was submitted after it.
         queued = list(Job.objects.filter(cluster=cluster, state__in=WAITING_STATES).order_by("created_at", "id"))
@@ -117,15 +126,21 @@ def schedule_cluster(cluster_id: int) -> list[int]:
         hosts = {h.name: h for h in cluster.hosts.all()}
         states = host_states(hosts.values())
         blocked_by: Job | None = None
+        waiting: list[Job] = []  # reasons changed, written in one statement at the end of the pass
+        fits_empty: set[placement.JobShape] = set()  # shapes already known to fit the idle cluster, this pass
         for job in queued:
             if blocked_by is not None:
-                _set_reason(job, f"waiting behind job #{blocked_by.pk} ({blocked_by.name}), first in the queue")
+                reason = f"waiting behind job #{blocked_by.pk} ({blocked_by.name}), first in the queue"
+                if job.reason != reason:
+                    job.reason = reason
+                    waiting.append(job)
                 continue
             if job.state == JobState.RESTARTING and job.tasks.filter(state__in=ACTIVE_TASK_STATES).exists():
                 # Its previous gang is still being stopped: a new one must not meet the old processes.
                 blocked_by = job
                 continue
-            result = placement.place(job_shape(job), states)
+            shape = job_shape(job)
+            result = placement.place(shape, states, fits_empty=shape in fits_empty)
             if isinstance(result, placement.Unplaceable):
                 if result.permanent:
                     # The cluster shrank since the job was accepted: it can never run here now.
@@ -143,9 +158,13 @@ def schedule_cluster(cluster_id: int) -> list[int]:
                 _set_reason(job, reason)
                 blocked_by = job
                 continue
+            fits_empty.add(shape)
             _start(job, result, hosts)
             states = take(states, result)
             started.append(job.pk)
+        # One UPDATE for every waiting job whose reason changed (a head that changed rewrites them all); no live hint
+        # is sent for a reason alone, the job's state did not change.
+        Job.objects.bulk_update(waiting, ["reason"], batch_size=500)
     return started
 
 
@@ -160,12 +179,16 @@ def take(states: list[placement.HostState], where: placement.Placement) -> list[
     by_host: dict[str, list[placement.TaskPlacement]] = defaultdict(list)
     for task in where.tasks:
         by_host[task.host].append(task)
+    # Only the hosts the job landed on change: the others are kept as they are (a pass over 1,000 jobs on 500 hosts
+    # would otherwise copy every host's state once per job).
     return [
         dataclasses.replace(
             state,
             used_ports=state.used_ports | {t.port for t in by_host[state.name]},
             used_devices=state.used_devices | {d for t in by_host[state.name] for d in t.devices},
         )
+        if state.name in by_host
+        else state
         for state in states
     ]
 
@@ -180,7 +203,10 @@ def _start(job: Job, where: placement.Placement, hosts: dict[str, Host]) -> None
     configs = tf_configs(job, where)
     # How often each slot's process was started again: every gang restart, plus the slot's own in-place relaunches
     # (each a row with restart > 0; Job.restarts counts both kinds). A re-placement after a port conflict is neither.
-    relaunched = Counter(Task.objects.filter(job=job, restart__gt=0).values_list("type", "index"))
+    # A job that never restarted has no relaunched slots: no query (the common case, once per placed job).
+    relaunched = (
+        Counter(Task.objects.filter(job=job, restart__gt=0).values_list("type", "index")) if job.restarts else Counter()
+    )
     gang_restarts = job.restarts - relaunched.total()
     tasks = Task.objects.bulk_create(
         [

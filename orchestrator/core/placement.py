@@ -113,7 +113,9 @@ def required_tasks(shape: JobShape) -> tuple[TaskSpec, ...]:
     return chief + workers + tuple(TaskSpec(TaskType.PS, i, 0) for i in range(shape.ps))
 
 
-def place(shape: JobShape, hosts: Iterable[HostState]) -> Placement | Unplaceable:
+def place(shape: JobShape, hosts: Iterable[HostState], *, fits_empty: bool = False) -> Placement | Unplaceable:
+    """Where the job runs now, or why not (`permanent`: never on these hosts). `fits_empty`: the caller knows this
+    shape fits these hosts when idle (it placed the same shape in the same pass), so that check is skipped."""
     errors = validate_shape(shape)
     if errors:
         return Unplaceable("; ".join(errors), permanent=True)
@@ -131,15 +133,16 @@ def place(shape: JobShape, hosts: Iterable[HostState]) -> Placement | Unplaceabl
     shortfall = _device_shortfall(d, workers, [len(h.device_ids) for h in matching], now=False, where=where)
     if shortfall:
         return Unplaceable(shortfall, permanent=True)
-    ideal = [
-        dataclasses.replace(
-            h, online=True, used_devices=frozenset(), used_ports=frozenset(), excluded_ports=frozenset()
-        )
-        for h in matching
-    ]
-    ideal_result = _assign(shape, ideal, ideal)
-    if isinstance(ideal_result, str):
-        return Unplaceable(f"does not fit even an empty cluster: {ideal_result}", permanent=True)
+    if not fits_empty:
+        ideal = [
+            dataclasses.replace(
+                h, online=True, used_devices=frozenset(), used_ports=frozenset(), excluded_ports=frozenset()
+            )
+            for h in matching
+        ]
+        ideal_result = _assign(shape, ideal, ideal)
+        if isinstance(ideal_result, str):
+            return Unplaceable(f"does not fit even an empty cluster: {ideal_result}", permanent=True)
 
     online = [h for h in matching if h.online]
     offline = len(matching) - len(online)
@@ -223,16 +226,18 @@ def _assign(
     placed: list[TaskPlacement] = []
     for spec in ordered:
         fits = [s for s in slots if len(s.free) >= spec.devices]
-        usable = [(s, p) for s in fits if (p := port_for(s)) is not None]
-        if not usable:
-            if not fits:
-                largest = max(len(s.free) for s in slots)
-                return f"needs {spec.devices} devices on one host; largest free is {largest}"
-            return f"no free port on {', '.join(s.host.name for s in fits)}"
+        if not fits:
+            largest = max(len(s.free) for s in slots)
+            return f"needs {spec.devices} devices on one host; largest free is {largest}"
         if spec.devices:
-            slot, port = min(usable, key=lambda sp: (-len(sp[0].free), sp[0].job_tasks, sp[0].host.name))
+            fits.sort(key=lambda s: (-len(s.free), s.job_tasks, s.host.name))
         else:
-            slot, port = min(usable, key=lambda sp: (sp[0].job_tasks, sp[0].host.name))
+            fits.sort(key=lambda s: (s.job_tasks, s.host.name))
+        # The best host that has a free port: ports are looked for in preference order and only until one is found
+        # (looking on every candidate first cost a port scan per host per task: the bulk of a pass on 500 hosts).
+        slot, port = next(((s, p) for s in fits if (p := port_for(s)) is not None), (None, None))
+        if slot is None or port is None:
+            return f"no free port on {', '.join(s.host.name for s in fits)}"
         devices = tuple(slot.free[: spec.devices])
         del slot.free[: spec.devices]
         slot.job_tasks += 1

@@ -187,6 +187,12 @@ class Host(models.Model):
         }
         if hello:
             fields["agent_started_at"] = now
+        # The steady case, one statement: a host already online stays online (filtered on it, so a host the watchdog
+        # flipped offline since it was read falls through to the transition below).
+        if self.status == HostStatus.ONLINE and Host.objects.filter(pk=self.pk, status=HostStatus.ONLINE).update(
+            **fields
+        ):
+            return False
         # Facts first, then the conditional status flip: exactly one heartbeat reports the transition however many
         # race, and both commit together, so nobody sees a host online without its facts.
         with transaction.atomic():

@@ -128,7 +128,11 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["cluster", "state", "created_at"])]
+        indexes = [
+            models.Index(fields=["cluster", "state", "created_at"]),
+            # The jobs list (newest first, a page of them): an index scan instead of sorting every job ever run.
+            models.Index(fields=["-created_at", "-id"], name="job_newest_first"),
+        ]
         constraints = [
             # Never two runs of one variant of an experiment, whatever races (orchestrator/control/experiments.py).
             models.UniqueConstraint(

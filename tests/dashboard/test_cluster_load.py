@@ -75,3 +75,25 @@ def test_staff_get_admin_links_for_each_host(admin_client):
     rows = admin_client.get("/clusters/hosts/").content.decode()
 
     assert f'href="/admin/orchestrator/host/{host.pk}/change/"' in rows
+
+
+def test_a_large_cluster_is_shown_a_page_of_hosts_at_a_time_and_counted_whole(client, alice):
+    from dashboard.page_data import HOSTS_PER_PAGE
+
+    for i in range(HOSTS_PER_PAGE + 5):
+        host, _ = factories.host(f"big-{i:03d}")
+        online(host, cpu_count=2)
+    client.force_login(alice)
+
+    first = client.get("/clusters/").content.decode()
+    assert first.count("<tr data-host=") == HOSTS_PER_PAGE
+    assert f"{HOSTS_PER_PAGE + 5} of {HOSTS_PER_PAGE + 5} hosts online" in first  # the summary counts every host
+    assert 'href="?page=2"' in first
+
+    second = client.get("/clusters/hosts/?page=2").content.decode()
+    assert second.count("<tr data-host=") == 5
+    assert 'data-host="big-104"' in second and 'data-host="big-000"' not in second
+    assert "page 2 of 2" in second
+    # The live refresh of page 2 keeps asking for page 2; a page past the end shows the last one.
+    assert 'hx-get="/clusters/hosts/?page=2"' in client.get("/clusters/?page=2").content.decode()
+    assert client.get("/clusters/hosts/?page=99").content.decode().count("<tr data-host=") == 5

@@ -220,7 +220,7 @@ def test_a_script_gets_the_same_hyperparameters_as_documented_environment_variab
     }
     # The launch order carries them in the task's environment (a builtin gets --config-json instead).
     sent: list[dict[str, Any]] = []
-    monkeypatch.setattr(dispatch, "_send", lambda kind, body, host: sent.append(body))
+    monkeypatch.setattr(dispatch, "_send", lambda kind, body, host, producer=None: sent.append(body))
     task = Task.objects.create(job=job, attempt=1, type="worker", index=0, host=Host.objects.first(), port=26000)
     dispatch.launch_tasks([task.pk])
     env = sent[0]["env"]

@@ -1,0 +1,328 @@
+"""Simulated agents for bench/scale.py: many hosts in one process, speaking the real agent protocol through the real
+broker, no TF and no task processes.
+
+    .venv/bin/python bench/fleet_sim.py CONFIG.json
+
+Per host, as worker_agent does: a hello then a heartbeat every `interval_s` (sealed HostReport on the orchestrator
+queue, with 8 simulated GPUs in the facts and the task report: what runs, the unacknowledged exits, the last event
+number); orders read from `agent.<host>` (the Celery message kombu put there) and admitted by the real OrderGate
+(Ed25519 signature, host, kind, freshness, seen ids); for each launch a STARTED and (with a port) LISTENING task
+event, metric points at 1 Hz on the `tfdash:metrics` stream, and after a drawn duration an EXITED event and a
+recorded exit kept until acknowledged. Kills end the task with -9. One thread reads every host's queue with one
+BRPOP (as kombu's Redis transport does); the main thread does all the sending.
+
+On SIGTERM (or at `stop_at`) it writes its tallies and every launch order's (job, task, issued_at, received_at) to
+`out`.
+"""
+
+from __future__ import annotations
+
+import base64
+import heapq
+import json
+import math
+import os
+import queue
+import random
+import signal
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import redis  # noqa: E402
+from celery import Celery  # noqa: E402
+
+from contracts.protocol import (  # noqa: E402
+    AGENT_ACK_EXITS,
+    AGENT_HEARTBEAT,
+    AGENT_HELLO,
+    AGENT_KILL,
+    AGENT_LAUNCH,
+    MAX_REPORTED_EXITS,
+    METRICS_QUEUE,
+    METRICS_STREAM_MAXLEN,
+    ORCHESTRATOR_QUEUE,
+    TASK_EVENT,
+    TASK_METRICS,
+    GpuInfo,
+    HostFacts,
+    HostReport,
+    RecordedExit,
+    RunningTask,
+    TaskEvent,
+    TaskEventKind,
+    TaskMetricsBatch,
+    TaskReport,
+    agent_queue,
+    exit_acks_from,
+    kill_order_from,
+    launch_spec_from,
+)
+from contracts.signing import Refused, agent_mac_key, load_public_key, seal  # noqa: E402
+from worker_agent.orders import OrderGate  # noqa: E402
+
+GPUS_PER_HOST = 8
+
+
+@dataclass
+class SimTask:
+    job_id: int
+    task_id: int
+    attempt: int
+    pid: int
+    ends_at: float | None  # None: serves until killed (ParameterServer ps and workers)
+    port: int | None = None
+    devices: tuple[int, ...] = ()
+    step: int = 0
+
+
+@dataclass
+class SimHost:
+    name: str
+    key: bytes
+    gate: OrderGate
+    port_range: tuple[int, int]
+    next_beat: float
+    hello_sent: bool = False
+    seq: int = 0
+    running: dict[tuple[int, int], SimTask] = field(default_factory=dict)
+    exits: dict[tuple[int, int], RecordedExit] = field(default_factory=dict)
+    seen: set[tuple[int, int]] = field(default_factory=set)  # launches applied (once per task and attempt)
+
+
+class Fleet:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.interval_s = float(config["interval_s"])
+        self.duration = tuple(config["duration_s"])
+        self.app = Celery("fleet_sim", broker=config["redis_url"], set_as_current=False)
+        self.redis = redis.Redis.from_url(config["redis_url"])
+        control_key = load_public_key(config["control_key"])
+        workdir = Path(config["workdir"])
+        now = time.time()
+        rng = random.Random(config.get("seed", 0))
+        self.hosts: dict[str, SimHost] = {}
+        for entry in config["hosts"]:
+            name = entry["name"]
+            self.hosts[name] = SimHost(
+                name=name,
+                key=agent_mac_key(entry["token"], name),
+                gate=OrderGate(control_key, name, workdir / name),
+                port_range=(entry["port_min"], entry["port_max"]),
+                next_beat=now + rng.uniform(0, self.interval_s),  # spread like agents started at random times
+            )
+        self.orders: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
+        self.ends: list[tuple[float, str, tuple[int, int]]] = []  # heap of (ends_at, host, key)
+        self.launches: list[tuple[int, int, float, float]] = []
+        self.tally: dict[str, int] = {
+            "hellos": 0, "heartbeats": 0, "events": 0, "metric_entries": 0, "orders": 0, "refused": 0,
+            "launches": 0, "kills": 0, "acks": 0, "send_failures": 0,
+            "ports booked twice": 0, "devices booked twice": 0,
+        }  # fmt: skip
+        self.stopped = threading.Event()
+        self._pid = 100_000
+
+    # --- orders -----------------------------------------------------------------------------------------------------
+    def consume(self) -> None:
+        """Read every host's order queue, as kombu's Redis transport does (one BRPOP over all of them)."""
+        keys = [agent_queue(name) for name in self.hosts]
+        client = redis.Redis.from_url(self.config["redis_url"])
+        while not self.stopped.is_set():
+            try:
+                got = client.brpop(keys, timeout=1)
+            except redis.RedisError:
+                time.sleep(0.5)
+                continue
+            if got is None:
+                continue
+            queue_name, raw = got
+            host = queue_name.decode().removeprefix("agent.")
+            try:
+                message = json.loads(raw)
+                body = json.loads(base64.b64decode(message["body"]))  # Celery protocol 2: [args, kwargs, embed]
+                self.orders.put((host, {"task": message["headers"]["task"], "args": body[0]}))
+            except (ValueError, KeyError, TypeError, IndexError):
+                self.tally["refused"] += 1
+
+    def handle_order(self, host_name: str, order: dict[str, Any], now: float) -> None:
+        host = self.hosts[host_name]
+        kind, args = order["task"], order["args"]
+        self.tally["orders"] += 1
+        try:
+            body = host.gate.admit(args[0] if args else None, kind)
+        except (Refused, OSError, IndexError):
+            self.tally["refused"] += 1
+            return
+        if kind == AGENT_LAUNCH:
+            spec = launch_spec_from(body)
+            issued_at = float(json.loads(args[0]["order"])["issued_at"])
+            self.launches.append((spec.job_id, spec.task_id, issued_at, now))
+            key = (spec.task_id, spec.attempt)
+            if key in host.seen:  # a resend: applied once per attempt, as the real agent does
+                return
+            host.seen.add(key)
+            self.tally["launches"] += 1
+            # What a real host would show as a bind failure or two processes on one GPU: booked twice.
+            ports = {t.port for t in host.running.values() if t.port is not None}
+            devices = {d for t in host.running.values() for d in t.devices}
+            if spec.port is not None and spec.port in ports:
+                self.tally["ports booked twice"] += 1
+            if devices & set(spec.devices):
+                self.tally["devices booked twice"] += 1
+            self._pid += 1
+            serves = spec.task_type == "ps" or (spec.task_type == "worker" and _has_chief(spec.env))
+            drawn = random.Random(spec.job_id).uniform(*self.duration)  # a gang's tasks end together
+            ends_at = None if serves else now + drawn + random.uniform(0, 0.5)
+            host.running[key] = SimTask(
+                spec.job_id, spec.task_id, spec.attempt, self._pid, ends_at, spec.port, tuple(spec.devices)
+            )
+            self._event(host, spec.task_id, spec.attempt, TaskEventKind.STARTED, pid=self._pid)
+            if spec.port is not None:
+                self._event(host, spec.task_id, spec.attempt, TaskEventKind.LISTENING, pid=self._pid)
+            if ends_at is not None:
+                heapq.heappush(self.ends, (ends_at, host_name, key))
+        elif kind == AGENT_KILL:
+            kill = kill_order_from(body)
+            key = (kill.task_id, kill.attempt)
+            self.tally["kills"] += 1
+            if key in host.running:
+                self._exit(host, key, -9, "killed")
+            elif key not in host.exits and key not in host.seen:  # never started: recorded as over, never run
+                host.seen.add(key)
+                host.seq += 1
+                host.exits[key] = RecordedExit(kill.job_id, kill.task_id, kill.attempt, host.seq, 0, -9, "killed")
+                self._send(host, TASK_EVENT, asdict(host.exits[key].as_event()))
+        elif kind == AGENT_ACK_EXITS:
+            self.tally["acks"] += 1
+            for key in exit_acks_from(body):
+                host.exits.pop(key, None)
+
+    # --- what a host sends ------------------------------------------------------------------------------------------
+    def _event(self, host: SimHost, task_id: int, attempt: int, kind: str, **fields: Any) -> None:
+        host.seq += 1
+        self._send(host, TASK_EVENT, asdict(TaskEvent(task_id, attempt, kind, seq=host.seq, **fields)))
+
+    def _exit(self, host: SimHost, key: tuple[int, int], code: int, detail: str = "") -> None:
+        task = host.running.pop(key)
+        host.seq += 1
+        recorded = RecordedExit(task.job_id, task.task_id, task.attempt, host.seq, task.pid, code, detail)
+        host.exits[key] = recorded
+        self._send(host, TASK_EVENT, asdict(recorded.as_event()))
+
+    def _send(self, host: SimHost, name: str, body: dict[str, Any], **options: Any) -> None:
+        try:
+            self.app.send_task(
+                name, args=[seal(host.key, host.name, name, body)], queue=ORCHESTRATOR_QUEUE, retry=False, **options
+            )
+        except Exception:  # the broker blinked: a real agent's outbox retries; the report repeats it
+            self.tally["send_failures"] += 1
+            return
+        self.tally["events" if name == TASK_EVENT else "heartbeats" if name == AGENT_HEARTBEAT else "hellos"] += 1
+
+    def beat(self, host: SimHost) -> None:
+        facts = HostFacts(
+            cpu_count=64,
+            memory_total_mb=512_000,
+            gpus=[GpuInfo(i, "Simulated H100", 81_559, f"GPU-sim-{host.name}-{i}") for i in range(GPUS_PER_HOST)],
+            tf_version="simulated",
+            agent_version="fleet-sim",
+            hostname=host.name,
+            pid=os.getpid(),
+            port_range=host.port_range,
+        )
+        tasks = TaskReport(
+            running=[RunningTask(t.job_id, t.task_id, t.attempt, t.pid) for t in host.running.values()],
+            exits=list(host.exits.values())[:MAX_REPORTED_EXITS],
+            events_upto=host.seq,
+        )
+        name = AGENT_HEARTBEAT if host.hello_sent else AGENT_HELLO
+        self._send(host, name, HostReport(facts, tasks).to_body(), expires=max(self.interval_s * 3, 10.0))
+        host.hello_sent = True
+
+    def emit_metrics(self, now: float) -> None:
+        """One metric batch per running task per second, pipelined like the agent's outbox."""
+        pipe = self.redis.pipeline(transaction=False)
+        count = 0
+        for host in self.hosts.values():
+            for task in host.running.values():
+                task.step += 1
+                point = {"kind": "metric", "ts": now, "mono": time.monotonic(), "step": task.step, "epoch": None,
+                         "phase": "train", "metrics": {"loss": 1.0 / task.step, "examples_per_s": 1000.0}}  # fmt: skip
+                body = asdict(TaskMetricsBatch(task.task_id, task.attempt, [point]))
+                envelope = seal(host.key, host.name, TASK_METRICS, body)
+                fields = {"name": TASK_METRICS, "envelope": json.dumps(envelope, separators=(",", ":"))}
+                pipe.xadd(METRICS_QUEUE, fields, maxlen=METRICS_STREAM_MAXLEN, approximate=True)
+                count += 1
+                if count % 500 == 0:
+                    pipe.execute()
+        try:
+            pipe.execute()
+            self.tally["metric_entries"] += count
+        except redis.RedisError:
+            self.tally["send_failures"] += 1
+
+    # --- the loop -----------------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        consumer = threading.Thread(target=self.consume, name="orders", daemon=True)
+        consumer.start()
+        stop_at = float(self.config.get("stop_at") or math.inf)
+        next_metrics = time.time() + 1.0
+        while not self.stopped.is_set() and time.time() < stop_at:
+            now = time.time()
+            while True:
+                try:
+                    host_name, order = self.orders.get_nowait()
+                except queue.Empty:
+                    break
+                self.handle_order(host_name, order, now)
+            while self.ends and self.ends[0][0] <= now:
+                _, host_name, key = heapq.heappop(self.ends)
+                host = self.hosts[host_name]
+                if key in host.running:
+                    self._exit(host, key, 0)
+            for host in self.hosts.values():
+                if host.next_beat <= now:
+                    self.beat(host)
+                    host.next_beat += self.interval_s
+                    if host.next_beat < now:  # fell behind (a stall): beat again at the next interval
+                        host.next_beat = now + self.interval_s
+            if now >= next_metrics:
+                self.emit_metrics(now)
+                next_metrics += 1.0
+                if next_metrics < now:
+                    next_metrics = now + 1.0
+            self.stopped.wait(0.02)
+        self.stopped.set()
+        consumer.join(3)
+
+    def results(self) -> dict[str, Any]:
+        return {"tally": self.tally, "launches": self.launches}
+
+
+def _has_chief(env: dict[str, str]) -> bool:
+    try:
+        return "chief" in json.loads(env.get("TF_CONFIG") or "{}").get("cluster", {})
+    except ValueError:
+        return False
+
+
+def main() -> int:
+    config = json.loads(Path(sys.argv[1]).read_text())
+    fleet = Fleet(config)
+    signal.signal(signal.SIGTERM, lambda *_: fleet.stopped.set())
+    signal.signal(signal.SIGINT, lambda *_: fleet.stopped.set())
+    print(f"[fleet-sim] {len(fleet.hosts)} hosts beating every {fleet.interval_s:g} s", flush=True)
+    fleet.run()
+    Path(config["out"]).write_text(json.dumps(fleet.results()))
+    print(f"[fleet-sim] stopped: {fleet.tally}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,504 @@
+"""The control plane at fleet scale: a simulated fleet on the real orchestrator, ingest and web, measured.
+
+    .venv/bin/python bench/scale.py [--hosts 500] [--jobs 1000] [--minutes 4] [--sim-procs 2] [--json FILE]
+
+A stack of its own (bench/chaos.py's: embedded PostgreSQL and Redis on free ports, Daphne, the orchestrator as a
+Celery worker + beat, the metrics ingest) and `--hosts` simulated agents with 8 GPUs each (bench/fleet_sim.py, in
+`--sim-procs` processes) that speak the real protocol through the real broker. Phases:
+
+1. idle fleet: every host heartbeats at the real interval for `--idle-s`; the orchestrator's CPU over that window is
+   the heartbeat handling cost;
+2. `--jobs` gang jobs submitted through the real submission path (MultiWorkerMirrored with 1-64 workers,
+   ParameterServer with chief and ps, Mirrored; some wider than the free GPUs, so they wait), run for a drawn
+   duration and reporting metrics at 1 Hz, until every job ended or `--minutes` passed;
+3. the database filled up to `--page-jobs` jobs (finished ones written directly), then the jobs list, a job page and
+   the cluster page fetched from Daphne by a signed-in staff user.
+
+It prints one table (with the load average) and checks correctness: every job placed exactly once (one set of tasks
+for attempt 1), every job succeeded, no healthy host ever marked offline. Exit status 1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from chaos import Stack, with_retry  # noqa: E402
+
+PY = sys.executable
+PORTS_PER_HOST = 100
+SUCCEEDED = re.compile(r"Task (orchestrator\.\w+)\[[^\]]+\] succeeded in ([0-9.e-]+)s")
+
+
+def job_mix(count: int, rng: random.Random, gpus: int = 4000) -> list[dict[str, Any]]:
+    """Mixed gang jobs: mostly small MultiWorkerMirrored, some wide ones (up to 64 workers of 8 GPUs, 512 GPUs: wider
+    than what is free while the fleet is busy, so they wait at the head of the queue), ParameterServer, Mirrored."""
+    jobs = []
+    for i in range(count):
+        kind = rng.choices(["mwms", "ps", "mirrored"], weights=[6, 2, 2])[0]
+        if kind == "mwms":
+            workers = rng.choices([1, 2, 4, 8, 16, 32, 64], weights=[30, 22, 16, 12, 8, 4, 2])[0]
+            devices = rng.choices([1, 2, 4, 8], weights=[5, 3, 2, 1])[0]
+            while workers * devices > gpus // 2 and workers > 1:  # a small fleet: wide jobs wait, never fail
+                workers //= 2
+            shape = {"strategy": "multi_worker_mirrored", "workers": workers, "devices_per_worker": devices}
+        elif kind == "ps":
+            shape = {"strategy": "parameter_server", "workers": rng.choice([1, 2, 4, 8]), "ps": rng.choice([1, 2]),
+                     "devices_per_worker": rng.choice([1, 2])}  # fmt: skip
+        else:
+            shape = {"strategy": "mirrored", "workers": 1, "devices_per_worker": rng.choice([1, 2, 4, 8])}
+        jobs.append({"name": f"scale-{i}-{kind}", "max_restarts": 0, "builtin": "digits_mlp",
+                     "builtin_config": {"epochs": 1}, **shape})  # fmt: skip
+    return jobs
+
+
+def expected_tasks(shape: dict[str, Any]) -> int:
+    if shape["strategy"] == "parameter_server":
+        return 1 + shape["workers"] + shape["ps"]
+    return int(shape["workers"])
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            procs = [proc, *proc.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+    return total
+
+
+def handler_times(logs: list[Path]) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {}
+    for log in logs:
+        for match in SUCCEEDED.finditer(log.read_text(errors="replace")):
+            times.setdefault(match.group(1), []).append(float(match.group(2)))
+    return times
+
+
+class ScaleStack(Stack):
+    """bench/chaos.py's stack, with more orchestrator workers on the same queue when asked (`orchestrator-N`: no
+    beat, one beat is enough)."""
+
+    def _command(self, name: str) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+        if not name.startswith("orchestrator-"):
+            return super()._command(name)
+        argv = [PY, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "--pool", "threads", "-c", "4",
+                "-l", "INFO", "--hostname", f"{name}@%h"]  # fmt: skip
+        return argv, self.env, {}
+
+    def orchestrator_logs(self) -> list[Path]:
+        return sorted(self.logs.glob("orchestrator*.log"))
+
+
+# --- setup ---------------------------------------------------------------------------------------------------------
+def register_fleet(hosts: int) -> list[dict[str, Any]]:
+    from orchestrator.models import Cluster, Host
+
+    cluster = Cluster.objects.create(name="scale")
+    rows, entries = [], []
+    for i in range(hosts):
+        host = Host(cluster=cluster, name=f"sim-{i:04d}", address=f"10.{i // 250}.{i % 250}.1", port_min=20000,
+                    port_max=20000 + PORTS_PER_HOST - 1)  # fmt: skip
+        token = host.issue_token()
+        rows.append(host)
+        entries.append({"name": host.name, "token": token, "port_min": host.port_min, "port_max": host.port_max})
+    Host.objects.bulk_create(rows)
+    return entries
+
+
+def wait_online(count: int, timeout_s: float) -> float:
+    from orchestrator.models import Host, HostStatus
+
+    start = time.monotonic()
+    while with_retry("hosts", lambda: Host.objects.filter(status=HostStatus.ONLINE).count()) < count:
+        if time.monotonic() - start > timeout_s:
+            raise SystemExit(f"the simulated hosts did not all come online within {timeout_s:.0f} s")
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
+def submit_jobs(shapes: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    from django.contrib.auth import get_user_model
+
+    from orchestrator.control import submission
+    from orchestrator.models import Cluster
+
+    owner = get_user_model().objects.get_or_create(username="scale", defaults={"is_staff": True})[0]
+    cluster = Cluster.objects.get(name="scale")
+    submitted = {}
+    for data in shapes:
+        job, upload = submission.new_job(owner, cluster, data)
+        submitted[submission.submit(job, upload).pk] = data
+    return submitted
+
+
+def fill_history(total: int) -> None:
+    """Finished jobs written directly (as months of use would leave them), each with its tasks, up to `total`."""
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from orchestrator.models import Cluster, Host, Job, JobState, Task, TaskState
+
+    missing = total - Job.objects.count()
+    if missing <= 0:
+        return
+    owner = get_user_model().objects.get(username="scale")
+    cluster = Cluster.objects.get(name="scale")
+    hosts = list(Host.objects.filter(cluster=cluster)[:8])
+    now = timezone.now()
+    for start in range(0, missing, 1000):
+        jobs = Job.objects.bulk_create(
+            [
+                Job(
+                    owner=owner,
+                    cluster=cluster,
+                    name=f"history-{start + i}",
+                    strategy="multi_worker_mirrored",
+                    program_kind="builtin",
+                    builtin="digits_mlp",
+                    workers=2,
+                    devices_per_worker=1,
+                    state=JobState.SUCCEEDED,
+                    attempt=1,
+                    placed_at=now,
+                    finished_at=now,
+                )
+                for i in range(min(1000, missing - start))
+            ]
+        )
+        Task.objects.bulk_create(
+            [
+                Task(
+                    job=job,
+                    attempt=1,
+                    type="worker",
+                    index=k,
+                    host=hosts[k % len(hosts)],
+                    port=20000 + k,
+                    devices=[k],
+                    state=TaskState.SUCCEEDED,
+                    exit_code=0,
+                    finished_at=now,
+                )
+                for job in jobs
+                for k in range(2)
+            ]
+        )
+
+
+def booked_twice(job_ids: list[int]) -> tuple[int, int]:
+    """(ports, devices) the orchestrator booked twice, from its own rows: a task placed on a host while another
+    task there held the same port or device (placed, not yet final). Placement times are the jobs' (one attempt each:
+    the bench runs jobs without restarts)."""
+    from orchestrator.models import ACTIVE_TASK_STATES, Task
+
+    rows = Task.objects.filter(job__in=job_ids, host__isnull=False).values_list(
+        "host_id", "port", "devices", "job__placed_at", "finished_at", "state"
+    )
+    by_host: dict[int, list[tuple[Any, Any, int | None, set[int]]]] = {}
+    for host_id, port, devices, placed_at, finished_at, state in rows:
+        # A final task with no end time never held anything past its placement (stopped before it started).
+        end = finished_at if finished_at is not None or state in ACTIVE_TASK_STATES else placed_at
+        by_host.setdefault(host_id, []).append((placed_at, end, port, set(devices or [])))
+    ports = devices_twice = 0
+    for tasks in by_host.values():
+        tasks.sort(key=lambda t: t[0])
+        for i, (placed, _end, port, devices) in enumerate(tasks):
+            for other_placed, other_end, other_port, other_devices in tasks[:i]:
+                if other_placed <= placed and (other_end is None or placed < other_end):
+                    ports += port is not None and port == other_port
+                    devices_twice += bool(devices & other_devices)
+    return ports, devices_twice
+
+
+def page_latencies(base: str, job_id: int, loads: int) -> dict[str, list[float]]:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    client = Client()
+    client.force_login(get_user_model().objects.get(username="scale"))
+    cookie = f"sessionid={client.cookies['sessionid'].value}"
+    pages = {"jobs list": "/jobs/", "job page": f"/jobs/{job_id}/", "cluster page": "/clusters/"}
+    times: dict[str, list[float]] = {name: [] for name in pages}
+    for name, path in pages.items():
+        for i in range(loads + 1):
+            request = urllib.request.Request(base + path, headers={"Cookie": cookie})  # noqa: S310 - http, ours
+            start = time.perf_counter()
+            with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - our own loopback server
+                response.read()
+                if response.status != 200:
+                    raise SystemExit(f"{path} answered {response.status}")
+            if i:  # the first load warms the server's caches and connections
+                times[name].append((time.perf_counter() - start) * 1000)
+    return times
+
+
+# --- the run -------------------------------------------------------------------------------------------------------
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=int, default=500)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--minutes", type=float, default=4.0, help="bound on the jobs phase")
+    parser.add_argument("--idle-s", type=float, default=30.0, help="heartbeat-only window measured")
+    parser.add_argument("--interval", type=float, default=3.0, help="heartbeat interval (the agent's default)")
+    parser.add_argument("--duration", type=float, nargs=2, default=(20.0, 60.0), help="task run time drawn, s")
+    parser.add_argument("--sim-procs", type=int, default=2)
+    parser.add_argument("--page-jobs", type=int, default=10_000)
+    parser.add_argument("--page-loads", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--orchestrators", type=int, default=1, help="orchestrator workers on the one queue")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    wall_start = time.monotonic()
+    load_start = os.getloadavg()
+    var = Path(tempfile.mkdtemp(prefix="tfdash-scale-"))
+    os.chmod(var, 0o755)  # noqa: S103 - the embedded PostgreSQL runs as its own user when we are root
+    stack = ScaleStack(var)
+    # DB_CONN_MAX_AGE: the orchestrator keeps its database connections (README "Sizing"); without it every message
+    # opens one. TFDASH_TRACE_LOG_LEVEL: each handler's run time in the log, read below.
+    stack.env.update({"TFDASH_MAX_ACTIVE_JOBS_PER_USER": "1000000", "DEBUG": "0", "LOG_LEVEL": "INFO",
+                      "DB_CONN_MAX_AGE": "60", "TFDASH_TRACE_LOG_LEVEL": "INFO"})  # fmt: skip
+    sims: list[subprocess.Popen[bytes]] = []
+    results: dict[str, Any] = {"hosts": args.hosts, "jobs": args.jobs, "load at start": load_start}
+    failures: list[str] = []
+    print(f"[scale] {args.hosts} hosts x 8 GPUs, {args.jobs} jobs; stack under {var}", flush=True)
+    try:
+        stack.start_databases()
+        shared = ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "TFDASH_CONTROL_KEY_FILE", "SECRET_KEY",
+                  "TFDASH_MAX_ACTIVE_JOBS_PER_USER")  # fmt: skip
+        os.environ.update({k: stack.env[k] for k in shared})
+        os.environ["LOG_LEVEL"] = "WARNING"
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        from orchestrator.agents.keys import control_public_key
+
+        call_command("migrate", "--noinput", verbosity=0, stdout=io.StringIO())
+        fleet = register_fleet(args.hosts)
+        for name in ("orchestrator", *(f"orchestrator-{n}" for n in range(2, args.orchestrators + 1)), "ingest", "web"):
+            stack.start(name)
+        per = max(1, math.ceil(len(fleet) / args.sim_procs))
+        for n in range(0, len(fleet), per):
+            config = {"redis_url": stack.env["REDIS_URL"], "control_key": control_public_key(),
+                      "hosts": fleet[n:n + per], "interval_s": args.interval, "duration_s": list(args.duration),
+                      "workdir": str(var / "sim"), "seed": n, "out": str(var / f"sim-{n}.json")}  # fmt: skip
+            path = var / f"sim-{n}.config.json"
+            path.write_text(json.dumps(config))
+            log = (stack.logs / f"sim-{n}.log").open("wb")
+            argv = [PY, str(ROOT / "bench" / "fleet_sim.py"), str(path)]
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            sims.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env))
+        online_s = wait_online(args.hosts, 120 + args.hosts * 0.2)
+        print(f"[scale] {args.hosts} hosts online after {online_s:.1f} s", flush=True)
+
+        # 1. idle fleet: heartbeats only.
+        pg_pid = stack.children["postgres"].proc.pid
+        orchestrator_pids = [c.proc.pid for n, c in stack.children.items() if n.startswith("orchestrator")]
+        before = handler_times(stack.orchestrator_logs())
+        cpu0, pg0, t0 = cpu_seconds(orchestrator_pids), cpu_seconds([pg_pid]), time.monotonic()
+        time.sleep(args.idle_s)
+        cpu1, pg1, t1 = cpu_seconds(orchestrator_pids), cpu_seconds([pg_pid]), time.monotonic()
+        during = handler_times(stack.orchestrator_logs())
+        hb = during.get("orchestrator.agent_heartbeat", [])[len(before.get("orchestrator.agent_heartbeat", [])) :]
+        beats = len(hb)
+        window = t1 - t0
+        per100 = (cpu1 - cpu0) / window / (args.hosts / 100) * 100
+        results["heartbeats handled/s (idle)"] = beats / window
+        results["heartbeat CPU per 100 hosts, % of a core (orchestrator)"] = per100
+        pg_per100 = (pg1 - pg0) / window / (args.hosts / 100) * 100
+        results["heartbeat CPU per 100 hosts, % of a core (PostgreSQL)"] = pg_per100
+        results["heartbeat handler p50/p99, ms"] = (pct(hb, 50) * 1000, pct(hb, 99) * 1000)
+        print(f"[scale] idle: {beats / window:.0f} heartbeats/s, {per100:.1f}% of a core per 100 hosts", flush=True)
+
+        # 2. the jobs.
+        from django.db.models import Count, Max
+
+        from orchestrator.models import TERMINAL_JOB_STATES, Host, HostStatus, Job, MetricPoint, Task
+
+        shapes = job_mix(args.jobs, random.Random(args.seed), gpus=args.hosts * 8)
+        submit_start = time.time()
+        submitted = submit_jobs(shapes)
+        submit_s = time.time() - submit_start
+        print(f"[scale] {len(submitted)} jobs submitted in {submit_s:.1f} s", flush=True)
+        deadline = time.monotonic() + args.minutes * 60
+        samples: list[tuple[float, int, int]] = []  # (t, running tasks, max point id)
+        offline_seen = 0
+        while time.monotonic() < deadline:
+            running = Task.objects.filter(state="running").count()
+            top = MetricPoint.objects.aggregate(m=Max("id"))["m"] or 0
+            samples.append((time.monotonic(), running, top))
+            offline_seen = max(offline_seen, Host.objects.filter(status=HostStatus.OFFLINE).count())
+            if not Job.objects.filter(pk__in=submitted).exclude(state__in=TERMINAL_JOB_STATES).exists():
+                break
+            time.sleep(2)
+        results["jobs phase, s"] = time.monotonic() - (deadline - args.minutes * 60)
+
+        # Placement: each job's tasks of attempt 1 are created in one scheduler pass at job.placed_at.
+        placed = list(
+            Job.objects.filter(pk__in=submitted, placed_at__isnull=False)
+            .annotate(n=Count("tasks"))
+            .values_list("pk", "created_at", "placed_at", "n", "state")
+        )
+        times = handler_times(stack.orchestrator_logs())
+        sched = times.get("orchestrator.schedule", [])
+        watchdog = times.get("orchestrator.watchdog", [])
+        total_tasks = sum(n for *_, n, _s in placed)
+        # The first wave: what fitted the idle fleet, placed while the submissions streamed in; its rate is tasks over
+        # the seconds from the first submission to its last placement.
+        first = sorted(placed, key=lambda r: r[2])
+        wave = [r for r in first if (r[2] - r[1]).total_seconds() < submit_s + 5]
+        if wave:
+            span = (wave[-1][2].timestamp() - submit_start) or 1e-9
+            results["first wave: tasks placed"] = sum(r[3] for r in wave)
+            results["first wave: tasks placed/s (wall, submissions included)"] = sum(r[3] for r in wave) / span
+        sched_s = sum(sched) + sum(watchdog)
+        results["tasks placed in all"] = total_tasks
+        results["tasks placed per second of scheduler time"] = total_tasks / sched_s if sched_s else float("nan")
+        results["scheduler pass p50/p99, ms"] = (pct(sched, 50) * 1000, pct(sched, 99) * 1000)
+        results["watchdog tick p50/p99/max, ms"] = (pct(watchdog, 50) * 1000, pct(watchdog, 99) * 1000,
+                                                   max(watchdog, default=float("nan")) * 1000)  # fmt: skip
+        # Ingest: points stored per second while at least 90% of the peak number of tasks ran.
+        peak = max((s[1] for s in samples), default=0)
+        busy = [s for s in samples if peak and s[1] >= 0.9 * peak]
+        if len(busy) >= 2:
+            results["ingest points/s"] = (busy[-1][2] - busy[0][2]) / (busy[-1][0] - busy[0][0])
+            results["tasks reporting (mean while measured)"] = statistics.mean(s[1] for s in busy)
+        results["peak running tasks"] = peak
+
+        # Correctness.
+        final = dict(Job.objects.filter(pk__in=submitted).values_list("pk", "state"))
+        not_final = [pk for pk, state in final.items() if state not in TERMINAL_JOB_STATES]
+        not_succeeded = [pk for pk, state in final.items() if state in TERMINAL_JOB_STATES and state != "succeeded"]
+        per_job = Task.objects.filter(job__in=submitted).values("job").annotate(n=Count("id"))
+        counts = dict(per_job.values_list("job", "n"))
+        twice = [pk for pk, data in submitted.items() if counts.get(pk, 0) > expected_tasks(data)]
+        attempts = list(Job.objects.filter(pk__in=submitted, attempt__gt=1).values_list("pk", flat=True))
+        offline_log = sum(len(re.findall(r"host \S+ is offline", p.read_text(errors="replace")))
+                          for p in stack.orchestrator_logs())  # fmt: skip
+        results.update({"jobs not final": len(not_final), "jobs not succeeded": len(not_succeeded),
+                        "jobs placed twice": len(twice) + len(attempts), "hosts marked offline": max(offline_log,
+                        offline_seen)})  # fmt: skip
+        if not_final:
+            failures.append(f"{len(not_final)} job(s) not final after {args.minutes:g} min")
+        if not_succeeded:
+            failures.append(f"{len(not_succeeded)} job(s) did not succeed: {not_succeeded[:10]}")
+        if twice or attempts:
+            failures.append(f"job(s) placed more than once: {(twice + attempts)[:10]}")
+        if results["hosts marked offline"]:
+            failures.append("a healthy simulated host was marked offline")
+
+        # Stop the fleet; submit -> launch order latencies from what the agents received.
+        for proc in sims:
+            proc.terminate()
+        for proc in sims:
+            proc.wait(30)
+        launches: dict[int, float] = {}
+        tally: dict[str, int] = {}
+        for out in var.glob("sim-*.json"):
+            if out.name.endswith(".config.json"):
+                continue
+            data = json.loads(out.read_text())
+            for key, value in data["tally"].items():
+                tally[key] = tally.get(key, 0) + value
+            for job_id, _task, issued, _received in data["launches"]:
+                launches[job_id] = min(issued, launches.get(job_id, issued))
+        created = {pk: at.timestamp() for pk, at, *_ in placed}
+        lat = [launches[pk] - created[pk] for pk in launches if pk in created]
+        wave_ids = {r[0] for r in wave}
+        lat_wave = [launches[pk] - created[pk] for pk in launches if pk in wave_ids]
+        results["submit->launch order p50/p99, s (first wave)"] = (pct(lat_wave, 50), pct(lat_wave, 99))
+        results["submit->launch order p50/p99, s (all, queueing included)"] = (pct(lat, 50), pct(lat, 99))
+        results["fleet tally"] = tally
+        # The orchestrator's own claim, from its rows; what the agents saw also counts a stray process that was still
+        # running when its host came back after being declared lost (it is killed on that host's next report).
+        results["ports booked twice"], results["devices booked twice"] = booked_twice(list(submitted))
+        results["seen at the agents: ports / devices in use at a launch"] = (
+            tally.get("ports booked twice", 0),
+            tally.get("devices booked twice", 0),
+        )
+        if results["ports booked twice"] or results["devices booked twice"]:
+            failures.append("the orchestrator booked a port or device twice")
+        if tally.get("refused"):
+            failures.append(f"{tally['refused']} order(s) refused by the simulated agents' OrderGate")
+
+        # 3. pages at --page-jobs jobs.
+        fill_history(args.page_jobs)
+        widest = max(placed, key=lambda r: r[3])[0] if placed else Job.objects.order_by("-pk").first().pk
+        pages = page_latencies(f"http://127.0.0.1:{stack.web_port}", widest, args.page_loads)
+        for name, values in pages.items():
+            results[f"{name} p50/p95, ms ({Job.objects.count()} jobs)"] = (pct(values, 50), pct(values, 95))
+    finally:
+        for proc in sims:
+            if proc.poll() is None:
+                proc.kill()
+        stack.stop_all()
+    results["load at end"] = os.getloadavg()
+    results["bench wall time, s"] = time.monotonic() - wall_start
+    results["failures"] = failures
+    _print_table(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str))
+    if args.keep:
+        print(f"[scale] kept {var}")
+    else:
+        shutil.rmtree(var, ignore_errors=True)
+    if failures:
+        print("[scale] FAILED: " + "; ".join(failures))
+    return 1 if failures else 0
+
+
+def _print_table(results: dict[str, Any]) -> None:
+    width = max(len(k) for k in results)
+    print("\n" + "-" * (width + 30))
+    for key, value in results.items():
+        if isinstance(value, float):
+            text = f"{value:,.1f}"
+        elif isinstance(value, tuple | list) and value and all(isinstance(v, float) for v in value):
+            text = " / ".join(f"{v:,.2f}" for v in value)
+        else:
+            text = str(value)
+        print(f"{key:<{width}}  {text}")
+    print("-" * (width + 30), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

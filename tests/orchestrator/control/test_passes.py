@@ -1,0 +1,43 @@
+"""Asking for scheduler passes: a burst of asks costs one pass until that pass begins; an ask after it began sends a
+new one; a send that fails leaves no mark behind that would swallow the next ask. Real Redis (the test database)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kombu.exceptions
+import pytest
+import redis
+from django.conf import settings
+
+from orchestrator.control import passes
+
+
+@pytest.fixture
+def sent(monkeypatch) -> list[Any]:
+    redis.Redis.from_url(settings.REDIS_URL).delete(passes.PENDING_KEY.format(4242))
+    calls: list[Any] = []
+    monkeypatch.setattr(passes.app, "send_task", lambda name, args, queue: calls.append((name, args, queue)))
+    yield calls
+    redis.Redis.from_url(settings.REDIS_URL).delete(passes.PENDING_KEY.format(4242))
+
+
+def test_a_burst_of_asks_sends_one_pass_until_it_begins(sent):
+    for _ in range(50):
+        passes.schedule_soon(4242)
+    assert sent == [(passes.SCHEDULE, [4242], "orchestrator")]
+
+    passes.pass_begins(4242)  # the pass reads the queue from here on: a later ask needs a pass of its own
+    passes.schedule_soon(4242)
+    assert len(sent) == 2
+
+
+def test_a_failed_send_does_not_swallow_the_next_ask(monkeypatch, sent):
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise kombu.exceptions.OperationalError("connection refused")
+
+    monkeypatch.setattr(passes.app, "send_task", refuse)
+    passes.schedule_soon(4242)  # logged, not raised
+    monkeypatch.setattr(passes.app, "send_task", lambda name, args, queue: sent.append((name, args, queue)))
+    passes.schedule_soon(4242)
+    assert sent == [(passes.SCHEDULE, [4242], "orchestrator")]

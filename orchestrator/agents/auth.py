@@ -72,33 +72,22 @@ def authenticate(payload: Any, name: str, *, key_of: KeyLookup = host_and_key, s
     """The host a message `name` comes from and what it says, or None (logged and counted) when it cannot be
     trusted: not sealed by that host's key, outside the age bounds, or (Celery messages) seen before.
     `stream`: a stream entry (generous age bound, no nonce check; see the module's doc)."""
-    max_age = settings.TFDASH_STREAM_MAX_AGE_S if stream else settings.TFDASH_MESSAGE_MAX_AGE_S
-    max_chars = signing.MAX_SIGNED_CHARS if stream else signing.MAX_MESSAGE_CHARS
+    bounds = {
+        "max_age_s": settings.TFDASH_STREAM_MAX_AGE_S if stream else settings.TFDASH_MESSAGE_MAX_AGE_S,
+        "max_skew_s": settings.TFDASH_MESSAGE_MAX_SKEW_S,
+        "max_chars": signing.MAX_SIGNED_CHARS if stream else signing.MAX_MESSAGE_CHARS,
+    }
     try:
         host_name = signing.envelope_host(payload)
         host, key = key_of(host_name, False)
         try:
-            opened = signing.open_sealed(
-                payload,
-                key,
-                name,
-                max_age_s=max_age,
-                max_skew_s=settings.TFDASH_MESSAGE_MAX_SKEW_S,
-                max_chars=max_chars,
-            )
+            opened = signing.open_sealed(payload, key, name, **bounds)
         except signing.Refused as refused:
             if refused.reason != signing.BAD_CREDENTIALS or key_of is host_and_key:
                 raise
             # A cached key that does not match is read again: a new token works at once.
             host, key = key_of(host_name, True)
-            opened = signing.open_sealed(
-                payload,
-                key,
-                name,
-                max_age_s=max_age,
-                max_skew_s=settings.TFDASH_MESSAGE_MAX_SKEW_S,
-                max_chars=max_chars,
-            )
+            opened = signing.open_sealed(payload, key, name, **bounds)
         if not stream and _nonces().exists(_nonce_key(opened)):
             raise signing.Refused(signing.REPLAYED, f"nonce {opened.nonce[:16]} of {host_name!r} seen before")
     except signing.Refused as refused:

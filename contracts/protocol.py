@@ -26,6 +26,16 @@ ORCHESTRATOR_QUEUE = "orchestrator"
 AGENT_HELLO = "orchestrator.agent_hello"
 AGENT_HEARTBEAT = "orchestrator.agent_heartbeat"
 
+# Heartbeats (AGENT_HEARTBEAT) travel on a Redis Stream of their own, one entry each, fields {"name":
+# AGENT_HEARTBEAT, "envelope": <the sealed message, JSON>}: every orchestrator worker reads them in batches (group
+# HEARTBEAT_GROUP, one consumer per worker) and applies hundreds in a few statements (orchestrator/agents/
+# heartbeats.py); as Celery messages, one per host every few seconds, their handling cost more than a core at 500
+# hosts. The hello stays a Celery message (once per agent start). A heartbeat says something only while it is
+# fresh, so the stream is capped short (oldest dropped first) and an old entry is read and dropped as stale.
+HEARTBEAT_STREAM = "tfdash:heartbeats"
+HEARTBEAT_GROUP = "orchestrator"
+HEARTBEAT_STREAM_MAXLEN = 100_000
+
 # orchestrator -> agent (consumed on agent_queue(host))
 AGENT_PING = "agent.ping"
 

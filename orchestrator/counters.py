@@ -17,6 +17,11 @@ def _client() -> redis.Redis:
     return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
 
 
+def client() -> redis.Redis:
+    """The Redis connection counters use (short timeouts: whoever asks must not hang on Redis)."""
+    return _client()
+
+
 def incr(name: str) -> None:
     with contextlib.suppress(redis.RedisError):  # a counter must never break the message path it counts
         _client().incr(_PREFIX + name)
@@ -34,6 +39,15 @@ def record_reading(name: str, source: str, value: float) -> None:
     """Keep the latest `value` per `source` under `name` (with when it was read)."""
     with contextlib.suppress(redis.RedisError):
         _client().hset(_READINGS_PREFIX + name, source, f"{float(value)!r} {time.time()!r}")
+
+
+def record_readings(name: str, values: dict[str, float]) -> None:
+    """`record_reading` for many sources at once (one round trip)."""
+    if not values:
+        return
+    now = time.time()
+    with contextlib.suppress(redis.RedisError):
+        _client().hset(_READINGS_PREFIX + name, mapping={s: f"{float(v)!r} {now!r}" for s, v in values.items()})
 
 
 def recent_readings(name: str, max_age_s: float) -> dict[str, float]:

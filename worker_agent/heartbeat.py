@@ -4,21 +4,28 @@ Every report (hello and heartbeat) also carries the agent's task report: what ru
 acknowledged and its last event number, from which the orchestrator converges its view of the host on every beat
 (orchestrator/agents/reconcile.py).
 
+The hello is a Celery message on the orchestrator queue; each heartbeat after it is an entry of the heartbeat stream
+(contracts/protocol.py HEARTBEAT_STREAM), which the orchestrator reads in batches.
+
 It survives a broker outage: a failed send is logged and the next tick tries again, so a host turns `online` again
 by itself once Redis is back.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
 
+import redis
 from celery import Celery
 
 from contracts.protocol import (
     AGENT_HEARTBEAT,
     AGENT_HELLO,
+    HEARTBEAT_STREAM,
+    HEARTBEAT_STREAM_MAXLEN,
     ORCHESTRATOR_QUEUE,
     HostFacts,
     HostReport,
@@ -39,7 +46,9 @@ class Heartbeat(threading.Thread):
         interval_s: float,
         facts: Callable[[], HostFacts],
         tasks: Callable[[], TaskReport] | None = None,
+        stream: redis.Redis | None = None,
     ) -> None:
+        """`stream`: where heartbeats are added (the broker's Redis unless given)."""
         super().__init__(name="heartbeat", daemon=True)
         self.app = app
         self.host = host
@@ -49,6 +58,7 @@ class Heartbeat(threading.Thread):
         self.tasks = tasks
         self.stopped = threading.Event()
         self.sent = 0
+        self._redis = stream
 
     def run(self) -> None:
         hello_pending = True
@@ -62,19 +72,29 @@ class Heartbeat(threading.Thread):
         tasks = self.tasks() if self.tasks is not None else None
         report = HostReport(facts=self.facts(), tasks=tasks)
         try:
-            self.app.send_task(
-                name,
-                args=[seal(self._key, self.host, name, report.to_body())],
-                queue=ORCHESTRATOR_QUEUE,
-                # A report nobody read within a few intervals says nothing about the host any more.
-                expires=max(self.interval_s * 3, 10.0),
-                retry=False,
-            )
+            sealed = seal(self._key, self.host, name, report.to_body())
+            if name == AGENT_HELLO:
+                self.app.send_task(
+                    name,
+                    args=[sealed],
+                    queue=ORCHESTRATOR_QUEUE,
+                    # A report nobody read within a few intervals says nothing about the host any more.
+                    expires=max(self.interval_s * 3, 10.0),
+                    retry=False,
+                )
+            else:
+                fields = {"name": name, "envelope": json.dumps(sealed, separators=(",", ":"))}
+                self._stream().xadd(HEARTBEAT_STREAM, fields, maxlen=HEARTBEAT_STREAM_MAXLEN, approximate=True)
         except Exception as exc:  # broker down: keep beating, the next tick retries
             log.warning("could not send %s: %s", name, exc)
             return False
         self.sent += 1
         return True
+
+    def _stream(self) -> redis.Redis:
+        if self._redis is None:
+            self._redis = redis.Redis.from_url(self.app.conf.broker_url, socket_timeout=5, socket_connect_timeout=5)
+        return self._redis
 
     def stop(self) -> None:
         self.stopped.set()

@@ -12,6 +12,7 @@ replayed entry stores nothing new (every row it would write has a unique key).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Callable
@@ -68,10 +69,20 @@ def _nonce_key(message: signing.Opened) -> str:
     return f"{_NONCE_PREFIX}{message.host}:{message.nonce}"
 
 
-def authenticate(payload: Any, name: str, *, key_of: KeyLookup = host_and_key, stream: bool = False) -> Accepted | None:
+def authenticate(
+    payload: Any,
+    name: str,
+    *,
+    key_of: KeyLookup = host_and_key,
+    stream: bool = False,
+    check_nonce: bool | None = None,
+) -> Accepted | None:
     """The host a message `name` comes from and what it says, or None (logged and counted) when it cannot be
     trusted: not sealed by that host's key, outside the age bounds, or (Celery messages) seen before.
-    `stream`: a stream entry (generous age bound, no nonce check; see the module's doc)."""
+    `stream`: a metric stream entry (generous age bound, no nonce check; see the module's doc). `check_nonce` False:
+    the caller checks nonces itself (authenticate_batch, for many at once)."""
+    if check_nonce is None:
+        check_nonce = not stream
     bounds = {
         "max_age_s": settings.TFDASH_STREAM_MAX_AGE_S if stream else settings.TFDASH_MESSAGE_MAX_AGE_S,
         "max_skew_s": settings.TFDASH_MESSAGE_MAX_SKEW_S,
@@ -88,7 +99,7 @@ def authenticate(payload: Any, name: str, *, key_of: KeyLookup = host_and_key, s
             # A cached key that does not match is read again: a new token works at once.
             host, key = key_of(host_name, True)
             opened = signing.open_sealed(payload, key, name, **bounds)
-        if not stream and _nonces().exists(_nonce_key(opened)):
+        if check_nonce and _nonces().exists(_nonce_key(opened)):
             raise signing.Refused(signing.REPLAYED, f"nonce {opened.nonce[:16]} of {host_name!r} seen before")
     except signing.Refused as refused:
         # One line for an unknown host and a bad MAC alike: a probe learns nothing about which names exist.
@@ -101,8 +112,56 @@ def authenticate(payload: Any, name: str, *, key_of: KeyLookup = host_and_key, s
 
 def remember(accepted: Accepted) -> None:
     """Note a Celery message as handled: the same nonce is refused from now on, while it could still be fresh."""
-    window = settings.TFDASH_MESSAGE_MAX_AGE_S + settings.TFDASH_MESSAGE_MAX_SKEW_S
-    _nonces().set(_nonce_key(accepted.message), b"1", nx=True, ex=max(1, math.ceil(window)))
+    remember_all([accepted])
+
+
+def remember_all(accepted: list[Accepted]) -> None:
+    """`remember` for a batch, in one round trip."""
+    window = max(1, math.ceil(settings.TFDASH_MESSAGE_MAX_AGE_S + settings.TFDASH_MESSAGE_MAX_SKEW_S))
+    pipe = _nonces().pipeline(transaction=False)
+    for one in accepted:
+        pipe.set(_nonce_key(one.message), b"1", nx=True, ex=window)
+    pipe.execute()
+
+
+def authenticate_batch(payloads: list[Any], name: str) -> list[Accepted]:
+    """`authenticate` (Celery bounds, nonce checked) for a batch of messages `name`: their hosts read in one query and
+    their nonces checked in one round trip; what cannot be trusted is logged and counted as one by one, and a nonce
+    met twice in the batch is refused the second time."""
+    names = set()
+    for payload in payloads:
+        with contextlib.suppress(signing.Refused):  # refused (and counted) below, by authenticate
+            names.add(signing.envelope_host(payload))
+    # order_by("pk"): see host_and_key.
+    hosts = {h.name: h for h in Host.objects.filter(name__in=names).order_by("pk")}
+    keys: dict[str, bytes | None] = {}
+
+    def key_of(host_name: str, _fresh: bool) -> tuple[Host | None, bytes | None]:
+        host = hosts.get(host_name)
+        if host is None:
+            return None, None
+        if host_name not in keys:
+            keys[host_name] = host.mac_key()
+        return host, keys[host_name]
+
+    opened = [a for a in (authenticate(p, name, key_of=key_of, check_nonce=False) for p in payloads) if a]
+    if not opened:
+        return []
+    pipe = _nonces().pipeline(transaction=False)
+    for one in opened:
+        pipe.exists(_nonce_key(one.message))
+    seen = set()
+    accepted = []
+    for one, exists in zip(opened, pipe.execute(), strict=True):
+        key = _nonce_key(one.message)
+        if exists or key in seen:
+            log.warning("agent message %s refused: nonce %s of %r seen before", name, one.message.nonce[:16],
+                        one.host.name)  # fmt: skip
+            counters.incr(REPLAYED)
+            continue
+        seen.add(key)
+        accepted.append(one)
+    return accepted
 
 
 def authenticated_body(

@@ -6,10 +6,12 @@ import logging
 import time
 from datetime import timedelta
 
+import redis
 from django.conf import settings
 from django.utils import timezone
 
 from orchestrator import counters
+from orchestrator.agents import heartbeats
 from orchestrator.agents.reports import REPORT_LAG
 from orchestrator.control import lifecycle
 from orchestrator.models import Host
@@ -36,6 +38,16 @@ def mark_silent_hosts_offline() -> list[str]:
     previous, _last_check = _last_check, now
     if previous is not None and now - previous > timeout_s / 2:
         log.warning("watchdog ran %.1f s after its previous tick; not judging host liveness this tick", now - previous)
+        return []
+    try:
+        waited = heartbeats.unapplied_age_s(counters.client())
+    except redis.RedisError as exc:
+        log.warning("cannot see the heartbeat stream (%r); not judging host liveness this tick", exc)
+        return []
+    if waited > timeout_s / 2:
+        # A heartbeat waits unapplied in its stream (no reader reads, or one is stuck holding a batch): any host's
+        # report may be among those waiting, so its silence may be ours.
+        log.warning("a heartbeat has waited %.1f s unapplied; not judging host liveness this tick", waited)
         return []
     # The smallest recent lag over all hosts: when even the promptest host's reports arrive late, the delay is on
     # this side (a backlog, a stall); one host with a skewed clock or a slow link cannot pause the others' checks.

@@ -52,18 +52,38 @@ class Converged:
         return bool(self.ended or self.lost or self.killed or self.resent)
 
 
-def converge(host: Host, report: TaskReport) -> Converged:
+def _named(report: TaskReport) -> set[int]:
+    return {r.task_id for r in report.running} | {e.task_id for e in report.exits}
+
+
+def rows_of(reports: list[tuple[Host, TaskReport]]) -> dict[int, dict[Key, Task]]:
+    """Per host id, the rows `converge` compares its report with: the host's active tasks and the tasks its report
+    names. One query for a whole batch of reports."""
+    if not reports:
+        return {}
+    hosts = {host.pk: host for host, _report in reports}
+    named = {host.pk: _named(report) for host, report in reports}
+    found: dict[int, dict[Key, Task]] = {pk: {} for pk in hosts}
+    query = (
+        Task.objects.filter(host__in=list(hosts))
+        .filter(Q(state__in=ACTIVE_TASK_STATES) | Q(pk__in=set().union(*named.values())))
+        .order_by()  # a dict: the model's ordering would only add a sort to every heartbeat
+    )
+    for task in query:
+        assert task.host_id is not None
+        if task.state in ACTIVE_TASK_STATES or task.pk in named[task.host_id]:
+            task.host = hosts[task.host_id]
+            found[task.host_id][(task.pk, task.attempt)] = task
+    return found
+
+
+def converge(host: Host, report: TaskReport, rows: dict[Key, Task] | None = None) -> Converged:
+    """`rows`: the host's rows as `rows_of` reads them, when the caller read a batch's at once."""
     result = Converged()
     running = {(r.task_id, r.attempt) for r in report.running}
     exits = {(e.task_id, e.attempt): e for e in report.exits}
-    named = {key[0] for key in running | exits.keys()}
-    rows = {
-        (t.pk, t.attempt): t
-        for t in Task.objects.filter(host=host)
-        .filter(Q(state__in=ACTIVE_TASK_STATES) | Q(pk__in=named))
-        .select_related("host")
-        .order_by()  # a dict: the model's ordering would only add a sort to every heartbeat
-    }
+    if rows is None:
+        rows = rows_of([(host, report)])[host.pk]
     resend_before = timezone.now() - timedelta(seconds=settings.TFDASH_ORDER_RESEND_S)
     to_end: dict[int, list[Key]] = {}  # job id -> tasks to settle under the job's lock
     relaunch, rekill = [], []

@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, parse_facts, parse_task_report
+from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, HostFacts, TaskReport, parse_facts, parse_task_report
 from orchestrator import counters
 from orchestrator.agents import reconcile
 from orchestrator.agents.auth import MALFORMED, REFUSED, STALE, authenticate, remember
@@ -23,35 +23,48 @@ REPORT_LAG = "orchestrator_report_lag_s"
 
 
 def handle_report(payload: Any, *, hello: bool) -> bool:
-    """Process a hello or heartbeat; returns True when it was accepted."""
+    """Process a hello, or a heartbeat sent as a Celery message (an agent before heartbeats had a stream of their
+    own: orchestrator/agents/heartbeats.py); returns True when it was accepted."""
     accepted = authenticate(payload, AGENT_HELLO if hello else AGENT_HEARTBEAT)
     if accepted is None:
         return False
-    applied = _apply(accepted.host, accepted.message.ts, accepted.message.body, hello=hello)
+    host, body = accepted.host, accepted.message.body
+    lags: dict[str, float] = {}
+    facts = check(host, accepted.message.ts, body, lags)
+    counters.record_readings(REPORT_LAG, lags)
+    if facts is not None:
+        if hello:
+            log.info("agent on %s started (pid %s, version %s)", host.name, facts.pid, facts.agent_version)
+        record(host, facts, hello=hello)
+        report = task_report(host, body)
+        if report is not None:
+            reconcile.converge(host, report)
     remember(accepted)  # handled (an exception above leaves it to be retried)
-    return applied
+    return facts is not None
 
 
-def _apply(host: Host, sent_at: float, body: Any, *, hello: bool) -> bool:
+def check(host: Host, sent_at: float, body: Any, lags: dict[str, float]) -> HostFacts | None:
+    """The facts of a report that is fresh and well formed, else None (logged and counted). Its transit time goes
+    into `lags` (recorded by the caller as REPORT_LAG: one round trip for a batch)."""
     if not isinstance(body, dict):
         log.warning("agent %s sent a report that is not an object", host.name)
         counters.incr(MALFORMED)
-        return False
+        return None
     timeout_s = settings.TFDASH_HEARTBEAT_TIMEOUT_S
     age = time.time() - sent_at
     # Measured before the stale check: a backlog that makes reports stale is exactly what the watchdog must know.
-    counters.record_reading(REPORT_LAG, host.name, max(age, 0.0))
+    lags[host.name] = max(age, 0.0)
     if age > timeout_s:
         # Queued while the orchestrator was down: it says nothing about the host now.
         log.info("dropped a %.0f s old report from %s", age, host.name)
         counters.incr(STALE)
-        return False
+        return None
     try:
         facts = parse_facts(body.get("facts") or {})
     except ValueError as exc:
         log.warning("agent %s sent malformed facts: %s", host.name, exc)
         counters.incr(REFUSED)
-        return False
+        return None
     if facts.port_range and facts.port_range != (host.port_min, host.port_max):
         log.warning(
             "agent %s runs with port range %s-%s but is registered with %s-%s; the registered range is used",
@@ -64,22 +77,21 @@ def _apply(host: Host, sent_at: float, body: Any, *, hello: bool) -> bool:
         gap = (timezone.now() - host.last_heartbeat).total_seconds()
         if gap > timeout_s / 2:  # worth a line: the host came close to being declared lost
             log.warning("host %s: %.1f s since its previous heartbeat (%.2f s in transit)", host.name, gap, age)
-    if hello:
-        log.info("agent on %s started (pid %s, version %s)", host.name, facts.pid, facts.agent_version)
+    return facts
+
+
+def record(host: Host, facts: HostFacts, *, hello: bool) -> None:
+    """Store the host's facts and liveness; a host that comes (back) online asks for a scheduler pass."""
     if host.record_heartbeat(facts, hello=hello):
         log.info("host %s is online", host.name)
         passes.schedule_soon(host.cluster_id)  # a queued job may fit now
-    _converge(host, body)
-    return True
 
 
-def _converge(host: Host, body: dict[str, Any]) -> None:
-    """What the agent says about its tasks against what this side believes (orchestrator/agents/reconcile.py)."""
+def task_report(host: Host, body: dict[str, Any]) -> TaskReport | None:
+    """The agent's truth about its tasks (orchestrator/agents/reconcile.py), or None (a malformed one is counted)."""
     try:
-        report = parse_task_report(body.get("tasks"))
+        return parse_task_report(body.get("tasks"))
     except ValueError as exc:
         log.warning("agent %s sent a malformed task report: %s", host.name, exc)
         counters.incr(MALFORMED)
-        return
-    if report is not None:
-        reconcile.converge(host, report)
+        return None

@@ -168,11 +168,10 @@ class Host(models.Model):
         ]
 
     # --- state changes driven by agents and the watchdog ---
-    def record_heartbeat(self, facts: HostFacts, *, hello: bool, now: datetime | None = None) -> bool:
-        """Store the agent's report; returns True when this heartbeat brought the host (back) online."""
-        now = now or timezone.now()
-        fields: dict[str, Any] = {
-            "last_heartbeat": now,
+    @staticmethod
+    def facts_fields(facts: HostFacts) -> dict[str, Any]:
+        """The columns an agent's facts are stored in."""
+        return {
             "cpu_count": facts.cpu_count,
             "memory_total_mb": facts.memory_total_mb,
             "gpus": [
@@ -185,6 +184,18 @@ class Host(models.Model):
             "agent_hostname": facts.hostname,
             "agent_pid": facts.pid or None,
         }
+
+    def says_the_same(self, facts: HostFacts) -> bool:
+        """Whether the host is online and these facts are what is stored: a heartbeat then only moves
+        `last_heartbeat` (orchestrator/agents/heartbeats.py does that for a whole batch in one statement)."""
+        return self.status == HostStatus.ONLINE and all(
+            getattr(self, name) == value for name, value in self.facts_fields(facts).items()
+        )
+
+    def record_heartbeat(self, facts: HostFacts, *, hello: bool, now: datetime | None = None) -> bool:
+        """Store the agent's report; returns True when this heartbeat brought the host (back) online."""
+        now = now or timezone.now()
+        fields: dict[str, Any] = {"last_heartbeat": now, **self.facts_fields(facts)}
         if hello:
             fields["agent_started_at"] = now
         # The steady case, one statement: a host already online stays online (filtered on it, so a host the watchdog

@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from contracts.protocol import (
     AGENT_HEARTBEAT,
     AGENT_LAUNCH,
+    HEARTBEAT_STREAM,
     ORCHESTRATOR_QUEUE,
     TASK_EVENT,
     LaunchSpec,
@@ -89,6 +90,15 @@ class BrokerWatcher:
     def pushes(self, key: str) -> list[bytes]:
         """What was LPUSHed onto the list `key` (a Celery queue), oldest first."""
         return [c[2] for c in self.snapshot() if len(c) >= 3 and c[0].upper() == b"LPUSH" and c[1] == key.encode()]
+
+    def stream_entries(self, stream: str) -> list[dict[bytes, bytes]]:
+        """The fields of every entry XADDed to the stream `stream`, oldest first."""
+        entries = []
+        for c in self.snapshot():
+            if len(c) >= 4 and c[0].upper() == b"XADD" and c[1] == stream.encode():
+                fields = c[c.index(b"*") + 1 :]
+                entries.append(dict(zip(fields[::2], fields[1::2], strict=True)))
+        return entries
 
     def stop(self) -> None:
         self.sock.shutdown(socket.SHUT_RDWR)
@@ -328,14 +338,14 @@ def test_captured_agent_messages_replayed_are_refused_and_counted(lived, watcher
     _host, _token, _agent, _marker = lived
     client = redis.Redis.from_url(redis_url)
     pushed = watcher.pushes(ORCHESTRATOR_QUEUE)
-    beat = next(p for p in pushed[2:] if AGENT_HEARTBEAT.encode() in b"".join(readings(p)))
+    beat = next(e for e in watcher.stream_entries(HEARTBEAT_STREAM) if e[b"name"] == AGENT_HEARTBEAT.encode())
     event = next(p for p in pushed if TASK_EVENT.encode() in b"".join(readings(p)))
     replayed_before = counters.get(auth.REPLAYED)
 
-    for payload in (beat, event):
-        message = json.loads(payload)
-        message["headers"]["expires"] = None  # Celery's own expiry is no defence: it is outside the MAC
-        client.lpush(ORCHESTRATOR_QUEUE, json.dumps(message))
+    client.xadd(HEARTBEAT_STREAM, beat)  # a heartbeat is a stream entry, refused as seen (nonce) like a message
+    message = json.loads(event)
+    message["headers"]["expires"] = None  # Celery's own expiry is no defence: it is outside the MAC
+    client.lpush(ORCHESTRATOR_QUEUE, json.dumps(message))
 
     wait_until(lambda: counters.get(auth.REPLAYED) >= replayed_before + 2, 30, what="both replays refused")
     assert orchestrator.output().count("seen before") >= 2

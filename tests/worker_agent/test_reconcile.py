@@ -14,6 +14,7 @@ import psutil
 from contracts.protocol import (
     AGENT_HEARTBEAT,
     AGENT_HELLO,
+    HEARTBEAT_STREAM,
     HostFacts,
     KillOrder,
     RecordedExit,
@@ -186,6 +187,10 @@ class _Broker:
     def send_task(self, name: str, args: list, **_: object) -> None:
         self.sent.append((name, args[0]))
 
+    def xadd(self, stream: str, fields: dict, **_: object) -> None:  # a heartbeat: an entry of the heartbeat stream
+        assert stream == HEARTBEAT_STREAM
+        self.sent.append((fields["name"], json.loads(fields["envelope"])))
+
 
 KEY = agent_mac_key("tfa_t", "h")
 
@@ -204,6 +209,7 @@ def test_every_report_carries_the_task_report_and_it_survives_the_wire():
         interval_s=1,
         facts=lambda: HostFacts(cpu_count=1, memory_total_mb=1),
         tasks=lambda: report,
+        stream=broker,  # type: ignore[arg-type]
     )
 
     beat.send(AGENT_HELLO)

@@ -55,15 +55,15 @@ def test_a_handler_that_met_an_outage_is_retried_not_refused(monkeypatch):
     """The nonce is remembered only once the handler succeeded: Celery's retry of the same message goes through."""
     host, token = factories.host()
     beat = heartbeat(host, token)
-    original = reports._apply
+    original = reports.record
 
     def outage(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise OperationalError("the database went away")
 
-    monkeypatch.setattr(reports, "_apply", outage)
+    monkeypatch.setattr(reports, "record", outage)
     with pytest.raises(OperationalError):
         reports.handle_report(beat, hello=False)
-    monkeypatch.setattr(reports, "_apply", original)
+    monkeypatch.setattr(reports, "record", original)
 
     assert reports.handle_report(beat, hello=False)
 

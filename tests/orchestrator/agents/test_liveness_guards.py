@@ -10,7 +10,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from orchestrator import counters
-from orchestrator.agents import liveness, reports
+from orchestrator.agents import heartbeats, liveness, reports
 from orchestrator.models import Cluster, Host, HostStatus
 
 pytestmark = pytest.mark.django_db
@@ -67,3 +67,30 @@ def test_a_watchdog_that_just_started_listens_for_a_whole_timeout_before_judging
     assert liveness.mark_silent_hosts_offline() == []  # e.g. the orchestrator was restarted: every heartbeat is old
     liveness._first_check = time.monotonic() - settings.TFDASH_HEARTBEAT_TIMEOUT_S
     assert silent_host.name in liveness.mark_silent_hosts_offline()
+
+
+def test_no_host_is_judged_while_a_heartbeat_waits_unapplied(
+    silent_host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A heartbeat waiting in the stream (no reader reads it, or a reader is stuck holding it) may be the silent
+    host's: nobody is judged until it has been applied."""
+    counters.record_reading(reports.REPORT_LAG, "other-host", 0.05)
+    # A stream of its own, which the suite's running orchestrator does not read.
+    stream = f"test-heartbeats-{time.monotonic_ns()}"
+    monkeypatch.setattr(heartbeats, "HEARTBEAT_STREAM", stream)
+    client = counters.client()
+    waited_ms = int((time.time() - settings.TFDASH_HEARTBEAT_TIMEOUT_S) * 1000)
+    entry = client.xadd(stream, {"name": "orchestrator.agent_heartbeat", "envelope": "{}"}, id=f"{waited_ms}-0")
+    try:
+        assert liveness.mark_silent_hosts_offline() == []  # unread, no group yet
+        client.xgroup_create(stream, heartbeats.HEARTBEAT_GROUP, id="0")
+        client.xreadgroup(heartbeats.HEARTBEAT_GROUP, "stuck-reader", {stream: ">"}, count=1)
+        assert liveness.mark_silent_hosts_offline() == []  # read by a reader that has not applied it
+        silent_host.refresh_from_db()
+        assert silent_host.status == HostStatus.ONLINE
+
+        client.xack(stream, heartbeats.HEARTBEAT_GROUP, entry)
+        client.xdel(stream, entry)
+        assert silent_host.name in liveness.mark_silent_hosts_offline()
+    finally:
+        client.delete(stream)

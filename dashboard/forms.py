@@ -205,7 +205,7 @@ def _plural(n: int, word: str) -> str:
 
 def cluster_guidance(cluster: Cluster) -> ClusterGuidance:
     """Which strategy the cluster suits now, from its online hosts and the device slots running tasks leave free."""
-    online = [h for h in scheduling.host_states(cluster.hosts.all()) if h.online]
+    online = [h for h in scheduling.host_states(scheduling.placement_hosts(cluster.pk)) if h.online]
     free = {h.name: len(set(h.device_ids) - h.used_devices) for h in online}
     with_room = [name for name, n in free.items() if n > 0]
     largest = max(free.items(), key=lambda item: (item[1], item[0]), default=("", 0))

@@ -15,13 +15,14 @@ from typing import Any
 import kombu.exceptions
 import kombu.utils.json
 import redis
-from celery.signals import worker_ready
+from celery.signals import worker_ready, worker_shutting_down
+from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from config.celery import app
 from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, ORCHESTRATOR_QUEUE, TASK_EVENT, TASK_LOGS
-from orchestrator.agents import events, liveness, reports
-from orchestrator.control import experiments, lifecycle, passes, scheduling
+from orchestrator.agents import events, heartbeats, liveness, reports
+from orchestrator.control import dispatch, experiments, lifecycle, passes, scheduling
 from orchestrator.control.scheduling import WAITING_STATES
 from orchestrator.metrics import ingest
 from orchestrator.models import Job
@@ -91,6 +92,15 @@ def task_logs(payload: Any) -> None:
 # Metric traffic (TASK_METRICS, HOST_SAMPLES, TASK_ARTIFACT) is not a Celery task: see orchestrator/metrics/stream.py.
 
 
+@entry(dispatch.LAUNCH)
+def launch(task_ids: Any) -> None:
+    """The launch orders of tasks a scheduler pass placed (orchestrator/control/dispatch.py)."""
+    if not isinstance(task_ids, list) or not all(type(i) is int for i in task_ids):
+        log.warning("ignored a launch message that is not a list of task ids")
+        return
+    dispatch.launch_tasks(task_ids[: dispatch.LAUNCH_CHUNK])
+
+
 @entry(passes.SCHEDULE)
 def schedule(cluster_id: int) -> None:
     # A pass follows every job's end: the next run of a one-after-another experiment is submitted first.
@@ -115,6 +125,18 @@ def watchdog() -> None:
 def retention() -> None:
     """Every few minutes (settings.CELERY_BEAT_SCHEDULE): old host samples thinned, a bounded amount per run."""
     thin_host_samples()
+
+
+@worker_ready.connect
+def _read_heartbeats(sender: Any = None, **_: Any) -> None:
+    """Every orchestrator worker reads the heartbeat stream too (orchestrator/agents/heartbeats.py), as a consumer
+    named after the worker."""
+    if ORCHESTRATOR_QUEUE not in app.amqp.queues:
+        return
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5)
+    name = getattr(sender, "hostname", None) or app.conf.get("worker_name") or "orchestrator"
+    stop = heartbeats.start_reader(client, str(name))
+    worker_shutting_down.connect(lambda **_: stop.set(), weak=False)
 
 
 @worker_ready.connect

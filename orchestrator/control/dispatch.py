@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from config.celery import app
@@ -23,6 +24,7 @@ from contracts.protocol import (
     AGENT_ACK_EXITS,
     AGENT_KILL,
     AGENT_LAUNCH,
+    ORCHESTRATOR_QUEUE,
     KillOrder,
     LaunchSpec,
     ProgramSpec,
@@ -39,6 +41,11 @@ from orchestrator.models import Host, Job, ProgramKind, Task, TaskState
 log = logging.getLogger(__name__)
 
 KILL_GRACE_S = 3.0  # TF ignores SIGTERM; the grace is for user scripts that clean up
+# Launch orders of a scheduler pass are sent by a task of their own (by name: orchestrator/tasks.py imports this
+# module, not the other way round), in chunks: the pass ends as soon as its placements are committed, the orders of
+# a 1,000-task pass go out from as many worker threads (or orchestrators) as are free, and each message stays small.
+LAUNCH = "orchestrator.launch"
+LAUNCH_CHUNK = 200
 
 
 def program_spec(job: Job) -> ProgramSpec:
@@ -53,7 +60,7 @@ def program_spec(job: Job) -> ProgramSpec:
     return ProgramSpec(kind="builtin", args=list(job.args), builtin=job.builtin, builtin_config=job.builtin_config)
 
 
-def launch_spec(task: Task, env: dict[str, str]) -> LaunchSpec:
+def launch_spec(task: Task, env: dict[str, str], program: ProgramSpec | None = None) -> LaunchSpec:
     assert task.host is not None
     return LaunchSpec(
         job_id=task.job_id,
@@ -65,7 +72,7 @@ def launch_spec(task: Task, env: dict[str, str]) -> LaunchSpec:
         devices=list(task.devices),
         gpu=bool(task.host.gpus),
         env=env,
-        program=program_spec(task.job),
+        program=program or program_spec(task.job),
         kill_grace_s=KILL_GRACE_S,
         job_dir=job_dir(task.job),
     )
@@ -77,6 +84,22 @@ def job_dir(job: Job) -> str:
     return f"{shared}/jobs/{job.pk}" if shared else ""
 
 
+def launch_after_commit(task_ids: list[int]) -> None:
+    """Have these tasks' launch orders sent once the current transaction commits. A message lost on the way costs a
+    delay, not the launch: the tasks are stamped as ordered, and the heartbeat's convergence sends what was not acted
+    on after `TFDASH_ORDER_RESEND_S`."""
+
+    def send() -> None:
+        for start in range(0, len(task_ids), LAUNCH_CHUNK):
+            chunk = task_ids[start : start + LAUNCH_CHUNK]
+            try:
+                app.send_task(LAUNCH, args=[chunk], queue=ORCHESTRATOR_QUEUE)
+            except BROKER_ERRORS as exc:
+                log.warning("could not ask for %s launch orders (convergence sends them): %r", len(chunk), exc)
+
+    transaction.on_commit(send)
+
+
 def launch_tasks(task_ids: list[int]) -> None:
     """Send each task's launch order (again, when an earlier one went unanswered: the agent applies it once)."""
     tasks = list(
@@ -86,13 +109,16 @@ def launch_tasks(task_ids: list[int]) -> None:
         )
     )
     _stamp(tasks)
+    programs: dict[int, ProgramSpec] = {}  # per job: a script's base64 is made once, not once per task
     with _producer() as producer:  # one broker connection for the whole batch, not one acquired per order
         for task in tasks:
             job = task.job
             env = tf_config.environment(task.tf_config, Strategy(job.strategy), legacy_keras=job.legacy_keras)
             if job.program_kind == ProgramKind.SCRIPT:
                 env.update(script_env(job.builtin_config or {}))  # a builtin gets its config as --config-json instead
-            spec = launch_spec(task, env)
+            if job.pk not in programs:
+                programs[job.pk] = program_spec(job)
+            spec = launch_spec(task, env, programs[job.pk])
             _send(AGENT_LAUNCH, asdict(spec), task.host.name, producer)
 
 

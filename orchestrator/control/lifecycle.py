@@ -346,7 +346,11 @@ def check_progress() -> list[int]:
         )
         mark = f"{newest_point or 0}:{newest_line or 0}"
         if mark != job.progress_mark or job.progress_at is None:
-            Job.objects.filter(pk=job.pk, state=JobState.RUNNING).update(progress_mark=mark, progress_at=now)
+            # Only over the mark this look read: a look that overlaps another (a slow watchdog tick and the next)
+            # must not start the clock again over what the other stored since.
+            Job.objects.filter(pk=job.pk, state=JobState.RUNNING, progress_mark=job.progress_mark).update(
+                progress_mark=mark, progress_at=now
+            )
             continue
         if now - job.progress_at < timedelta(seconds=job.progress_timeout_s):
             continue

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from functools import lru_cache
 
 import kombu.exceptions
@@ -57,6 +58,23 @@ def _pending() -> redis.Redis:
     return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
 
 
+@dataclass(frozen=True)
+class _Ask:
+    """An after-commit ask for a pass over one cluster, equal to any other for the same cluster."""
+
+    cluster_id: int
+
+    def __call__(self) -> None:
+        schedule_soon(self.cluster_id)
+
+
 def schedule_after_commit(cluster_id: int) -> None:
-    """Ask for a pass once the current transaction commits: the pass must see the rows this one wrote."""
-    transaction.on_commit(lambda: schedule_soon(cluster_id))
+    """Ask for a pass once the current transaction commits: the pass must see the rows this one wrote. One ask per
+    cluster and transaction (1,000 jobs submitted together ask once, not 1,000 times): an ask already queued in this
+    transaction is sent after the same commit (Django drops a queued callback with a savepoint that rolls back, so
+    an ask is never skipped for one that will not be sent)."""
+    ask = _Ask(cluster_id)
+    connection = transaction.get_connection()
+    if connection.in_atomic_block and any(ask == queued for _sids, queued, _robust in connection.run_on_commit):
+        return
+    transaction.on_commit(ask)

@@ -8,16 +8,19 @@ fit holds back the jobs behind it, so a big job is not starved by a stream of sm
 
 from __future__ import annotations
 
-import dataclasses
+import itertools
 import logging
+import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from django.db import transaction
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from orchestrator.control import dispatch, passes
 from orchestrator.core import placement, tf_config
+from orchestrator.metrics import live
 from orchestrator.models import (
     ACTIVE_TASK_STATES,
     Cluster,
@@ -47,6 +50,16 @@ def host_device_ids(host: Host) -> tuple[tuple[int, ...], bool]:
     if host.gpus:
         return tuple(int(g["index"]) for g in host.gpus), True
     return tuple(range(host.device_slots)), False
+
+
+# What placement reads of a host (a pass loads every host of the cluster; the rest of the row is not needed).
+PLACEMENT_FIELDS = ("pk", "cluster_id", "name", "address", "port_min", "port_max", "gpus", "cpu_slots", "cpu_count",
+                    "labels", "status")  # fmt: skip
+
+
+def placement_hosts(cluster_id: int) -> QuerySet[Host]:
+    """The cluster's hosts, with only what placement reads of them."""
+    return Host.objects.filter(cluster_id=cluster_id).only(*PLACEMENT_FIELDS).order_by()
 
 
 def host_states(hosts: Iterable[Host], *, empty: bool = False) -> list[placement.HostState]:
@@ -89,11 +102,11 @@ def host_states(hosts: Iterable[Host], *, empty: bool = False) -> list[placement
 
 def plan(job: Job) -> placement.Placement | placement.Unplaceable:
     """Where the job would run now, without writing anything."""
-    return placement.place(job_shape(job), host_states(job.cluster.hosts.all()))
+    return placement.place(job_shape(job), host_states(placement_hosts(job.cluster_id)))
 
 
 def plan_on_empty_cluster(job: Job) -> placement.Placement | placement.Unplaceable:
-    return placement.place(job_shape(job), host_states(job.cluster.hosts.all(), empty=True))
+    return placement.place(job_shape(job), host_states(placement_hosts(job.cluster_id), empty=True))
 
 
 def tf_configs(job: Job, where: placement.Placement) -> dict[tuple[str, int], dict | None]:
@@ -108,6 +121,7 @@ def schedule_cluster(cluster_id: int, *, wait: bool = True) -> list[int]:
     """Start every queued job of the cluster that fits, in FIFO order; returns the ids of jobs started. `wait`
     False (the orchestrator's passes): when another pass holds the cluster, end at once (see below)."""
     started: list[int] = []
+    began = time.perf_counter()
     passes.pass_begins(cluster_id)
     with transaction.atomic():
         # Not waiting (skip_locked): when another pass (another thread or orchestrator worker) holds the cluster,
@@ -120,25 +134,20 @@ def schedule_cluster(cluster_id: int, *, wait: bool = True) -> list[int]:
                 log.debug("cluster %s: a scheduler pass is already running", cluster_id)
             return started
         # A restarting job keeps its place in the queue (created_at), ahead of what was submitted after it.
-        queued = list(Job.objects.filter(cluster=cluster, state__in=WAITING_STATES).order_by("created_at", "id"))
-        if not queued:
+        queue = _queue(cluster)
+        head = next(queue, None)
+        if head is None:
             return started
-        hosts = {h.name: h for h in cluster.hosts.all()}
+        hosts = {h.name: h for h in placement_hosts(cluster.pk)}
         states = host_states(hosts.values())
         blocked_by: Job | None = None
-        waiting: list[Job] = []  # reasons changed, written in one statement at the end of the pass
+        placed: list[tuple[Job, placement.Placement]] = []  # written together at the end of the pass
         fits_empty: set[placement.JobShape] = set()  # shapes already known to fit the idle cluster, this pass
-        for job in queued:
-            if blocked_by is not None:
-                reason = f"waiting behind job #{blocked_by.pk} ({blocked_by.name}), first in the queue"
-                if job.reason != reason:
-                    job.reason = reason
-                    waiting.append(job)
-                continue
+        for job in itertools.chain([head], queue):
             if job.state == JobState.RESTARTING and job.tasks.filter(state__in=ACTIVE_TASK_STATES).exists():
                 # Its previous gang is still being stopped: a new one must not meet the old processes.
                 blocked_by = job
-                continue
+                break
             shape = job_shape(job)
             result = placement.place(shape, states, fits_empty=shape in fits_empty)
             if isinstance(result, placement.Unplaceable):
@@ -157,15 +166,47 @@ def schedule_cluster(cluster_id: int, *, wait: bool = True) -> list[int]:
                     reason += f" (restart {job.restarts} of {job.max_restarts}, after: {job.restart_reason})"
                 _set_reason(job, reason)
                 blocked_by = job
-                continue
+                break
             fits_empty.add(shape)
-            _start(job, result, hosts)
+            placed.append((job, result))
             states = take(states, result)
             started.append(job.pk)
-        # One UPDATE for every waiting job whose reason changed (a head that changed rewrites them all); no live hint
-        # is sent for a reason alone, the job's state did not change.
-        Job.objects.bulk_update(waiting, ["reason"], batch_size=500)
+        _start(placed, hosts)
+        if blocked_by is not None:
+            _wait_behind(blocked_by)
+    if placed:  # committed (bench/scale.py reads these lines: placement throughput)
+        log.info("scheduler pass over cluster %s placed %d task(s) of %d job(s) in %.4f s", cluster_id,
+                 sum(len(where.tasks) for _job, where in placed), len(placed), time.perf_counter() - began)  # fmt: skip
     return started
+
+
+QUEUE_CHUNK = 200
+
+
+def _queue(cluster: Cluster) -> Iterator[Job]:
+    """The cluster's waiting jobs in queue order, read a chunk at a time: a pass usually stops at a job that does not
+    fit, and the rows behind it are then never read (one UPDATE tells them why they wait: `_wait_behind`)."""
+    jobs = Job.objects.filter(cluster=cluster, state__in=WAITING_STATES).order_by("created_at", "id")
+    after: Job | None = None
+    while True:
+        chunk = list(
+            (jobs.filter(Q(created_at__gt=after.created_at) | Q(created_at=after.created_at, id__gt=after.pk))
+             if after is not None else jobs)[:QUEUE_CHUNK]
+        )  # fmt: skip
+        yield from chunk
+        if len(chunk) < QUEUE_CHUNK:
+            return
+        after = chunk[-1]
+
+
+def _wait_behind(head: Job) -> None:
+    """Every job queued behind `head` says it waits for it, in one UPDATE of the rows whose reason is another; no live
+    hint is sent for a reason alone (the job's state did not change)."""
+    reason = f"waiting behind job #{head.pk} ({head.name}), first in the queue"
+    behind = Q(created_at__gt=head.created_at) | Q(created_at=head.created_at, id__gt=head.pk)
+    Job.objects.filter(behind, cluster_id=head.cluster_id, state__in=WAITING_STATES).exclude(reason=reason).update(
+        reason=reason
+    )
 
 
 def _set_reason(job: Job, reason: str) -> None:
@@ -182,34 +223,42 @@ def take(states: list[placement.HostState], where: placement.Placement) -> list[
     # Only the hosts the job landed on change: the others are kept as they are (a pass over 1,000 jobs on 500 hosts
     # would otherwise copy every host's state once per job).
     return [
-        dataclasses.replace(
-            state,
-            used_ports=state.used_ports | {t.port for t in by_host[state.name]},
-            used_devices=state.used_devices | {d for t in by_host[state.name] for d in t.devices},
-        )
+        state.with_used((t.port for t in by_host[state.name]), (d for t in by_host[state.name] for d in t.devices))
         if state.name in by_host
         else state
         for state in states
     ]
 
 
-def _start(job: Job, where: placement.Placement, hosts: dict[str, Host]) -> None:
-    job.attempt += 1
-    # After a restart the page keeps saying what it was after.
-    job.reason = f"restart {job.restarts} of {job.max_restarts}, after: {job.restart_reason}" if job.restarts else ""
-    job.state = JobState.STARTING
-    job.placed_at = timezone.now()
-    job.save(update_fields=["attempt", "state", "placed_at", "reason"])
-    configs = tf_configs(job, where)
+def _start(placed: list[tuple[Job, placement.Placement]], hosts: dict[str, Host]) -> None:
+    """Write the pass's placements: every started job in one UPDATE, every task in one INSERT, and their launch orders
+    in one batch once the pass commits (a statement per job was most of a pass over a 1,000-job queue)."""
+    if not placed:
+        return
+    now = timezone.now()
     # How often each slot's process was started again: every gang restart, plus the slot's own in-place relaunches
     # (each a row with restart > 0; Job.restarts counts both kinds). A re-placement after a port conflict is neither.
-    # A job that never restarted has no relaunched slots: no query (the common case, once per placed job).
-    relaunched = (
-        Counter(Task.objects.filter(job=job, restart__gt=0).values_list("type", "index")) if job.restarts else Counter()
-    )
-    gang_restarts = job.restarts - relaunched.total()
-    tasks = Task.objects.bulk_create(
-        [
+    # Jobs that never restarted have no relaunched slots: no query (the common case).
+    restarted = [job.pk for job, _where in placed if job.restarts]
+    relaunched: dict[int, Counter[tuple[str, int]]] = defaultdict(Counter)
+    for job_id, type_, index in (
+        Task.objects.filter(job__in=restarted, restart__gt=0).values_list("job_id", "type", "index")
+        if restarted
+        else ()
+    ):
+        relaunched[job_id][(type_, index)] += 1
+    rows: list[Task] = []
+    for job, where in placed:
+        job.attempt += 1
+        # After a restart the page keeps saying what it was after.
+        job.reason = (
+            f"restart {job.restarts} of {job.max_restarts}, after: {job.restart_reason}" if job.restarts else ""
+        )
+        job.state = JobState.STARTING
+        job.placed_at = now
+        configs = tf_configs(job, where)
+        gang_restarts = job.restarts - relaunched[job.pk].total()
+        rows += [
             Task(
                 job=job,
                 attempt=job.attempt,
@@ -219,25 +268,32 @@ def _start(job: Job, where: placement.Placement, hosts: dict[str, Host]) -> None
                 port=tf_config.task_port(t, job.strategy),
                 devices=list(t.devices),
                 tf_config=configs[(t.type, t.index)],
-                restarts=gang_restarts + relaunched[(t.type, t.index)],
-                ordered_at=job.placed_at,  # its launch goes out on commit
+                restarts=gang_restarts + relaunched[job.pk][(t.type, t.index)],
+                ordered_at=now,  # its launch goes out on commit
             )
             for t in where.tasks
         ]
-    )
-    log.info(
-        "job %s attempt %s placed: %s",
-        job.pk,
-        job.attempt,
-        ", ".join(f"{t.type}:{t.index}@{t.host}:{t.port}" for t in where.tasks),
-    )
-    ids = [task.pk for task in tasks]
-    transaction.on_commit(lambda: dispatch.launch_tasks(ids))
+        log.info(
+            "job %s attempt %s placed: %s",
+            job.pk,
+            job.attempt,
+            ", ".join(f"{t.type}:{t.index}@{t.host}:{t.port}" for t in where.tasks),
+        )
+    # Jobs placed for the first time (nearly all) in one plain UPDATE (bulk_update's CASE per row cost more than the
+    # placement itself); a restarted job keeps its own reason and is saved on its own.
+    fresh = [job.pk for job, _where in placed if not job.restarts]
+    Job.objects.filter(pk__in=fresh).update(attempt=F("attempt") + 1, state=JobState.STARTING, placed_at=now, reason="")
+    for job, _where in placed:
+        if job.restarts:
+            job.save(update_fields=["attempt", "state", "placed_at", "reason"])
+    ids = [task.pk for task in Task.objects.bulk_create(rows, batch_size=1000)]
+    live.jobs_changed(fresh)  # an UPDATE sends no post_save: the pages are told here
+    dispatch.launch_after_commit(ids)
 
 
 def fits_together(jobs: list[Job], cluster: Cluster) -> str | None:
     """Whether `jobs` could all run at once on the idle cluster (None), or the first that could not, and why."""
-    states = host_states(cluster.hosts.all(), empty=True)
+    states = host_states(placement_hosts(cluster.pk), empty=True)
     for job in jobs:
         result = placement.place(job_shape(job), states)
         if isinstance(result, placement.Unplaceable):

@@ -154,7 +154,7 @@ def validate(job: Job, upload: Upload | None, *, require_program: bool = True) -
         for message in shape_errors:
             add(_field_of(message), message)
         raise JobInvalid(errors)
-    ever = placement.place(shape, scheduling.host_states(job.cluster.hosts.all(), empty=True))
+    ever = scheduling.plan_on_empty_cluster(job)
     if isinstance(ever, placement.Unplaceable):
         add("non_field_errors", f"This job can never run on cluster {job.cluster.name}: {ever.reason}.")
         raise JobInvalid(errors)

@@ -66,6 +66,30 @@ def publish(job_id: int, frame: dict[str, Any]) -> None:
         log.warning("could not publish a %s frame for job %s: %r", frame.get("type"), job_id, exc)
 
 
+def publish_many(frames: list[tuple[int, dict[str, Any]]]) -> None:
+    """Hints for many jobs at once (a scheduler pass starting 150 jobs), sent concurrently and not waited for: a hint
+    carries no data, so no order holds between them, and the pass that sends them need not wait out the round trips.
+    A failure is logged when the sends finish."""
+    layer = get_channel_layer()
+    if layer is None or not frames:
+        return
+
+    async def send_all() -> None:
+        sends = [layer.group_send(group_name(job), {"type": "live.frame", "frame": frame}) for job, frame in frames]
+        failed = [r for r in await asyncio.gather(*sends, return_exceptions=True) if isinstance(r, BaseException)]
+        if failed:  # as in publish: the rows are stored, pages catch up
+            log.warning("could not publish %d of %d frames: %r", len(failed), len(frames), failed[0])
+
+    asyncio.run_coroutine_threadsafe(send_all(), _publisher_loop())
+
+
+def jobs_changed(job_ids: list[int]) -> None:
+    """`job_changed` for many jobs, their hints sent together once the current transaction commits."""
+    ids = list(job_ids)
+    if ids:
+        transaction.on_commit(lambda: publish_many([(job_id, {"type": JOB_CHANGED}) for job_id in ids]))
+
+
 def job_changed(job_id: int, using: str | None = None) -> None:
     """Tell the job's pages, once the current transaction (on database `using`) commits, that its state or its tasks
     changed."""

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from contracts.protocol import AGENT_KILL, AGENT_LAUNCH
+from contracts.protocol import AGENT_KILL
 from orchestrator.control import dispatch, lifecycle, scheduling, submission
 from orchestrator.models import Host, HostStatus, Job, JobState, Task, TaskState
 from tests import factories
@@ -82,7 +82,9 @@ def final(job: Job, timeout: float = 60) -> Job:
 def test_a_lost_launch_order_is_sent_again_and_runs_once(online_host, alice, orchestrator):
     host, _agent = online_host
 
-    with dropping(AGENT_LAUNCH) as dropped:
+    # A pass hands its launch orders to an orchestrator worker to send (dispatch.LAUNCH): that message lost is the
+    # launch order lost (the task stamped as ordered, nothing sent to the agent).
+    with dropping(dispatch.LAUNCH) as dropped:
         job = placed_now(alice, host, ONCE, strategy="mirrored", workers=1, devices_per_worker=1)
     assert len(dropped) == 1
 

@@ -9,6 +9,7 @@ import kombu.exceptions
 import pytest
 import redis
 from django.conf import settings
+from django.db import transaction
 
 from orchestrator.control import passes
 
@@ -41,3 +42,27 @@ def test_a_failed_send_does_not_swallow_the_next_ask(monkeypatch, sent):
     monkeypatch.setattr(passes.app, "send_task", lambda name, args, queue: sent.append((name, args, queue)))
     passes.schedule_soon(4242)
     assert sent == [(passes.SCHEDULE, [4242], "orchestrator")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_transaction_that_asks_many_times_asks_once_per_cluster_after_it_commits(monkeypatch):
+    """1,000 jobs submitted in one transaction ask for one pass, and only once they are committed."""
+    asked: list[int] = []
+    monkeypatch.setattr(passes, "schedule_soon", asked.append)
+
+    with transaction.atomic():
+        for _ in range(1000):
+            passes.schedule_after_commit(4242)
+        passes.schedule_after_commit(4243)
+        assert asked == []
+    assert sorted(asked) == [4242, 4243]
+
+    with transaction.atomic():
+        try:
+            with transaction.atomic():  # its ask goes with the savepoint that rolls back
+                passes.schedule_after_commit(4242)
+                raise RuntimeError
+        except RuntimeError:
+            pass
+        passes.schedule_after_commit(4242)  # so this one must be sent
+    assert sorted(asked) == [4242, 4242, 4243]

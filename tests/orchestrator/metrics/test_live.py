@@ -19,6 +19,7 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, str]]:
     """What reaches the channel layer: (job, frame type), in order."""
     frames: list[tuple[int, str]] = []
     monkeypatch.setattr(live, "publish", lambda job_id, frame: frames.append((job_id, frame["type"])))
+    monkeypatch.setattr(live, "publish_many", lambda many: frames.extend((job_id, f["type"]) for job_id, f in many))
     return frames
 
 

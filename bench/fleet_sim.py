@@ -44,6 +44,8 @@ from contracts.protocol import (  # noqa: E402
     AGENT_HELLO,
     AGENT_KILL,
     AGENT_LAUNCH,
+    HEARTBEAT_STREAM,
+    HEARTBEAT_STREAM_MAXLEN,
     MAX_REPORTED_EXITS,
     METRICS_QUEUE,
     METRICS_STREAM_MAXLEN,
@@ -94,6 +96,20 @@ class SimHost:
     running: dict[tuple[int, int], SimTask] = field(default_factory=dict)
     exits: dict[tuple[int, int], RecordedExit] = field(default_factory=dict)
     seen: set[tuple[int, int]] = field(default_factory=set)  # launches applied (once per task and attempt)
+
+
+def sim_facts(name: str, port_range: tuple[int, int]) -> HostFacts:
+    """What a simulated host reports of itself: 8 GPUs."""
+    return HostFacts(
+        cpu_count=64,
+        memory_total_mb=512_000,
+        gpus=[GpuInfo(i, "Simulated H100", 81_559, f"GPU-sim-{name}-{i}") for i in range(GPUS_PER_HOST)],
+        tf_version="simulated",
+        agent_version="fleet-sim",
+        hostname=name,
+        pid=os.getpid(),
+        port_range=port_range,
+    )
 
 
 class Fleet:
@@ -225,25 +241,23 @@ class Fleet:
             return
         self.tally["events" if name == TASK_EVENT else "heartbeats" if name == AGENT_HEARTBEAT else "hellos"] += 1
 
-    def beat(self, host: SimHost) -> None:
-        facts = HostFacts(
-            cpu_count=64,
-            memory_total_mb=512_000,
-            gpus=[GpuInfo(i, "Simulated H100", 81_559, f"GPU-sim-{host.name}-{i}") for i in range(GPUS_PER_HOST)],
-            tf_version="simulated",
-            agent_version="fleet-sim",
-            hostname=host.name,
-            pid=os.getpid(),
-            port_range=host.port_range,
-        )
+    def beat(self, host: SimHost, pipe: Any) -> None:
+        """The host's report; a heartbeat is added to `pipe` (the due hosts' beats go out in one round trip)."""
+        facts = sim_facts(host.name, host.port_range)
         tasks = TaskReport(
             running=[RunningTask(t.job_id, t.task_id, t.attempt, t.pid) for t in host.running.values()],
             exits=list(host.exits.values())[:MAX_REPORTED_EXITS],
             events_upto=host.seq,
         )
-        name = AGENT_HEARTBEAT if host.hello_sent else AGENT_HELLO
-        self._send(host, name, HostReport(facts, tasks).to_body(), expires=max(self.interval_s * 3, 10.0))
-        host.hello_sent = True
+        body = HostReport(facts, tasks).to_body()
+        if not host.hello_sent:
+            self._send(host, AGENT_HELLO, body, expires=max(self.interval_s * 3, 10.0))
+            host.hello_sent = True
+            return
+        # As worker_agent/heartbeat.py: a heartbeat is an entry of the heartbeat stream.
+        envelope = seal(host.key, host.name, AGENT_HEARTBEAT, body)
+        fields = {"name": AGENT_HEARTBEAT, "envelope": json.dumps(envelope, separators=(",", ":"))}
+        pipe.xadd(HEARTBEAT_STREAM, fields, maxlen=HEARTBEAT_STREAM_MAXLEN, approximate=True)
 
     def emit_metrics(self, now: float) -> None:
         """One metric batch per running task per second, pipelined like the agent's outbox."""
@@ -286,12 +300,19 @@ class Fleet:
                 host = self.hosts[host_name]
                 if key in host.running:
                     self._exit(host, key, 0)
+            pipe = self.redis.pipeline(transaction=False)
             for host in self.hosts.values():
                 if host.next_beat <= now:
-                    self.beat(host)
+                    self.beat(host, pipe)
                     host.next_beat += self.interval_s
                     if host.next_beat < now:  # fell behind (a stall): beat again at the next interval
                         host.next_beat = now + self.interval_s
+            beats = len(pipe)
+            try:
+                pipe.execute()
+                self.tally["heartbeats"] += beats
+            except redis.RedisError:
+                self.tally["send_failures"] += 1
             if now >= next_metrics:
                 self.emit_metrics(now)
                 next_metrics += 1.0

@@ -25,8 +25,9 @@ def run_bench(tmp_path: Path, artifacts_dir: Path, name: str, *flags: str, stric
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")}
     bench = ManagedProcess(
         name,
-        [sys.executable, "bench/scale.py", "--idle-s", "3", "--duration", "1", "4",
-         "--page-jobs", "0", "--page-loads", "1", "--sim-procs", "1", "--json", str(results_file), *flags],
+        [sys.executable, "bench/scale.py", "--idle-s", "3", "--baseline-s", "1", "--duration", "1", "4",
+         "--page-jobs", "0", "--page-loads", "1", "--ingest-tasks", "0", "--sim-procs", "1", "--until-done",
+         "--json", str(results_file), *flags],
         env,
         cwd=ROOT,
     )  # fmt: skip

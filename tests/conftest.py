@@ -23,6 +23,14 @@ AGENT_HEARTBEAT_S = 0.5
 TASK_UIDS = "20000-29999" if os.geteuid() == 0 else ""
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that start the session's real orchestrator run after all the others. Its beat runs the watchdog every
+    half second over the whole test database: a unit test that drives the lifecycle by hand (hang detection, host
+    liveness) must not race it. The sort is stable, so pytest-django's order holds within each part."""
+    items.sort(key=lambda item: "orchestrator" in getattr(item, "fixturenames", ()))
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     return settings.REDIS_URL

@@ -42,7 +42,7 @@ READ_COUNT = 1000
 BLOCK_MS = 500
 CLAIM_IDLE_MS = 20_000  # entries another reader took and left this long are taken over (and dropped as stale)
 CLAIM_EVERY_S = 5.0
-MAX_BACKOFF_S = 2.0
+MAX_BACKOFF_S = 1.0  # Redis back from a restart: the beats flow again within a second (the watchdog waits a timeout)
 GATHER_S = 0.5  # between reads, while they are not full: beats gather into batches (and wait at most this long)
 
 
@@ -108,8 +108,10 @@ class HeartbeatReader:
 
     def ensure_group(self) -> None:
         try:
-            # "$": what waits in the stream when the group is first made is old news (a fresh install has nothing).
-            self.client.xgroup_create(HEARTBEAT_STREAM, HEARTBEAT_GROUP, id="$", mkstream=True)
+            # From the start of the stream, not "$": a stream without the group is one Redis lost and made again
+            # (a restart without persistence); every beat an agent added since is news, and skipping them left
+            # hosts silent until their next beat. Beats too old to matter are refused as stale when applied.
+            self.client.xgroup_create(HEARTBEAT_STREAM, HEARTBEAT_GROUP, id="0", mkstream=True)
         except redis.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise

@@ -37,12 +37,17 @@ def mark_silent_hosts_offline() -> list[str]:
         return []
     previous, _last_check = _last_check, now
     if previous is not None and now - previous > timeout_s / 2:
-        log.warning("watchdog ran %.1f s after its previous tick; not judging host liveness this tick", now - previous)
+        # This side stalled (or Redis, which carries both the ticks and the beats, was away): hosts could not be
+        # heard either, so it listens for a whole timeout again before calling any of them silent.
+        _first_check = now
+        log.warning("watchdog ran %.1f s after its previous tick; not judging host liveness for %.0f s",
+                    now - previous, timeout_s)  # fmt: skip
         return []
     try:
         waited = heartbeats.unapplied_age_s(counters.client())
     except redis.RedisError as exc:
-        log.warning("cannot see the heartbeat stream (%r); not judging host liveness this tick", exc)
+        _first_check = now
+        log.warning("cannot see the heartbeat stream (%r); not judging host liveness for %.0f s", exc, timeout_s)
         return []
     if waited > timeout_s / 2:
         # A heartbeat waits unapplied in its stream (no reader reads, or one is stuck holding a batch): any host's

@@ -134,3 +134,22 @@ def test_a_reader_applies_what_agents_add_to_the_stream_and_drains_it(redis_url)
     finally:
         stop.set()
         thread.join(10)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_beats_added_after_redis_lost_the_stream_are_applied_when_the_group_is_made_again(redis_url):
+    """Redis restarted without persistence: the stream and its group are gone, and the agents' next beats make a new
+    stream before any reader has made the group again. Those beats are applied, not skipped (a CI run lost a job:
+    both hosts were judged silent while their beats sat behind a group made at the stream's end)."""
+    host, token = factories.host()
+    Host.objects.filter(pk=host.pk).update(status=HostStatus.OFFLINE)
+    client = redis.Redis.from_url(redis_url)
+    client.delete(HEARTBEAT_STREAM)  # what the restart did
+    entry = client.xadd(HEARTBEAT_STREAM, {"name": AGENT_HEARTBEAT, "envelope": json.dumps(beat(host, token))})
+    reader = heartbeats.HeartbeatReader(client, f"test-reader-{time.monotonic_ns()}")
+    reader.ensure_group()
+
+    assert reader.drain_once(block_ms=100) == 1
+
+    assert Host.objects.get(pk=host.pk).status == HostStatus.ONLINE
+    assert not client.xrange(HEARTBEAT_STREAM, entry, entry)

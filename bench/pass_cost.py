@@ -1,0 +1,169 @@
+"""What one scheduler pass costs at fleet size, in-process: the idle fleet's first pass over a full queue, then the
+steady state bench/scale.py spends most passes in (a busy fleet, one gang ends, a pass places what now fits).
+
+Real PostgreSQL and Redis (embedded, under a temporary folder), no agents and no Celery worker: the pass runs here, so
+its time is the scheduler's own (queue read, host load, capacity, placement, writes, commit). Prints, per phase, the
+passes, tasks placed, pass time p50/p99 and tasks/s within the passes; `--profile` adds a cProfile of the steady passes.
+
+    .venv/bin/python bench/pass_cost.py [--hosts 500] [--jobs 1000] [--ends 60] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from chaos import Stack  # noqa: E402
+from scale import job_mix, pct, register_fleet  # noqa: E402
+
+GPUS_PER_HOST = 8
+
+
+def bring_online(hosts: int) -> None:
+    from django.utils import timezone
+
+    from orchestrator.models import Host, HostStatus
+
+    gpus = [{"index": i, "name": "Simulated H100", "memory_total_mb": 81_559, "uuid": f"GPU-{i}"}
+            for i in range(GPUS_PER_HOST)]  # fmt: skip
+    Host.objects.update(status=HostStatus.ONLINE, last_heartbeat=timezone.now(), gpus=gpus, cpu_count=64)
+    assert Host.objects.filter(status=HostStatus.ONLINE).count() == hosts
+
+
+def queue_jobs(shapes: list[dict[str, Any]]) -> None:
+    """The queue, written directly (bench/scale.py measures submission; here only passes are timed)."""
+    from django.contrib.auth import get_user_model
+
+    from orchestrator.models import Cluster, Job, JobState
+
+    owner = get_user_model().objects.create_user("pass-cost")
+    cluster = Cluster.objects.get(name="scale")
+    Job.objects.bulk_create(
+        [
+            Job(
+                owner=owner,
+                cluster=cluster,
+                name=s["name"],
+                strategy=s["strategy"],
+                program_kind="builtin",
+                builtin="digits_mlp",
+                workers=s["workers"],
+                ps=s.get("ps", 0),
+                devices_per_worker=s["devices_per_worker"],
+                state=JobState.QUEUED,
+            )
+            for s in shapes
+        ],
+        batch_size=1000,
+    )
+
+
+def end_one_job(rng: random.Random) -> int | None:
+    """A running gang finishes (as its agents would report): its tasks end, the job succeeds. Returns its id."""
+    from django.utils import timezone
+
+    from orchestrator.models import ACTIVE_TASK_STATES, Job, JobState, Task, TaskState
+
+    running = list(Job.objects.filter(state=JobState.STARTING).values_list("pk", flat=True)[:200])
+    if not running:
+        return None
+    job_id = rng.choice(running)
+    now = timezone.now()
+    Task.objects.filter(job_id=job_id, state__in=ACTIVE_TASK_STATES).update(
+        state=TaskState.SUCCEEDED, exit_code=0, finished_at=now
+    )
+    Job.objects.filter(pk=job_id).update(state=JobState.SUCCEEDED, finished_at=now)
+    return job_id
+
+
+def timed_pass(cluster_id: int, profiler: cProfile.Profile | None) -> tuple[int, float]:
+    from orchestrator.control import scheduling
+    from orchestrator.models import Task
+
+    before = Task.objects.count()
+    if profiler is not None:
+        profiler.enable()
+    began = time.perf_counter()
+    scheduling.schedule_cluster(cluster_id)
+    took = time.perf_counter() - began
+    if profiler is not None:
+        profiler.disable()
+    return Task.objects.count() - before, took
+
+
+def report(name: str, passes: list[tuple[int, float]]) -> None:
+    placing = [(n, s) for n, s in passes if n]
+    times = [s for _n, s in passes]
+    tasks = sum(n for n, _s in placing)
+    rate = tasks / sum(s for _n, s in placing) if placing else float("nan")
+    print(f"{name:<34} passes {len(passes):>4}  placing {len(placing):>4}  tasks {tasks:>5}  "
+          f"pass p50 {pct(times, 50) * 1000:7.1f} ms  p99 {pct(times, 99) * 1000:7.1f} ms  "
+          f"tasks/s within placing passes {rate:8.0f}", flush=True)  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=int, default=500)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--ends", type=int, default=60, help="gangs ended one at a time in the steady phase")
+    parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    var = Path(tempfile.mkdtemp(prefix="tfdash-pass-cost-"))
+    os.chmod(var, 0o755)  # noqa: S103 - the embedded PostgreSQL runs as its own user when we are root
+    stack = Stack(var)
+    try:
+        stack.start_databases()
+        for key in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "TFDASH_CONTROL_KEY_FILE", "SECRET_KEY"):
+            os.environ[key] = stack.env[key]
+        os.environ["LOG_LEVEL"] = "WARNING"
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        from orchestrator.models import Cluster
+
+        call_command("migrate", "--noinput", verbosity=0, stdout=io.StringIO())
+        register_fleet(args.hosts)
+        bring_online(args.hosts)
+        queue_jobs(job_mix(args.jobs, random.Random(args.seed), gpus=args.hosts * GPUS_PER_HOST))
+        cluster_id = Cluster.objects.get(name="scale").pk
+        print(f"[pass-cost] {args.hosts} hosts x {GPUS_PER_HOST} GPUs, {args.jobs} jobs queued", flush=True)
+
+        report("first pass (idle fleet, full queue)", [timed_pass(cluster_id, None)])
+        rng = random.Random(args.seed)
+        profiler = cProfile.Profile() if args.profile else None
+        steady = []
+        for _ in range(args.ends):
+            if end_one_job(rng) is None:
+                break
+            steady.append(timed_pass(cluster_id, profiler))
+        report("steady (one gang ends, one pass)", steady)
+        if steady:
+            print(f"[pass-cost] steady passes: mean {statistics.mean(s for _n, s in steady) * 1000:.1f} ms", flush=True)
+        if profiler is not None:
+            stats = io.StringIO()
+            pstats.Stats(profiler, stream=stats).sort_stats("cumulative").print_stats(35)
+            print(stats.getvalue())
+    finally:
+        stack.stop_all()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

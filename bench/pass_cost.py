@@ -145,7 +145,8 @@ def main() -> int:
         cluster_id = Cluster.objects.get(name="scale").pk
         print(f"[pass-cost] {args.hosts} hosts x {GPUS_PER_HOST} GPUs, {args.jobs} jobs queued", flush=True)
 
-        report("first pass (idle fleet, full queue)", [timed_pass(cluster_id, None)])
+        first = cProfile.Profile() if args.profile else None
+        report("first pass (idle fleet, full queue)", [timed_pass(cluster_id, first)])
         rng = random.Random(args.seed)
         profiler = cProfile.Profile() if args.profile else None
         steady = []
@@ -156,10 +157,11 @@ def main() -> int:
         report("steady (one gang ends, one pass)", steady)
         if steady:
             print(f"[pass-cost] steady passes: mean {statistics.mean(s for _n, s in steady) * 1000:.1f} ms", flush=True)
-        if profiler is not None:
-            stats = io.StringIO()
-            pstats.Stats(profiler, stream=stats).sort_stats("cumulative").print_stats(35)
-            print(stats.getvalue())
+        for name, prof in (("first pass", first), ("steady passes", profiler)):
+            if prof is not None:
+                stats = io.StringIO()
+                pstats.Stats(prof, stream=stats).sort_stats("cumulative").print_stats(40)
+                print(f"[pass-cost] profile of the {name}:\n{stats.getvalue()}")
     finally:
         stack.stop_all()
     return 0

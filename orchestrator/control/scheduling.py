@@ -13,9 +13,10 @@ import logging
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
 
-from django.db import transaction
-from django.db.models import F, Q, QuerySet
+from django.db import connection, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from orchestrator.control import dispatch, passes
@@ -30,6 +31,7 @@ from orchestrator.models import (
     Job,
     JobState,
     Task,
+    clusters,
 )
 from orchestrator.models.validators import parse_labels
 
@@ -46,38 +48,59 @@ def job_shape(job: Job) -> placement.JobShape:
     )
 
 
-def host_device_ids(host: Host) -> tuple[tuple[int, ...], bool]:
+class PlacementHost(NamedTuple):
+    """What placement reads of a host. A pass loads every host of the cluster: as tuples, because 500 model
+    instances were a fifth of a small pass on a busy fleet (bench/pass_cost.py)."""
+
+    pk: int
+    name: str
+    address: str
+    port_min: int
+    port_max: int
+    gpus: list[Any]
+    cpu_slots: int | None
+    cpu_count: int | None
+    labels: str
+    status: str
+
+    @property
+    def device_slots(self) -> int:
+        return clusters.device_slots(self.gpus, self.cpu_slots, self.cpu_count)
+
+    @property
+    def label_set(self) -> frozenset[str]:
+        return clusters.label_set(self.labels)
+
+
+# A host row as placement reads it: the model (a page's hosts) or the tuple (a pass's).
+HostRow = Host | PlacementHost
+
+
+def host_device_ids(host: HostRow) -> tuple[tuple[int, ...], bool]:
     if host.gpus:
         return tuple(int(g["index"]) for g in host.gpus), True
     return tuple(range(host.device_slots)), False
 
 
-# What placement reads of a host (a pass loads every host of the cluster; the rest of the row is not needed).
-PLACEMENT_FIELDS = ("pk", "cluster_id", "name", "address", "port_min", "port_max", "gpus", "cpu_slots", "cpu_count",
-                    "labels", "status")  # fmt: skip
-
-
-def placement_hosts(cluster_id: int) -> QuerySet[Host]:
+def placement_hosts(cluster_id: int) -> list[PlacementHost]:
     """The cluster's hosts, with only what placement reads of them."""
-    return Host.objects.filter(cluster_id=cluster_id).only(*PLACEMENT_FIELDS).order_by()
+    rows = Host.objects.filter(cluster_id=cluster_id).order_by().values_list(*PlacementHost._fields)
+    return [PlacementHost._make(row) for row in rows]
 
 
-def host_states(hosts: Iterable[Host], *, empty: bool = False) -> list[placement.HostState]:
+def host_states(hosts: Iterable[HostRow], *, empty: bool = False) -> list[placement.HostState]:
     """What placement needs to know of each host now (or, with `empty`, as if every host were up and idle)."""
     hosts = list(hosts)
     used_ports: dict[int, set[int]] = defaultdict(set)
     used_devices: dict[int, set[int]] = defaultdict(set)
     blocked: dict[int, set[int]] = defaultdict(set)
     if not empty:
-        for host_id, port, devices in Task.objects.filter(host__in=hosts, state__in=ACTIVE_TASK_STATES).values_list(
-            "host_id", "port", "devices"
-        ):
-            if port is not None:
-                used_ports[host_id].add(port)
-            used_devices[host_id].update(devices or [])
-        for host_id, port in HostPortBlock.objects.filter(host__in=hosts, until__gt=timezone.now()).values_list(
-            "host_id", "port"
-        ):
+        ids = [host.pk for host in hosts]
+        for host_id, ports, devices in _in_use(ids):
+            used_ports[host_id].update(ports or ())
+            used_devices[host_id].update(devices or ())
+        blocks = HostPortBlock.objects.filter(host_id__in=ids, until__gt=timezone.now()).order_by()
+        for host_id, port in blocks.values_list("host_id", "port"):
             blocked[host_id].add(port)
     states = []
     for host in hosts:
@@ -100,6 +123,26 @@ def host_states(hosts: Iterable[Host], *, empty: bool = False) -> list[placement
     return states
 
 
+def _in_use(host_ids: list[int]) -> list[tuple[int, list[int] | None, list[int] | None]]:
+    """(host id, ports, devices) held by the active tasks on these hosts, one row per host. Aggregated by PostgreSQL:
+    a pass over a busy fleet read every active task (4,000 rows, each a JSON list to decode, in the tasks' default
+    order) and that was a third of a small pass (bench/pass_cost.py)."""
+    sql = f"""
+        SELECT t.host_id,
+               array_agg(DISTINCT t.port) FILTER (WHERE t.port IS NOT NULL),
+               array_agg(DISTINCT d.device::int) FILTER (WHERE d.device IS NOT NULL)
+        FROM {Task._meta.db_table} t
+        LEFT JOIN LATERAL jsonb_array_elements_text(
+            CASE WHEN jsonb_typeof(t.devices) = 'array' THEN t.devices ELSE '[]'::jsonb END
+        ) AS d(device) ON true
+        WHERE t.host_id = ANY(%s) AND t.state = ANY(%s)
+        GROUP BY t.host_id
+    """  # noqa: S608 - a table name from the model, every value a parameter
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [host_ids, [str(state) for state in ACTIVE_TASK_STATES]])
+        return cursor.fetchall()
+
+
 def plan(job: Job) -> placement.Placement | placement.Unplaceable:
     """Where the job would run now, without writing anything."""
     return placement.place(job_shape(job), host_states(placement_hosts(job.cluster_id)))
@@ -110,8 +153,7 @@ def plan_on_empty_cluster(job: Job) -> placement.Placement | placement.Unplaceab
 
 
 def tf_configs(job: Job, where: placement.Placement) -> dict[tuple[str, int], dict | None]:
-    strategy = placement.Strategy(job.strategy)
-    return {(t.type, t.index): tf_config.tf_config_for(where, t, strategy) for t in where.tasks}
+    return tf_config.tf_configs_for(where, placement.Strategy(job.strategy))
 
 
 WAITING_STATES = (JobState.QUEUED, JobState.RESTARTING)
@@ -138,8 +180,9 @@ def schedule_cluster(cluster_id: int, *, wait: bool = True) -> list[int]:
         head = next(queue, None)
         if head is None:
             return started
-        hosts = {h.name: h for h in placement_hosts(cluster.pk)}
-        states = host_states(hosts.values())
+        rows = placement_hosts(cluster.pk)
+        hosts = {h.name: h.pk for h in rows}
+        states = host_states(rows)
         blocked_by: Job | None = None
         placed: list[tuple[Job, placement.Placement]] = []  # written together at the end of the pass
         fits_empty: set[placement.JobShape] = set()  # shapes already known to fit the idle cluster, this pass
@@ -180,29 +223,36 @@ def schedule_cluster(cluster_id: int, *, wait: bool = True) -> list[int]:
     return started
 
 
-QUEUE_CHUNK = 200
+QUEUE_CHUNKS = (20, 200)  # the first read, then every later one
 
 
 def _queue(cluster: Cluster) -> Iterator[Job]:
     """The cluster's waiting jobs in queue order, read a chunk at a time: a pass usually stops at a job that does not
-    fit, and the rows behind it are then never read (one UPDATE tells them why they wait: `_wait_behind`)."""
+    fit, and the rows behind it are then never read (one UPDATE tells them why they wait: `_wait_behind`). The first
+    chunk is small: on a busy fleet most passes stop at the head."""
     jobs = Job.objects.filter(cluster=cluster, state__in=WAITING_STATES).order_by("created_at", "id")
     after: Job | None = None
     while True:
+        size = QUEUE_CHUNKS[after is not None]
         chunk = list(
             (jobs.filter(Q(created_at__gt=after.created_at) | Q(created_at=after.created_at, id__gt=after.pk))
-             if after is not None else jobs)[:QUEUE_CHUNK]
+             if after is not None else jobs)[:size]
         )  # fmt: skip
         yield from chunk
-        if len(chunk) < QUEUE_CHUNK:
+        if len(chunk) < size:
             return
         after = chunk[-1]
 
 
+WAITING_BEHIND = "waiting behind earlier jobs in the queue (first come, first served): the first does not fit yet"
+
+
 def _wait_behind(head: Job) -> None:
-    """Every job queued behind `head` says it waits for it, in one UPDATE of the rows whose reason is another; no live
-    hint is sent for a reason alone (the job's state did not change)."""
-    reason = f"waiting behind job #{head.pk} ({head.name}), first in the queue"
+    """Every job queued behind `head` says why it waits, in one UPDATE of the rows whose reason is another; no live
+    hint is sent for a reason alone (the job's state did not change). The text does not name the head (as Slurm's
+    "Priority" reason does not): it then changes only for newly queued jobs, where naming the head rewrote every
+    queued row each time the head was placed (800 rows, a third of a small pass on a busy fleet)."""
+    reason = WAITING_BEHIND
     behind = Q(created_at__gt=head.created_at) | Q(created_at=head.created_at, id__gt=head.pk)
     Job.objects.filter(behind, cluster_id=head.cluster_id, state__in=WAITING_STATES).exclude(reason=reason).update(
         reason=reason
@@ -230,7 +280,7 @@ def take(states: list[placement.HostState], where: placement.Placement) -> list[
     ]
 
 
-def _start(placed: list[tuple[Job, placement.Placement]], hosts: dict[str, Host]) -> None:
+def _start(placed: list[tuple[Job, placement.Placement]], hosts: dict[str, int]) -> None:
     """Write the pass's placements: every started job in one UPDATE, every task in one INSERT, and their launch orders
     in one batch once the pass commits (a statement per job was most of a pass over a 1,000-job queue)."""
     if not placed:
@@ -264,7 +314,7 @@ def _start(placed: list[tuple[Job, placement.Placement]], hosts: dict[str, Host]
                 attempt=job.attempt,
                 type=t.type,
                 index=t.index,
-                host=hosts[t.host],
+                host_id=hosts[t.host],
                 port=tf_config.task_port(t, job.strategy),
                 devices=list(t.devices),
                 tf_config=configs[(t.type, t.index)],

@@ -61,10 +61,15 @@ class HostState:
         taken = dataclasses.replace(
             self, used_ports=self.used_ports | frozenset(ports), used_devices=self.used_devices | frozenset(devices)
         )
-        for name in ("idle", "machine"):
+        for name in ("idle", "machine", "fixed"):
             if name in self.__dict__:
                 taken.__dict__[name] = self.__dict__[name]
         return taken
+
+    @cached_property
+    def fixed(self) -> tuple[object, ...]:
+        """What does not depend on use or liveness: all that the idle check reads."""
+        return (self.name, self.address, self.port_min, self.port_max, self.device_ids, self.gpu, self.labels)
 
     @cached_property
     def machine(self) -> str:
@@ -164,27 +169,46 @@ def place(shape: JobShape, hosts: Iterable[HostState], *, fits_empty: bool = Fal
     shortfall = _device_shortfall(d, workers, [len(h.device_ids) for h in matching], now=False, where=where)
     if shortfall:
         return Unplaceable(shortfall, permanent=True)
-    if not fits_empty:
-        ideal = [h.idle for h in matching]
-        ideal_result = _assign(shape, ideal, ideal)
-        if isinstance(ideal_result, str):
-            return Unplaceable(f"does not fit even an empty cluster: {ideal_result}", permanent=True)
-
     online = [h for h in matching if h.online]
+    free = [len(h.free_devices) for h in online]
+    reason = _device_shortfall(d, workers, free, now=True, where=where) if online else None
+    if online and reason is None:
+        result = _assign(shape, online, all_hosts)
+        if not isinstance(result, str):
+            # What fits the hosts as they are fits them idle (more free devices and ports, never fewer): the idle
+            # check is only asked when the job does not fit now, to tell "not yet" from "never".
+            return Placement(result)
+        reason = result
+    if not fits_empty:
+        misfit = _idle_misfit(shape, matching)
+        if misfit is not None:
+            return Unplaceable(f"does not fit even an empty cluster: {misfit}", permanent=True)
     offline = len(matching) - len(online)
     offline_note = f"{offline} host{'s' if offline != 1 else ''} offline"
     if not online:
         return Unplaceable(offline_note, permanent=False)
-    free = [len(h.free_devices) for h in online]
-    reason = _device_shortfall(d, workers, free, now=True, where=where)
-    if reason is None:
-        result = _assign(shape, online, all_hosts)
-        if not isinstance(result, str):
-            return Placement(result)
-        reason = result
+    assert reason is not None
     if offline:
         reason = f"{reason}; {offline_note}"
     return Unplaceable(reason, permanent=False)
+
+
+# Whether a shape fits the idle cluster, by shape and the hosts' fixed facts: a job that waits at the head of the
+# queue is asked again on every pass, and its answer changes only when the hosts do. Bounded: emptied when full.
+_IDLE_MISFITS: dict[tuple[JobShape, tuple[tuple[object, ...], ...]], str | None] = {}
+_IDLE_MISFITS_MAX = 256
+
+
+def _idle_misfit(shape: JobShape, hosts: Sequence[HostState]) -> str | None:
+    """Why the job cannot fit these hosts even idle, or None."""
+    key = (shape, tuple(h.fixed for h in hosts))
+    if key not in _IDLE_MISFITS:
+        if len(_IDLE_MISFITS) >= _IDLE_MISFITS_MAX:
+            _IDLE_MISFITS.clear()
+        ideal = [h.idle for h in hosts]
+        result = _assign(shape, ideal, ideal)
+        _IDLE_MISFITS[key] = result if isinstance(result, str) else None
+    return _IDLE_MISFITS[key]
 
 
 def capacity_summary(hosts: Iterable[HostState]) -> dict[str, int]:

@@ -30,11 +30,18 @@ def cluster_spec(placement: Placement) -> dict[str, list[str]]:
 
 
 def tf_config_for(placement: Placement, task: TaskPlacement, strategy: Strategy) -> dict[str, Any] | None:
-    if is_single_process(strategy):
-        return None
     if task not in placement.tasks:
         raise ValueError(f"{task.type} {task.index} is not part of this placement")
-    return {"cluster": cluster_spec(placement), "task": {"type": task.type, "index": task.index}}
+    return tf_configs_for(placement, strategy)[(task.type, task.index)]
+
+
+def tf_configs_for(placement: Placement, strategy: Strategy) -> dict[tuple[str, int], dict[str, Any] | None]:
+    """Every task's TF_CONFIG, by (type, index). The cluster is built once and shared: per task it was O(tasks²) for
+    a job, and a 64-worker job was most of a scheduler pass."""
+    if is_single_process(strategy):
+        return {(t.type, t.index): None for t in placement.tasks}
+    spec = cluster_spec(placement)
+    return {(t.type, t.index): {"cluster": spec, "task": {"type": t.type, "index": t.index}} for t in placement.tasks}
 
 
 def task_port(task: TaskPlacement, strategy: Strategy) -> int | None:

@@ -52,6 +52,17 @@ class HostStatus(models.TextChoices):
     OFFLINE = "offline", "offline"
 
 
+def label_set(labels: str) -> frozenset[str]:
+    return frozenset(parse_labels(labels)) if labels else frozenset()
+
+
+def device_slots(gpus: list[Any], cpu_slots: int | None, cpu_count: int | None) -> int:
+    """Devices a job may take on a host: its GPUs, else logical CPU devices (configured, else its CPU count)."""
+    if gpus:
+        return len(gpus)
+    return cpu_slots if cpu_slots is not None else (cpu_count or 0)
+
+
 class Host(models.Model):
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="hosts")
     name = models.CharField(max_length=63, validators=[validate_host_name])
@@ -122,14 +133,11 @@ class Host(models.Model):
     # --- derived facts ---
     @property
     def label_set(self) -> frozenset[str]:
-        return frozenset(parse_labels(self.labels)) if self.labels else frozenset()
+        return label_set(self.labels)
 
     @property
     def device_slots(self) -> int:
-        """Devices a job may take here: its GPUs, else logical CPU devices (configured, else its CPU count)."""
-        if self.gpus:
-            return len(self.gpus)
-        return self.cpu_slots if self.cpu_slots is not None else (self.cpu_count or 0)
+        return device_slots(self.gpus, self.cpu_slots, self.cpu_count)
 
     # --- the agent token ---
     def issue_token(self) -> str:

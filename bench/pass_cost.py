@@ -3,7 +3,9 @@ steady state bench/scale.py spends most passes in (a busy fleet, one gang ends, 
 
 Real PostgreSQL and Redis (embedded, under a temporary folder), no agents and no Celery worker: the pass runs here, so
 its time is the scheduler's own (queue read, host load, capacity, placement, writes, commit). Prints, per phase, the
-passes, tasks placed, pass time p50/p99 and tasks/s within the passes; `--profile` adds a cProfile of the steady passes.
+passes, tasks placed, pass time p50/p99 and tasks/s within the passes; `--profile` adds a cProfile of each phase.
+Checks the rows the passes wrote (no port or device held twice on a host, every job placed once with all its tasks)
+and exits 1 when a check fails.
 
     .venv/bin/python bench/pass_cost.py [--hosts 500] [--jobs 1000] [--ends 60] [--profile]
 """
@@ -16,6 +18,7 @@ import io
 import os
 import pstats
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -28,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from chaos import Stack  # noqa: E402
-from scale import job_mix, pct, register_fleet  # noqa: E402
+from scale import expected_tasks, job_mix, pct, register_fleet  # noqa: E402
 
 GPUS_PER_HOST = 8
 
@@ -105,6 +108,31 @@ def timed_pass(cluster_id: int, profiler: cProfile.Profile | None) -> tuple[int,
     return Task.objects.count() - before, took
 
 
+def check() -> list[str]:
+    """What a pass must never do, from the rows it wrote: a port or device held twice on a host by active tasks, a job
+    placed with the wrong number of tasks or more than once."""
+    from django.db.models import Count
+
+    from orchestrator.models import ACTIVE_TASK_STATES, Job, Task
+
+    failures = []
+    held: set[tuple[int, str, int]] = set()
+    for host_id, port, devices in Task.objects.filter(state__in=ACTIVE_TASK_STATES).values_list(
+        "host_id", "port", "devices"
+    ):
+        for what, value in [("port", port), *(("device", d) for d in devices or ())]:
+            if value is None:
+                continue
+            if (host_id, what, value) in held:
+                failures.append(f"host {host_id}: {what} {value} booked twice")
+            held.add((host_id, what, value))
+    for job in Job.objects.filter(attempt__gt=0).annotate(n=Count("tasks")):
+        expected = expected_tasks({"strategy": job.strategy, "workers": job.workers, "ps": job.ps})
+        if job.attempt != 1 or job.n != expected:
+            failures.append(f"job {job.pk}: attempt {job.attempt}, {job.n} task(s) for {expected}")
+    return failures
+
+
 def report(name: str, passes: list[tuple[int, float]]) -> None:
     placing = [(n, s) for n, s in passes if n]
     times = [s for _n, s in passes]
@@ -126,6 +154,7 @@ def main() -> int:
     var = Path(tempfile.mkdtemp(prefix="tfdash-pass-cost-"))
     os.chmod(var, 0o755)  # noqa: S103 - the embedded PostgreSQL runs as its own user when we are root
     stack = Stack(var)
+    failures: list[str] = ["did not finish"]
     try:
         stack.start_databases()
         for key in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "TFDASH_CONTROL_KEY_FILE", "SECRET_KEY"):
@@ -157,6 +186,8 @@ def main() -> int:
         report("steady (one gang ends, one pass)", steady)
         if steady:
             print(f"[pass-cost] steady passes: mean {statistics.mean(s for _n, s in steady) * 1000:.1f} ms", flush=True)
+        failures = check()
+        print(f"[pass-cost] failures: {failures[:10] or 'none'}", flush=True)
         for name, prof in (("first pass", first), ("steady passes", profiler)):
             if prof is not None:
                 stats = io.StringIO()
@@ -164,7 +195,8 @@ def main() -> int:
                 print(f"[pass-cost] profile of the {name}:\n{stats.getvalue()}")
     finally:
         stack.stop_all()
-    return 0
+        shutil.rmtree(var, ignore_errors=True)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -5,18 +5,17 @@ tasks."""
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 
 import pytest
 
-from tests.support.processes import ROOT, ManagedProcess
+from tests.support.processes import ROOT, ManagedProcess, own_stack_env
 
 
 @pytest.mark.timeout(300)
 def test_passes_on_a_busy_fleet_book_nothing_twice(artifacts_dir):
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")}
+    env = own_stack_env()
     bench = ManagedProcess(
         "pass-cost",
         [sys.executable, "bench/pass_cost.py", "--hosts", "20", "--jobs", "60", "--ends", "15"],

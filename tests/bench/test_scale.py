@@ -10,19 +10,17 @@ cluster's row lock, so the passes of the two workers take turns and the second s
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.processes import ROOT, ManagedProcess
+from tests.support.processes import ROOT, ManagedProcess, own_stack_env
 
 
 def run_bench(tmp_path: Path, artifacts_dir: Path, name: str, *flags: str, strict: bool = True) -> dict:
     results_file = tmp_path / f"{name}.json"
-    # The bench starts its own servers: nothing of the suite's database or broker may leak into it.
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")}
+    env = own_stack_env()
     bench = ManagedProcess(
         name,
         [sys.executable, "bench/scale.py", "--idle-s", "3", "--baseline-s", "1", "--duration", "1", "4",

@@ -29,6 +29,11 @@ def wait_until(predicate: Callable[[], T], timeout: float, interval: float = 0.1
         time.sleep(interval)
 
 
+def own_stack_env() -> dict[str, str]:
+    """The environment for a bench that starts its own servers: nothing of the suite's database or broker leaks in."""
+    return {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")}
+
+
 class ManagedProcess:
     def __init__(self, name: str, argv: Sequence[str], env: dict[str, str], cwd: Path = ROOT) -> None:
         self.name = name

@@ -141,7 +141,11 @@ def job_parts(job: Job) -> dict[str, Any]:
     run = run_facts(job)
     has_metrics = job.metric_points.exists()
     ran = any(t.started_at for t in tasks)
+    ahead, head = scheduling.queue_place(job)
     return {
+        # A waiting job's place: how many wait ahead of it, and why the first of them does not start.
+        "queue_ahead": ahead,
+        "queue_head": head,
         "tasks": tasks,
         "failure_tail": failed.log_tail() if failed else [],
         "artifacts": list(job.artifacts.order_by("name").values("name", "size")),

@@ -175,7 +175,6 @@ def schedule_cluster(cluster_id: int, *, wait: bool = True) -> list[int]:
             if Cluster.objects.filter(pk=cluster_id).exists():
                 log.debug("cluster %s: a scheduler pass is already running", cluster_id)
             return started
-        # A restarting job keeps its place in the queue (created_at), ahead of what was submitted after it.
         queue = _queue(cluster)
         head = next(queue, None)
         if head is None:
@@ -226,18 +225,37 @@ def schedule_cluster(cluster_id: int, *, wait: bool = True) -> list[int]:
 QUEUE_CHUNKS = (20, 200)  # the first read, then every later one
 
 
+QUEUE_ORDER = ("created_at", "id")  # a restarting job keeps its place (created_at), ahead of later submissions
+
+
+def _behind(job: Job) -> Q:
+    """The jobs after `job` in queue order."""
+    return Q(created_at__gt=job.created_at) | Q(created_at=job.created_at, id__gt=job.pk)
+
+
+def _ahead(job: Job) -> Q:
+    return Q(created_at__lt=job.created_at) | Q(created_at=job.created_at, id__lt=job.pk)
+
+
+def queue_place(job: Job) -> tuple[int, Job | None]:
+    """How many jobs wait ahead of a waiting `job` on its cluster, and the first of them (None when it is first or not
+    waiting): the job page says so, since the reason of the jobs behind the head does not name it."""
+    if job.state not in WAITING_STATES:
+        return 0, None
+    ahead = Job.objects.filter(_ahead(job), cluster_id=job.cluster_id, state__in=WAITING_STATES)
+    count = ahead.count()
+    return count, (ahead.order_by(*QUEUE_ORDER).only("pk", "reason").first() if count else None)
+
+
 def _queue(cluster: Cluster) -> Iterator[Job]:
     """The cluster's waiting jobs in queue order, read a chunk at a time: a pass usually stops at a job that does not
     fit, and the rows behind it are then never read (one UPDATE tells them why they wait: `_wait_behind`). The first
     chunk is small: on a busy fleet most passes stop at the head."""
-    jobs = Job.objects.filter(cluster=cluster, state__in=WAITING_STATES).order_by("created_at", "id")
+    jobs = Job.objects.filter(cluster=cluster, state__in=WAITING_STATES).order_by(*QUEUE_ORDER)
     after: Job | None = None
     while True:
         size = QUEUE_CHUNKS[after is not None]
-        chunk = list(
-            (jobs.filter(Q(created_at__gt=after.created_at) | Q(created_at=after.created_at, id__gt=after.pk))
-             if after is not None else jobs)[:size]
-        )  # fmt: skip
+        chunk = list((jobs.filter(_behind(after)) if after is not None else jobs)[:size])
         yield from chunk
         if len(chunk) < size:
             return
@@ -253,10 +271,8 @@ def _wait_behind(head: Job) -> None:
     "Priority" reason does not): it then changes only for newly queued jobs, where naming the head rewrote every
     queued row each time the head was placed (800 rows, a third of a small pass on a busy fleet)."""
     reason = WAITING_BEHIND
-    behind = Q(created_at__gt=head.created_at) | Q(created_at=head.created_at, id__gt=head.pk)
-    Job.objects.filter(behind, cluster_id=head.cluster_id, state__in=WAITING_STATES).exclude(reason=reason).update(
-        reason=reason
-    )
+    behind = Job.objects.filter(_behind(head), cluster_id=head.cluster_id, state__in=WAITING_STATES)
+    behind.exclude(reason=reason).update(reason=reason)
 
 
 def _set_reason(job: Job, reason: str) -> None:

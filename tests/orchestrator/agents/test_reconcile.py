@@ -29,7 +29,7 @@ from contracts.protocol import (
 )
 from contracts.signing import agent_mac_key
 from orchestrator.agents import reconcile, reports
-from orchestrator.models import Host, HostStatus, Job, JobState, Task, TaskState
+from orchestrator.models import Host, HostStatus, Job, JobState, Task, TaskLogLine, TaskState
 from tests import factories
 from tests.support.processes import wait_until
 from tests.support.wire import sealed
@@ -66,6 +66,10 @@ def long_job(orchestrator, start_agent, django_user_model):
         30,
         what="a running task",
     )
+    # Its one line is out (stored): from now on it writes nothing, so it outlives its agent. Killed before that, the
+    # print would meet a pipe nobody reads and end the script (a CI run under load: the "orphan" was already gone).
+    wait_until(lambda: TaskLogLine.objects.filter(task=task, text__contains="training").exists(), 30,
+               what="the task's first line")  # fmt: skip
     return host, token, agent, task
 
 

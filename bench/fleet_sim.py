@@ -65,6 +65,7 @@ from contracts.protocol import (  # noqa: E402
     exit_acks_from,
     kill_order_from,
     launch_spec_from,
+    stream_entry,
 )
 from contracts.signing import Refused, agent_mac_key, load_public_key, seal  # noqa: E402
 from worker_agent.orders import OrderGate  # noqa: E402
@@ -256,8 +257,8 @@ class Fleet:
             return
         # As worker_agent/heartbeat.py: a heartbeat is an entry of the heartbeat stream.
         envelope = seal(host.key, host.name, AGENT_HEARTBEAT, body)
-        fields = {"name": AGENT_HEARTBEAT, "envelope": json.dumps(envelope, separators=(",", ":"))}
-        pipe.xadd(HEARTBEAT_STREAM, fields, maxlen=HEARTBEAT_STREAM_MAXLEN, approximate=True)
+        pipe.xadd(HEARTBEAT_STREAM, stream_entry(AGENT_HEARTBEAT, envelope), maxlen=HEARTBEAT_STREAM_MAXLEN,
+                  approximate=True)  # fmt: skip
 
     def emit_metrics(self, now: float) -> None:
         """One metric batch per running task per second, pipelined like the agent's outbox."""
@@ -270,8 +271,8 @@ class Fleet:
                          "phase": "train", "metrics": {"loss": 1.0 / task.step, "examples_per_s": 1000.0}}  # fmt: skip
                 body = asdict(TaskMetricsBatch(task.task_id, task.attempt, [point]))
                 envelope = seal(host.key, host.name, TASK_METRICS, body)
-                fields = {"name": TASK_METRICS, "envelope": json.dumps(envelope, separators=(",", ":"))}
-                pipe.xadd(METRICS_QUEUE, fields, maxlen=METRICS_STREAM_MAXLEN, approximate=True)
+                entry = stream_entry(TASK_METRICS, envelope)
+                pipe.xadd(METRICS_QUEUE, entry, maxlen=METRICS_STREAM_MAXLEN, approximate=True)
                 count += 1
                 if count % 500 == 0:
                     pipe.execute()

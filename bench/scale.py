@@ -281,6 +281,7 @@ def ingest_phase(fleet: list[dict[str, Any]], tasks: int, seconds: float, redis_
         RunningTask,
         TaskMetricsBatch,
         TaskReport,
+        stream_entry,
     )
     from contracts.signing import agent_mac_key, seal
     from orchestrator.models import Cluster, Host, Job, JobState, MetricPoint, Task, TaskState
@@ -326,15 +327,14 @@ def ingest_phase(fleet: list[dict[str, Any]], tasks: int, seconds: float, redis_
                 report = HostReport(sim_facts(e["name"], (e["port_min"], e["port_max"])),
                                     TaskReport(running=running.get(e["name"], [])))  # fmt: skip
                 sealed = seal(keys[e["name"]], e["name"], AGENT_HEARTBEAT, report.to_body())
-                pipe.xadd(HEARTBEAT_STREAM, {"name": AGENT_HEARTBEAT, "envelope": json.dumps(sealed)})
+                pipe.xadd(HEARTBEAT_STREAM, stream_entry(AGENT_HEARTBEAT, sealed))
         for key, host, task_id in reporting:
             point = {"kind": "metric", "ts": time.time(), "mono": tick, "step": step, "epoch": None,
                      "phase": "train", "metrics": {"loss": 1.0 / step, "examples_per_s": 1000.0}}  # fmt: skip
             body = asdict(TaskMetricsBatch(task_id, 1, [point]))
             sent += len(point["metrics"])  # a stored row per metric
-            envelope = json.dumps(seal(key, host, TASK_METRICS, body), separators=(",", ":"))
-            pipe.xadd(METRICS_QUEUE, {"name": TASK_METRICS, "envelope": envelope}, maxlen=METRICS_STREAM_MAXLEN,
-                      approximate=True)  # fmt: skip
+            entry = stream_entry(TASK_METRICS, seal(key, host, TASK_METRICS, body))
+            pipe.xadd(METRICS_QUEUE, entry, maxlen=METRICS_STREAM_MAXLEN, approximate=True)
             if len(pipe) >= 500:
                 pipe.execute()
         pipe.execute()

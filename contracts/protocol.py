@@ -10,6 +10,7 @@ JSON-able dicts built from these dataclasses.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -335,6 +336,19 @@ TASK_ARTIFACT = "orchestrator.task_artifact"
 METRICS_QUEUE = "tfdash:metrics"
 METRICS_GROUP = "ingest"
 METRICS_STREAM_MAXLEN = 1_000_000
+
+
+def stream_entry(name: str, envelope: Any) -> dict[str, str]:
+    """The fields of a stream entry (METRICS_QUEUE, HEARTBEAT_STREAM) carrying the sealed message `envelope`."""
+    return {"name": name, "envelope": json.dumps(envelope, separators=(",", ":"))}
+
+
+def read_stream_entry(fields: dict[bytes, bytes]) -> tuple[str, Any]:
+    """(name, envelope) of a stream entry; raises when it is not one (KeyError: a field missing; ValueError: not UTF-8
+    or not JSON; RecursionError: nested too deep)."""
+    return fields[b"name"].decode(), json.loads(fields[b"envelope"])
+
+
 HOST_SAMPLES = "orchestrator.host_samples"
 
 

@@ -13,7 +13,6 @@ by itself once Redis is back.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable
@@ -30,8 +29,10 @@ from contracts.protocol import (
     HostFacts,
     HostReport,
     TaskReport,
+    stream_entry,
 )
 from contracts.signing import seal
+from worker_agent.outbox import broker_redis
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +84,8 @@ class Heartbeat(threading.Thread):
                     retry=False,
                 )
             else:
-                fields = {"name": name, "envelope": json.dumps(sealed, separators=(",", ":"))}
-                self._stream().xadd(HEARTBEAT_STREAM, fields, maxlen=HEARTBEAT_STREAM_MAXLEN, approximate=True)
+                entry = stream_entry(name, sealed)
+                self._stream().xadd(HEARTBEAT_STREAM, entry, maxlen=HEARTBEAT_STREAM_MAXLEN, approximate=True)
         except Exception as exc:  # broker down: keep beating, the next tick retries
             log.warning("could not send %s: %s", name, exc)
             return False
@@ -93,7 +94,7 @@ class Heartbeat(threading.Thread):
 
     def _stream(self) -> redis.Redis:
         if self._redis is None:
-            self._redis = redis.Redis.from_url(self.app.conf.broker_url, socket_timeout=5, socket_connect_timeout=5)
+            self._redis = broker_redis(self.app)
         return self._redis
 
     def stop(self) -> None:

@@ -17,7 +17,6 @@ refused as stale. The outbox holds the derived MAC key, never the token.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -34,6 +33,7 @@ from contracts.protocol import (
     METRICS_STREAM_MAXLEN,
     ORCHESTRATOR_QUEUE,
     TASK_LOGS,
+    stream_entry,
 )
 from contracts.signing import seal
 
@@ -51,6 +51,12 @@ STREAM_BATCH = 500
 STREAM_BATCH_BYTES = 4_000_000
 FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 2.0
+
+
+def broker_redis(app: Celery) -> redis.Redis:
+    """A client of the broker's Redis, for the streams the agent adds to (metric reports, heartbeats). Short timeouts:
+    a send must not hang the thread that makes it."""
+    return redis.Redis.from_url(app.conf.broker_url, socket_timeout=5, socket_connect_timeout=5)
 
 
 class Outbox:
@@ -183,15 +189,13 @@ class Outbox:
 
     def _xadd(self, batch: list[tuple[str, dict[str, Any], str]]) -> None:
         if self._redis is None:
-            url = self.app.conf.broker_url
-            self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+            self._redis = broker_redis(self.app)
         pipe = self._redis.pipeline(transaction=False)
         for name, body, queue in batch:
             envelope = self._seal(name, body)
             if envelope is None:
                 continue
-            fields = {"name": name, "envelope": json.dumps(envelope, separators=(",", ":"))}
-            pipe.xadd(queue, fields, maxlen=METRICS_STREAM_MAXLEN, approximate=True)
+            pipe.xadd(queue, stream_entry(name, envelope), maxlen=METRICS_STREAM_MAXLEN, approximate=True)
         pipe.execute()
 
     def _seal(self, name: str, body: dict[str, Any]) -> dict[str, Any] | None:

@@ -21,7 +21,6 @@ one is stuck holding a batch): the silence could then be this side's, not the ho
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -31,7 +30,7 @@ import redis
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
-from contracts.protocol import AGENT_HEARTBEAT, HEARTBEAT_GROUP, HEARTBEAT_STREAM, HostFacts
+from contracts.protocol import AGENT_HEARTBEAT, HEARTBEAT_GROUP, HEARTBEAT_STREAM, HostFacts, read_stream_entry
 from orchestrator import counters
 from orchestrator.agents import auth, reconcile, reports
 from orchestrator.models import Host, HostStatus
@@ -175,7 +174,7 @@ class HeartbeatReader:
             if not fields:  # deleted after it was read: nothing left
                 continue
             try:
-                payloads.append(json.loads(fields[b"envelope"]))
+                payloads.append(read_stream_entry(fields)[1])
             except (KeyError, ValueError, RecursionError) as exc:
                 log.warning("heartbeat entry %s is not a sealed message: %r", entry_id.decode(errors="replace"), exc)
                 counters.incr(auth.MALFORMED)

@@ -18,7 +18,6 @@ have to use another consumer name and would break that order. It survives what i
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -28,7 +27,7 @@ from typing import Any
 import redis
 from django.db import DatabaseError, connection
 
-from contracts.protocol import METRICS_GROUP, METRICS_QUEUE
+from contracts.protocol import METRICS_GROUP, METRICS_QUEUE, read_stream_entry
 from orchestrator import counters
 from orchestrator.metrics import ingest
 
@@ -138,7 +137,7 @@ class MetricsConsumer:
             if not fields:  # deleted after it was read (acknowledged elsewhere): nothing left to store
                 continue
             try:
-                reports.append(_report(fields))
+                reports.append(read_stream_entry(fields))
             except Exception as exc:
                 log.warning("stream entry %s is not a report: %s", entry_id.decode(errors="replace"), _text(exc))
                 dead.append((fields, exc))
@@ -161,11 +160,6 @@ class MetricsConsumer:
         self.dead += len(dead)
         self.entries += len(entries)
         return len(entries)
-
-
-def _report(fields: dict[bytes, bytes]) -> tuple[str, Any]:
-    """(name, envelope) of an entry; raises when it is not one (missing field, not UTF-8, not JSON, too deep)."""
-    return fields[b"name"].decode(), json.loads(fields[b"envelope"])
 
 
 def _dead_letter(fields: dict[bytes, bytes], exc: Exception) -> dict[bytes, bytes | str]:

@@ -37,8 +37,7 @@ _READINGS_PREFIX = "tfdash:readings:"
 
 def record_reading(name: str, source: str, value: float) -> None:
     """Keep the latest `value` per `source` under `name` (with when it was read)."""
-    with contextlib.suppress(redis.RedisError):
-        _client().hset(_READINGS_PREFIX + name, source, f"{float(value)!r} {time.time()!r}")
+    record_readings(name, {source: value})
 
 
 def record_readings(name: str, values: dict[str, float]) -> None:

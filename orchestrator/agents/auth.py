@@ -100,14 +100,22 @@ def authenticate(
             host, key = key_of(host_name, True)
             opened = signing.open_sealed(payload, key, name, **bounds)
         if check_nonce and _nonces().exists(_nonce_key(opened)):
-            raise signing.Refused(signing.REPLAYED, f"nonce {opened.nonce[:16]} of {host_name!r} seen before")
+            raise _replayed(opened)
     except signing.Refused as refused:
-        # One line for an unknown host and a bad MAC alike: a probe learns nothing about which names exist.
-        log.warning("agent message %s refused: %s", str(name)[:100], refused)
-        counters.incr(_COUNTER.get(refused.reason, REFUSED))
+        _refuse(name, refused)
         return None
     assert host is not None  # a key was found, so was its host
     return Accepted(host, opened)
+
+
+def _replayed(message: signing.Opened) -> signing.Refused:
+    return signing.Refused(signing.REPLAYED, f"nonce {message.nonce[:16]} of {message.host!r} seen before")
+
+
+def _refuse(name: str, refused: signing.Refused) -> None:
+    # One line for an unknown host and a bad MAC alike: a probe learns nothing about which names exist.
+    log.warning("agent message %s refused: %s", str(name)[:100], refused)
+    counters.incr(_COUNTER.get(refused.reason, REFUSED))
 
 
 def remember(accepted: Accepted) -> None:
@@ -155,9 +163,7 @@ def authenticate_batch(payloads: list[Any], name: str) -> list[Accepted]:
     for one, exists in zip(opened, pipe.execute(), strict=True):
         key = _nonce_key(one.message)
         if exists or key in seen:
-            log.warning("agent message %s refused: nonce %s of %r seen before", name, one.message.nonce[:16],
-                        one.host.name)  # fmt: skip
-            counters.incr(REPLAYED)
+            _refuse(name, _replayed(one.message))
             continue
         seen.add(key)
         accepted.append(one)

@@ -51,6 +51,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from local_services import EmbeddedPostgres, EmbeddedRedis, control_key_file, wait_for  # noqa: E402
 from run_local import Child  # noqa: E402
 
+from contracts.broker import without_credentials  # noqa: E402
+
 PY = sys.executable
 HOSTS = 3
 DATABASES = ("redis", "postgres")
@@ -98,7 +100,7 @@ class Stack:
         self.logs = var / "log"
         self.logs.mkdir(parents=True)
         self.pg = EmbeddedPostgres(var, port=_free_port())
-        self.redis = EmbeddedRedis(var, port=_free_port())
+        self.redis = EmbeddedRedis(var / "redis", _free_port(), password_file=var / "redis-password")
         self.web_port = _free_port()
         self.env = {
             **os.environ,
@@ -149,7 +151,7 @@ class Stack:
         for secret in ("DATABASE_URL", "TFDASH_CONTROL_KEY_FILE"):  # an agent needs none of the control plane's secrets
             env.pop(secret, None)
         return (
-            [PY, "-m", "worker_agent", "--server", self.env["REDIS_URL"], "--host", host,
+            [PY, "-m", "worker_agent", "--server", without_credentials(self.env["REDIS_URL"]), "--host", host,
              "--control-key", self.control_key, "--port-range",
              agent["port_range"], "--heartbeat-interval", str(AGENT_HEARTBEAT_S), "--workdir",
              str(self.var / "agents" / host)],

@@ -3,13 +3,15 @@ broker, no TF and no task processes.
 
     .venv/bin/python bench/fleet_sim.py CONFIG.json
 
-Per host, as worker_agent does: a hello then a heartbeat every `interval_s` (sealed HostReport on the orchestrator
-queue, with 8 simulated GPUs in the facts and the task report: what runs, the unacknowledged exits, the last event
-number); orders read from `agent.<host>` (the Celery message kombu put there) and admitted by the real OrderGate
-(Ed25519 signature, host, kind, freshness, seen ids); for each launch a STARTED and (with a port) LISTENING task
-event, metric points at 1 Hz on the `tfdash:metrics` stream, and after a drawn duration an EXITED event and a
-recorded exit kept until acknowledged. Kills end the task with -9. One thread reads every host's queue with one
-BRPOP (as kombu's Redis transport does); the main thread does all the sending.
+Per host, as worker_agent does, on the host's own keys (contracts/broker.py): a hello (on its events stream) then a
+heartbeat (on its heartbeats stream) every `interval_s` (sealed HostReport with 8 simulated GPUs in the facts and the
+task report: what runs, the unacknowledged exits, the last event number); orders read from its order queue (the
+Celery message kombu put there) and admitted by the real OrderGate (Ed25519 signature, host, kind, freshness, seen
+ids); for each launch a STARTED and (with a port) LISTENING task event, metric points at 1 Hz on its metrics stream,
+and after a drawn duration an EXITED event and a recorded exit kept until acknowledged. Kills end the task with -9.
+One thread reads every host's queue with one BRPOP (as kombu's Redis transport does); the main thread does all the
+sending. The whole fleet signs in to Redis as one user (`redis_url`: 500 hosts' users would be 500 connections from
+one process; what a host's user may do is tested in tests/security/test_host_credential.py).
 
 On SIGTERM (or at `stop_at`) it writes its tallies and every launch order's (job, task, issued_at, received_at) to
 `out`.
@@ -36,20 +38,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import redis  # noqa: E402
-from celery import Celery  # noqa: E402
 
+from contracts import broker  # noqa: E402
 from contracts.protocol import (  # noqa: E402
     AGENT_ACK_EXITS,
     AGENT_HEARTBEAT,
     AGENT_HELLO,
     AGENT_KILL,
     AGENT_LAUNCH,
-    HEARTBEAT_STREAM,
-    HEARTBEAT_STREAM_MAXLEN,
     MAX_REPORTED_EXITS,
-    METRICS_QUEUE,
-    METRICS_STREAM_MAXLEN,
-    ORCHESTRATOR_QUEUE,
+    STREAM_MAXLEN,
     TASK_EVENT,
     TASK_METRICS,
     GpuInfo,
@@ -118,7 +116,6 @@ class Fleet:
         self.config = config
         self.interval_s = float(config["interval_s"])
         self.duration = tuple(config["duration_s"])
-        self.app = Celery("fleet_sim", broker=config["redis_url"], set_as_current=False)
         self.redis = redis.Redis.from_url(config["redis_url"])
         control_key = load_public_key(config["control_key"])
         workdir = Path(config["workdir"])
@@ -232,11 +229,12 @@ class Fleet:
         host.exits[key] = recorded
         self._send(host, TASK_EVENT, asdict(recorded.as_event()))
 
-    def _send(self, host: SimHost, name: str, body: dict[str, Any], **options: Any) -> None:
+    def _send(self, host: SimHost, name: str, body: dict[str, Any]) -> None:
+        """As the agent's outbox: the hello and task events are entries of the host's events stream."""
         try:
-            self.app.send_task(
-                name, args=[seal(host.key, host.name, name, body)], queue=ORCHESTRATOR_QUEUE, retry=False, **options
-            )
+            entry = stream_entry(name, seal(host.key, host.name, name, body))
+            self.redis.xadd(broker.stream(host.name, broker.EVENTS), entry, maxlen=STREAM_MAXLEN[broker.EVENTS],
+                            approximate=True)  # fmt: skip
         except Exception:  # the broker blinked: a real agent's outbox retries; the report repeats it
             self.tally["send_failures"] += 1
             return
@@ -252,13 +250,13 @@ class Fleet:
         )
         body = HostReport(facts, tasks).to_body()
         if not host.hello_sent:
-            self._send(host, AGENT_HELLO, body, expires=max(self.interval_s * 3, 10.0))
+            self._send(host, AGENT_HELLO, body)
             host.hello_sent = True
             return
-        # As worker_agent/heartbeat.py: a heartbeat is an entry of the heartbeat stream.
+        # As worker_agent/heartbeat.py: a heartbeat is an entry of the host's heartbeats stream.
         envelope = seal(host.key, host.name, AGENT_HEARTBEAT, body)
-        pipe.xadd(HEARTBEAT_STREAM, stream_entry(AGENT_HEARTBEAT, envelope), maxlen=HEARTBEAT_STREAM_MAXLEN,
-                  approximate=True)  # fmt: skip
+        pipe.xadd(broker.stream(host.name, broker.HEARTBEATS), stream_entry(AGENT_HEARTBEAT, envelope),
+                  maxlen=STREAM_MAXLEN[broker.HEARTBEATS], approximate=True)  # fmt: skip
 
     def emit_metrics(self, now: float) -> None:
         """One metric batch per running task per second, pipelined like the agent's outbox."""
@@ -272,7 +270,8 @@ class Fleet:
                 body = asdict(TaskMetricsBatch(task.task_id, task.attempt, [point]))
                 envelope = seal(host.key, host.name, TASK_METRICS, body)
                 entry = stream_entry(TASK_METRICS, envelope)
-                pipe.xadd(METRICS_QUEUE, entry, maxlen=METRICS_STREAM_MAXLEN, approximate=True)
+                pipe.xadd(broker.stream(host.name, broker.METRICS), entry, maxlen=STREAM_MAXLEN[broker.METRICS],
+                          approximate=True)  # fmt: skip
                 count += 1
                 if count % 500 == 0:
                     pipe.execute()

@@ -60,13 +60,13 @@ def make_job(points: int, tasks: int) -> int:
     from django.contrib.auth import get_user_model
     from django.db import connection
 
+    from orchestrator.identity import tokens
     from orchestrator.models import Cluster, Host, Job, MetricPoint, Task
 
     user = get_user_model().objects.create_user("bench", password="bench-pass-1")
     cluster = Cluster.objects.create(name="bench")
     host = Host(cluster=cluster, name="bench-0", address="127.0.0.1", port_min=30000, port_max=30099)
-    host.issue_token()
-    host.save()
+    tokens.issue(host)
     job = Job.objects.create(
         owner=user,
         cluster=cluster,

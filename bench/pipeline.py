@@ -128,6 +128,7 @@ def main() -> int:
     from django.contrib.sessions.backends.db import SessionStore
 
     from contracts.signing import agent_mac_key
+    from orchestrator.identity import tokens
     from orchestrator.models import Cluster, Host, Job, MetricPoint, Task
     from worker_agent.outbox import Outbox
 
@@ -144,8 +145,7 @@ def main() -> int:
         host = Host(
             cluster=cluster, name=f"bench-{i}", address="127.0.0.1", port_min=30000 + i * 10, port_max=30009 + i * 10
         )
-        token = host.issue_token()
-        host.save()
+        token = tokens.issue(host)
         hosts.append(host)
         outboxes.append(Outbox(broker, host.name, agent_mac_key(token, host.name)))
     jobs, tasks = [], []

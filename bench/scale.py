@@ -139,6 +139,7 @@ class ScaleStack(Stack):
 
 # --- setup ---------------------------------------------------------------------------------------------------------
 def register_fleet(hosts: int) -> list[dict[str, Any]]:
+    from orchestrator.identity import tokens
     from orchestrator.models import Cluster, Host
 
     cluster = Cluster.objects.create(name="scale")
@@ -146,22 +147,39 @@ def register_fleet(hosts: int) -> list[dict[str, Any]]:
     for i in range(hosts):
         host = Host(cluster=cluster, name=f"sim-{i:04d}", address=f"10.{i // 250}.{i % 250}.1", port_min=20000,
                     port_max=20000 + PORTS_PER_HOST - 1)  # fmt: skip
-        token = host.issue_token()
+        token = tokens.set_new_token(host)
         rows.append(host)
         entries.append({"name": host.name, "token": token, "port_min": host.port_min, "port_max": host.port_max})
     Host.objects.bulk_create(rows)
     return entries
 
 
-def heartbeats_read(redis_url: str) -> int:
-    """Entries the orchestrators' heartbeat readers have read from the stream so far (the group's counter)."""
+def heartbeats_read(redis_url: str, fleet: list[dict[str, Any]]) -> int:
+    """Entries the orchestrators' heartbeat readers have read from the hosts' streams so far (the groups' counters)."""
     import redis
 
-    from contracts.protocol import HEARTBEAT_GROUP, HEARTBEAT_STREAM
+    from contracts import broker
+    from contracts.protocol import HEARTBEAT_GROUP
 
-    groups = redis.Redis.from_url(redis_url).xinfo_groups(HEARTBEAT_STREAM)
+    pipe = redis.Redis.from_url(redis_url).pipeline(transaction=False)
+    for host in fleet:
+        pipe.xinfo_groups(broker.stream(host["name"], broker.HEARTBEATS))
     ours = (HEARTBEAT_GROUP, HEARTBEAT_GROUP.encode())
-    return sum(int(g.get("entries-read") or 0) for g in groups if g["name"] in ours)
+    read = 0
+    for groups in pipe.execute(raise_on_error=False):
+        if isinstance(groups, list):  # a stream not made yet answers with an error
+            read += sum(int(g.get("entries-read") or 0) for g in groups if g["name"] in ours)
+    return read
+
+
+def backlog(client: Any, fleet: list[dict[str, Any]], kind: str) -> int:
+    """Entries waiting in the hosts' `kind` streams (readers delete what they acknowledged)."""
+    from contracts import broker
+
+    pipe = client.pipeline(transaction=False)
+    for host in fleet:
+        pipe.xlen(broker.stream(host["name"], kind))
+    return sum(pipe.execute())
 
 
 def wait_online(count: int, timeout_s: float) -> float:
@@ -271,11 +289,10 @@ def ingest_phase(fleet: list[dict[str, Any]], tasks: int, seconds: float, redis_
     from django.utils import timezone
     from fleet_sim import sim_facts
 
+    from contracts import broker
     from contracts.protocol import (
         AGENT_HEARTBEAT,
-        HEARTBEAT_STREAM,
-        METRICS_QUEUE,
-        METRICS_STREAM_MAXLEN,
+        STREAM_MAXLEN,
         TASK_METRICS,
         HostReport,
         RunningTask,
@@ -315,7 +332,7 @@ def ingest_phase(fleet: list[dict[str, Any]], tasks: int, seconds: float, redis_
     first = MetricPoint.objects.filter(task__in=rows).count()
     start = time.monotonic()
     step = sent = 0
-    backlog_before = client.xlen(METRICS_QUEUE)  # what the jobs phase left unstored, read before this phase's
+    backlog_before = backlog(client, fleet, broker.METRICS)  # what the jobs phase left unstored, before this phase
     next_beat = start
     while time.monotonic() - start < seconds:
         step += 1
@@ -327,23 +344,24 @@ def ingest_phase(fleet: list[dict[str, Any]], tasks: int, seconds: float, redis_
                 report = HostReport(sim_facts(e["name"], (e["port_min"], e["port_max"])),
                                     TaskReport(running=running.get(e["name"], [])))  # fmt: skip
                 sealed = seal(keys[e["name"]], e["name"], AGENT_HEARTBEAT, report.to_body())
-                pipe.xadd(HEARTBEAT_STREAM, stream_entry(AGENT_HEARTBEAT, sealed))
+                pipe.xadd(broker.stream(e["name"], broker.HEARTBEATS), stream_entry(AGENT_HEARTBEAT, sealed))
         for key, host, task_id in reporting:
             point = {"kind": "metric", "ts": time.time(), "mono": tick, "step": step, "epoch": None,
                      "phase": "train", "metrics": {"loss": 1.0 / step, "examples_per_s": 1000.0}}  # fmt: skip
             body = asdict(TaskMetricsBatch(task_id, 1, [point]))
             sent += len(point["metrics"])  # a stored row per metric
             entry = stream_entry(TASK_METRICS, seal(key, host, TASK_METRICS, body))
-            pipe.xadd(METRICS_QUEUE, entry, maxlen=METRICS_STREAM_MAXLEN, approximate=True)
+            pipe.xadd(broker.stream(host, broker.METRICS), entry, maxlen=STREAM_MAXLEN[broker.METRICS],
+                      approximate=True)  # fmt: skip
             if len(pipe) >= 500:
                 pipe.execute()
         pipe.execute()
         time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
     sent_s = time.monotonic() - start
     stored = MetricPoint.objects.filter(task__in=rows).count() - first
-    backlog = client.xlen(METRICS_QUEUE)
+    left = backlog(client, fleet, broker.METRICS)
     drain_start = time.monotonic()
-    while client.xlen(METRICS_QUEUE) and time.monotonic() - drain_start < 120:
+    while backlog(client, fleet, broker.METRICS) and time.monotonic() - drain_start < 120:
         time.sleep(0.5)
     drained = MetricPoint.objects.filter(task__in=rows).count() - first
     Task.objects.filter(pk__in=[t.pk for t in rows]).update(state=TaskState.SUCCEEDED, exit_code=0, finished_at=now)
@@ -353,7 +371,7 @@ def ingest_phase(fleet: list[dict[str, Any]], tasks: int, seconds: float, redis_
         "ingest at full fleet: stream backlog at the start, entries": backlog_before,
         "ingest at full fleet: points sent/s": sent / sent_s,
         "ingest at full fleet: points stored/s": stored / sent_s,
-        "ingest at full fleet: stream backlog at the end, entries": backlog,
+        "ingest at full fleet: stream backlog at the end, entries": left,
         "ingest at full fleet: all stored, s after the last was sent": time.monotonic() - drain_start
         if drained == sent
         else float("nan"),
@@ -433,8 +451,8 @@ def main() -> int:
         from django.core.management import call_command
 
         from orchestrator import counters
-        from orchestrator.agents.keys import control_public_key
         from orchestrator.agents.reports import REPORT_LAG
+        from orchestrator.identity.keys import control_public_key
 
         call_command("migrate", "--noinput", verbosity=0, stdout=io.StringIO())
         fleet = register_fleet(args.hosts)
@@ -464,11 +482,11 @@ def main() -> int:
 
         # 1. idle fleet: heartbeats only.
         pg_pid = stack.children["postgres"].proc.pid
-        read0 = heartbeats_read(stack.env["REDIS_URL"])
+        read0 = heartbeats_read(stack.env["REDIS_URL"], fleet)
         cpu0, pg0, t0 = cpu_seconds(orchestrator_pids), cpu_seconds([pg_pid]), time.monotonic()
         time.sleep(args.idle_s)
         cpu1, pg1, t1 = cpu_seconds(orchestrator_pids), cpu_seconds([pg_pid]), time.monotonic()
-        beats = heartbeats_read(stack.env["REDIS_URL"]) - read0
+        beats = heartbeats_read(stack.env["REDIS_URL"], fleet) - read0
         window = t1 - t0
         per100 = (cpu1 - cpu0) / window / (args.hosts / 100) * 100
         results["heartbeats read/s (idle)"] = beats / window

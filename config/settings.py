@@ -125,6 +125,10 @@ STATIC_ROOT = VAR_DIR / "static"
 WHITENOISE_USE_FINDERS = DEBUG
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+# The broker address shown in an agent's start command, where hosts reach Redis under another name than the control
+# plane does (compose: `redis`); default REDIS_URL. Any user and password in it are dropped: an agent signs in as its
+# host's own Redis user (contracts/broker.py).
+TFDASH_AGENT_SERVER_URL = env_str("TFDASH_AGENT_SERVER_URL", "")
 
 # Shared by every web process: sign-in failure counts and API throttles (orchestrator/api/signin_limit.py).
 CACHES = {
@@ -216,7 +220,7 @@ TFDASH_SAMPLES_FULL_S = env_int("TFDASH_SAMPLES_FULL_S", 86_400, minimum=1)
 TFDASH_SAMPLES_THIN_S = env_int("TFDASH_SAMPLES_THIN_S", 60, minimum=1)
 TFDASH_RETENTION_BATCH = env_int("TFDASH_RETENTION_BATCH", 20_000, minimum=1)
 TFDASH_RETENTION_INTERVAL_S = env_float("TFDASH_RETENTION_INTERVAL_S", 300.0)
-# The control plane's Ed25519 signing key for orders to agents (orchestrator/agents/keys.py): a file holding it (PEM
+# The control plane's Ed25519 signing key for orders to agents (orchestrator/identity/keys.py): a file holding it (PEM
 # or base64 of the raw 32 bytes; `make run` generates var/control-key, mode 0600), else the value itself.
 TFDASH_CONTROL_KEY_FILE = env_str("TFDASH_CONTROL_KEY_FILE", "")
 TFDASH_CONTROL_KEY = env_str("TFDASH_CONTROL_KEY", "")

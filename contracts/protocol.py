@@ -15,34 +15,38 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from contracts import broker
 from contracts.limits import MAX_HOST_CPUS, MAX_HOST_GPUS, MAX_HOST_MEMORY_MB
-from contracts.signing import WIRE_VERSION
+from contracts.signing import MAX_SIGNED_CHARS, WIRE_VERSION
 
 # 3: sealed agent messages (no token on the wire) and Ed25519-signed orders (contracts/signing.py).
 PROTOCOL_VERSION = WIRE_VERSION
 
-ORCHESTRATOR_QUEUE = "orchestrator"
+ORCHESTRATOR_QUEUE = "orchestrator"  # the control plane's own Celery queue: no host may write it
 
-# agent -> orchestrator (consumed on ORCHESTRATOR_QUEUE)
+# agent -> orchestrator. An agent sends nothing on Celery: every message it sends is an entry of one of its own
+# streams (contracts/broker.py: the only keys besides its order queue its broker user may write), fields {"name":
+# <one of the names below>, "envelope": <the sealed message, JSON>} (`stream_entry`):
+# - broker.EVENTS: AGENT_HELLO (once per agent start) and TASK_EVENT. Every orchestrator worker reads every host's
+#   events stream (group EVENTS_GROUP) and hands each entry on to its Celery handler on ORCHESTRATOR_QUEUE, where it
+#   is applied at least once and exactly once (orchestrator/agents/relay.py).
+# - broker.HEARTBEATS: AGENT_HEARTBEAT. Every orchestrator worker reads them in batches (group HEARTBEAT_GROUP, one
+#   consumer per worker) and applies hundreds in a few statements (orchestrator/agents/heartbeats.py); as Celery
+#   messages, one per host every few seconds, their handling cost more than a core at 500 hosts. A heartbeat says
+#   something only while it is fresh, so its stream is capped short and an old entry is read and dropped as stale.
+# - broker.METRICS: metric points, log lines, host samples and artifacts (see METRICS_GROUP below).
 AGENT_HELLO = "orchestrator.agent_hello"
 AGENT_HEARTBEAT = "orchestrator.agent_heartbeat"
-
-# Heartbeats (AGENT_HEARTBEAT) travel on a Redis Stream of their own, one entry each, fields {"name":
-# AGENT_HEARTBEAT, "envelope": <the sealed message, JSON>}: every orchestrator worker reads them in batches (group
-# HEARTBEAT_GROUP, one consumer per worker) and applies hundreds in a few statements (orchestrator/agents/
-# heartbeats.py); as Celery messages, one per host every few seconds, their handling cost more than a core at 500
-# hosts. The hello stays a Celery message (once per agent start). A heartbeat says something only while it is
-# fresh, so the stream is capped short (oldest dropped first) and an old entry is read and dropped as stale.
-HEARTBEAT_STREAM = "tfdash:heartbeats"
 HEARTBEAT_GROUP = "orchestrator"
-HEARTBEAT_STREAM_MAXLEN = 100_000
+EVENTS_GROUP = "orchestrator"
 
 # orchestrator -> agent (consumed on agent_queue(host))
 AGENT_PING = "agent.ping"
 
 
 def agent_queue(host: str) -> str:
-    return f"agent.{host}"
+    """The Celery queue of `host`'s agent: under the host's key prefix (contracts/broker.py)."""
+    return broker.order_queue(host)
 
 
 @dataclass(frozen=True)
@@ -230,8 +234,8 @@ AGENT_KILL = "agent.kill"
 # The exits the orchestrator has stored (body: {"exits": [[task_id, attempt], ...]}): the agent may forget them.
 AGENT_ACK_EXITS = "agent.ack_exits"
 
-# agent -> orchestrator: a sealed envelope (contracts/signing.py) around a TaskEvent (a Celery message on
-# ORCHESTRATOR_QUEUE) or a TaskLogBatch (an entry of the METRICS_QUEUE stream, like the metric traffic below).
+# agent -> orchestrator: a sealed envelope (contracts/signing.py) around a TaskEvent (an entry of the host's EVENTS
+# stream) or a TaskLogBatch (an entry of its METRICS stream, like the metric traffic below).
 TASK_EVENT = "orchestrator.task_event"
 TASK_LOGS = "orchestrator.task_logs"
 
@@ -325,21 +329,26 @@ TASK_METRICS = "orchestrator.task_metrics"
 TASK_ARTIFACT = "orchestrator.task_artifact"
 
 
-# Metric traffic (TASK_METRICS, HOST_SAMPLES, TASK_ARTIFACT) and log lines (TASK_LOGS) do not travel as Celery
-# messages: each report is one entry of the Redis Stream METRICS_QUEUE, fields {"name": <one of those names>,
-# "envelope": <JSON, as for Celery>}.
-# One ingest consumer (group METRICS_GROUP) reads hundreds of entries per round trip, stores them in one transaction,
-# then acknowledges and deletes them; an entry read but not acknowledged (a crash) is read again, and storing is
-# idempotent. So point ids grow in commit order (a reconnecting browser asks "everything after id N") and a flood of
-# points never delays job lifecycle events on the orchestrator queue. The stream holds only unprocessed entries; it
-# is capped at about METRICS_STREAM_MAXLEN (oldest dropped first) so a long-stopped ingest cannot fill Redis.
-METRICS_QUEUE = "tfdash:metrics"
+# Metric traffic (TASK_METRICS, HOST_SAMPLES, TASK_ARTIFACT) and log lines (TASK_LOGS) are entries of the host's
+# METRICS stream. One ingest consumer (group METRICS_GROUP) reads every host's stream, hundreds of entries per round
+# trip, stores them in one transaction, then acknowledges and deletes them; an entry read but not acknowledged (a
+# crash) is read again, and storing is idempotent. So point ids grow in commit order (a reconnecting browser asks
+# "everything after id N") and a flood of points never delays job lifecycle events. A stream holds only unprocessed
+# entries.
 METRICS_GROUP = "ingest"
-METRICS_STREAM_MAXLEN = 1_000_000
+
+# Each host's streams are capped at about this many entries (oldest dropped first), so a long-stopped reader cannot
+# fill Redis: a day of one host's events, 50 minutes of heartbeats, hours of a busy host's metric traffic.
+STREAM_MAXLEN = {broker.EVENTS: 100_000, broker.HEARTBEATS: 1_000, broker.METRICS: 200_000}
+# What a stream entry may weigh (its fields' bytes) before anyone parses it: a bigger one is dead-lettered unread
+# (orchestrator/streams.py). An artifact carries a file in base64, so its kind may weigh what the largest signed
+# message may (contracts/signing.py); everything else is small.
+MAX_ENTRY_BYTES = 1024 * 1024
+MAX_ARTIFACT_ENTRY_BYTES = MAX_SIGNED_CHARS + 64 * 1024
 
 
 def stream_entry(name: str, envelope: Any) -> dict[str, str]:
-    """The fields of a stream entry (METRICS_QUEUE, HEARTBEAT_STREAM) carrying the sealed message `envelope`."""
+    """The fields of a stream entry (any host stream, contracts/broker.py) carrying the sealed message `envelope`."""
     return {"name": name, "envelope": json.dumps(envelope, separators=(",", ":"))}
 
 

@@ -15,21 +15,16 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from orchestrator import counters
+from orchestrator.identity import tokens
+from orchestrator.identity.broker_users import agent_server_url
 from orchestrator.metrics import stream as metrics_stream
 from orchestrator.models import Cluster, Host, HostStatus, Job, Task
-
-
-def agent_server_url() -> str:
-    """The Redis URL in the agent command shown once a token is issued: the control plane's own REDIS_URL. No
-    environment variable changes it (config/settings.py defines no TFDASH_AGENT_SERVER_URL; a settings module that
-    does wins); where hosts reach Redis under another name, edit `--server` in the command."""
-    return getattr(settings, "TFDASH_AGENT_SERVER_URL", "") or settings.REDIS_URL
 
 
 def _show_token_once(request: HttpRequest, host: Host, token: str) -> None:
     # The token goes into a file only the agent's user can read, never onto the command line (a flag shows in `ps`).
     token_file = "tfdash-agent.token"  # noqa: S105 - a file name, not a secret
-    command = shlex.join(host.agent_command(agent_server_url(), token_file))
+    command = shlex.join(tokens.agent_command(host, agent_server_url(), token_file))
     messages.warning(
         request,
         format_html(
@@ -171,17 +166,14 @@ class HostAdmin(admin.ModelAdmin):
         return super().changelist_view(request, extra_context)
 
     def save_model(self, request: HttpRequest, obj: Host, form: Any, change: bool) -> None:
-        token = None if change else obj.issue_token()
         super().save_model(request, obj, form, change)
-        if token:
-            _show_token_once(request, obj, token)
+        if not change:
+            _show_token_once(request, obj, tokens.issue(obj))
 
     @admin.action(description="Issue a new agent token (the old one stops working)")
     def issue_new_token(self, request: HttpRequest, queryset: QuerySet[Host]) -> None:
         for host in queryset:
-            token = host.issue_token()
-            host.save(update_fields=["agent_key"])
-            _show_token_once(request, host, token)
+            _show_token_once(request, host, tokens.issue(host))
 
     @admin.display(description="ports")
     def port_range(self, obj: Host) -> str:

@@ -10,14 +10,24 @@ class OrchestratorConfig(AppConfig):
 
     def ready(self) -> None:
         # Here, not at the top: Django imports apps before their models are ready.
-        from django.db.models.signals import post_save  # noqa: PLC0415
+        from django.db import transaction  # noqa: PLC0415
+        from django.db.models.signals import post_delete, post_save  # noqa: PLC0415
 
+        from orchestrator.identity import broker_users  # noqa: PLC0415
         from orchestrator.metrics import live  # noqa: PLC0415
-        from orchestrator.models import Job, Task  # noqa: PLC0415
+        from orchestrator.models import Host, Job, Task  # noqa: PLC0415
 
         # Every saved change of a job or a task reaches the job's open pages (after commit); bulk updates of task
         # states (orchestrator/control/lifecycle.py) say so themselves.
         post_save.connect(lambda instance, using, **_: live.job_changed(instance.pk, using), sender=Job, weak=False)
         post_save.connect(
             lambda instance, using, **_: live.job_changed(instance.job_id, using), sender=Task, weak=False
+        )
+        # A deleted host's broker user goes at once (after commit), with its open connections.
+        post_delete.connect(
+            lambda instance, using, **_: transaction.on_commit(
+                lambda: broker_users.remove_quietly(instance.name), using=using
+            ),
+            sender=Host,
+            weak=False,
         )

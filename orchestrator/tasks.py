@@ -20,11 +20,11 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from config.celery import app
-from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, ORCHESTRATOR_QUEUE, TASK_EVENT, TASK_LOGS
-from orchestrator.agents import events, heartbeats, liveness, reports
+from contracts.protocol import AGENT_HELLO, ORCHESTRATOR_QUEUE, TASK_EVENT
+from orchestrator.agents import events, heartbeats, liveness, relay, reports
 from orchestrator.control import dispatch, experiments, lifecycle, passes, scheduling
 from orchestrator.control.scheduling import WAITING_STATES
-from orchestrator.metrics import ingest
+from orchestrator.identity import broker_users
 from orchestrator.models import Job
 from orchestrator.retention import thin_host_samples
 
@@ -73,23 +73,14 @@ def agent_hello(payload: Any) -> None:
     reports.handle_report(payload, hello=True)
 
 
-@entry(AGENT_HEARTBEAT)
-def agent_heartbeat(payload: Any) -> None:
-    reports.handle_report(payload, hello=False)
-
-
 @entry(TASK_EVENT)
 def task_event(payload: Any) -> None:
     events.handle_task_event(payload)
 
 
-@entry(TASK_LOGS)
-def task_logs(payload: Any) -> None:
-    """Log lines from an agent of the previous protocol (they travel on the metrics stream now)."""
-    ingest.handle_task_logs(payload)
-
-
-# Metric traffic (TASK_METRICS, HOST_SAMPLES, TASK_ARTIFACT) is not a Celery task: see orchestrator/metrics/stream.py.
+# The hello and task events reach this queue from the hosts' events streams (orchestrator/agents/relay.py);
+# heartbeats and the metric traffic never travel as Celery messages (orchestrator/agents/heartbeats.py,
+# orchestrator/metrics/stream.py).
 
 
 @entry(dispatch.LAUNCH)
@@ -110,8 +101,10 @@ def schedule(cluster_id: int) -> None:
 
 @entry("orchestrator.watchdog")
 def watchdog() -> None:
-    """Every tick: silent hosts go offline, jobs past their start-up deadline fail, queued jobs get another look
-    (capacity may have come back without any event this process saw)."""
+    """Every tick: the hosts' broker users converge (every few seconds), silent hosts go offline, jobs past their
+    start-up deadline fail, queued jobs get another look (capacity may have come back without any event this process
+    saw)."""
+    broker_users.sync_now_and_then()
     liveness.mark_silent_hosts_offline()
     lifecycle.check_startup_deadlines()
     lifecycle.reap_finished_jobs()
@@ -128,15 +121,20 @@ def retention() -> None:
 
 
 @worker_ready.connect
-def _read_heartbeats(sender: Any = None, **_: Any) -> None:
-    """Every orchestrator worker reads the heartbeat stream too (orchestrator/agents/heartbeats.py), as a consumer
-    named after the worker."""
+def _read_hosts_streams(sender: Any = None, **_: Any) -> None:
+    """Every orchestrator worker reads the hosts' heartbeat and events streams too (orchestrator/agents/heartbeats.py,
+    orchestrator/agents/relay.py), as a consumer named after the worker, and first sets up the hosts' broker users
+    (a Redis that restarted without them lets no agent in until then)."""
     if ORCHESTRATOR_QUEUE not in app.amqp.queues:
         return
+    try:
+        broker_users.sync()
+    except redis.RedisError as exc:
+        log.warning("broker users not synced at start (the watchdog will): %s", exc)
     client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5)
-    name = getattr(sender, "hostname", None) or app.conf.get("worker_name") or "orchestrator"
-    stop = heartbeats.start_reader(client, str(name))
-    worker_shutting_down.connect(lambda **_: stop.set(), weak=False)
+    name = str(getattr(sender, "hostname", None) or app.conf.get("worker_name") or "orchestrator")
+    for stop in (heartbeats.start_reader(client, name), relay.start_reader(client, name)):
+        worker_shutting_down.connect(lambda stop=stop, **_: stop.set(), weak=False)
 
 
 @worker_ready.connect

@@ -137,16 +137,31 @@ class EmbeddedPostgres:
                 conn.execute(f'CREATE DATABASE "{PG_DATABASE}"')
 
 
+# The control plane's own Redis user in the Redis servers this project starts (make run, the test suite, the benches):
+# every key, channel and command. `default` is switched off: a client that does not sign in gets nothing, and each
+# host signs in as its own user (contracts/broker.py), which the control plane creates.
+CONTROL_USER = "tfdash"
+
+
+def redis_acl_lines(password: str) -> str:
+    """The ACL part of a Redis/Valkey configuration: `default` off, CONTROL_USER with `password` and every right."""
+    return f"user default off\nuser {CONTROL_USER} on >{password} ~* &* +@all\n"
+
+
 class EmbeddedRedis:
-    """Valkey on 127.0.0.1 with a password from `var/redis-password` and an append-only file in `var/redis`."""
+    """Valkey on 127.0.0.1, ACLs on (`default` off; the control plane's user CONTROL_USER, password from
+    `password_file` or given) and, when `persistent`, an append-only file in `data`."""
 
-    def __init__(self, var: Path, port: int) -> None:
-        self.data = var / "redis"
-        self.password = secret_file(var / "redis-password")
+    def __init__(
+        self, data: Path, port: int, *, password: str = "", password_file: Path | None = None, persistent: bool = True
+    ) -> None:
+        self.data = data
+        self.password = password or secret_file(password_file or data.parent / "redis-password")
         self.port = port
+        self.persistent = persistent
 
-    def url(self, db: str) -> str:
-        return f"redis://:{self.password}@127.0.0.1:{self.port}/{db}"
+    def url(self, db: str = "0") -> str:
+        return f"redis://{CONTROL_USER}:{self.password}@127.0.0.1:{self.port}/{db}"
 
     def argv(self) -> list[str]:
         """The server with its settings in a 0600 file: a password on the command line would show in `ps`."""
@@ -155,9 +170,10 @@ class EmbeddedRedis:
         self.data.mkdir(mode=0o700, parents=True, exist_ok=True)
         conf = self.data / "valkey.conf"
         fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        persistence = "appendonly yes\nappendfsync everysec\n" if self.persistent else "appendonly no\n"
         with os.fdopen(fd, "w") as out:
             out.write(
-                f'bind 127.0.0.1\nport {self.port}\nrequirepass {self.password}\nsave ""\n'
-                f"appendonly yes\nappendfsync everysec\ndir {self.data}\n"
+                f'bind 127.0.0.1\nport {self.port}\nsave ""\n{persistence}dir {self.data}\n'
+                + redis_acl_lines(self.password)
             )
         return [str(get_binary_path()), str(conf)]

@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(1, str(ROOT))
 
 from local_services import (  # noqa: E402 - after the path
     EmbeddedPostgres,
@@ -32,6 +33,8 @@ from local_services import (  # noqa: E402 - after the path
     secret_file,
     wait_for,
 )
+
+from contracts.broker import without_credentials  # noqa: E402 - after the path
 
 PY = sys.executable
 # What the local agents' environment leaves out: the control plane's own secrets, and its Django settings (the agent
@@ -82,7 +85,6 @@ class Stack:
         self.env.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
         self.env["PYTHONUNBUFFERED"] = "1"
         self.env["TFDASH_VAR_DIR"] = str(self.var)
-        self.env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
         # The settings are safe by default (DEBUG off, no built-in SECRET_KEY); the local quick start is a
         # development stack on loopback, with a key of its own generated once into var/ (mode 0600).
         self.env.setdefault("DEBUG", "1")
@@ -110,19 +112,23 @@ class Stack:
         return result.stdout
 
     def ensure_redis(self) -> None:
+        """The Redis named by REDIS_URL when one answers there (its user must be allowed ACL commands: the control
+        plane creates a user per host), else an embedded Valkey with ACLs on, on that URL's port (TFDASH_REDIS_PORT,
+        16379, when REDIS_URL is unset: a system Redis on 6379 is not ours)."""
         import redis
 
-        url = self.env["REDIS_URL"]
-        try:
-            redis.Redis.from_url(url, socket_connect_timeout=1).ping()
-            self.say(f"Redis answers at {url}")
-            return
-        except redis.RedisError:
-            pass
-        parsed = urlparse(url)
+        url = self.env.get("REDIS_URL", "")
+        if url:
+            try:
+                redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+                self.say(f"Redis answers at {without_credentials(url)}")
+                return
+            except redis.RedisError:
+                pass
+        parsed = urlparse(url or f"redis://127.0.0.1:{os.environ.get('TFDASH_REDIS_PORT', '16379')}/0")
         if parsed.hostname not in ("127.0.0.1", "localhost", "::1"):
             raise SystemExit(f"No Redis answers at {url}, and it is not on this machine: start it, or unset REDIS_URL")
-        server = EmbeddedRedis(self.var, parsed.port or 6379)
+        server = EmbeddedRedis(self.var / "redis", parsed.port or 6379, password_file=self.var / "redis-password")
         self.start("redis", server.argv())
         url = server.url(parsed.path.lstrip("/") or "0")
         self.env["REDIS_URL"] = url
@@ -134,7 +140,7 @@ class Stack:
                 return False
 
         wait_for(answers, 15, "The embedded Redis", self.logs / "redis.log")
-        self.say(f"No Redis was running: started an embedded one (valkey) at 127.0.0.1:{server.port}")
+        self.say(f"Started an embedded Redis (valkey, ACLs on) at 127.0.0.1:{server.port}")
 
     def ensure_postgres(self) -> None:
         """The database named by DATABASE_URL, else an embedded PostgreSQL under var/postgres."""
@@ -156,7 +162,8 @@ class Stack:
         environment would find nothing of the control plane's), the broker URL by environment, not on the command
         line (any local user reads command lines), and, as root, each job's tasks under a uid of its own."""
         env = {k: v for k, v in self.env.items() if k not in NOT_FOR_AGENTS}
-        env["TFDASH_SERVER"] = self.env["REDIS_URL"]
+        # The broker's address alone: an agent signs in as its host's own user, with a password derived from its token.
+        env["TFDASH_SERVER"] = without_credentials(self.env["REDIS_URL"])
         if os.geteuid() == 0 and TASK_UIDS_ENV not in env:
             from worker_agent.supervision import identity
 

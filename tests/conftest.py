@@ -15,7 +15,9 @@ import pytest
 import redis
 from django.conf import settings
 
-from contracts.protocol import METRICS_QUEUE
+from contracts import broker
+from contracts.broker import without_credentials
+from contracts.protocol import ORCHESTRATOR_QUEUE
 from tests.support.processes import ManagedProcess
 
 AGENT_HEARTBEAT_S = 0.5
@@ -148,7 +150,7 @@ def start_agent(redis_url: str, open_tmp: Path) -> Iterator[Callable[..., Manage
     by every local user), and, as root, tasks under their own uids (TASK_UIDS)."""
     started: list[ManagedProcess] = []
 
-    from orchestrator.agents.keys import control_public_key
+    from orchestrator.identity.keys import control_public_key
 
     def start(host: str, token: str, *extra: str) -> ManagedProcess:
         workdir = open_tmp / f"agent-{host}"
@@ -156,7 +158,8 @@ def start_agent(redis_url: str, open_tmp: Path) -> Iterator[Callable[..., Manage
         token_file = workdir / "token"
         token_file.touch(mode=0o600)
         token_file.write_text(token)
-        env = {**os.environ, "TFDASH_SERVER": redis_url, "PYTHONUNBUFFERED": "1"}
+        # The broker's address alone: the agent signs in as its host's own Redis user (contracts/broker.py).
+        env = {**os.environ, "TFDASH_SERVER": without_credentials(redis_url), "PYTHONUNBUFFERED": "1"}
         env.pop("DJANGO_SETTINGS_MODULE", None)  # the agent must work without Django
         env.pop("TFDASH_CONTROL_KEY_FILE", None)  # nor may it see the control plane's private key
         uids = ("--task-uids", TASK_UIDS) if TASK_UIDS else ()
@@ -168,6 +171,7 @@ def start_agent(redis_url: str, open_tmp: Path) -> Iterator[Callable[..., Manage
              "--heartbeat-interval", str(AGENT_HEARTBEAT_S), "--workdir", str(workdir), *extra],
             env,
         )  # fmt: skip
+        proc.host = host  # type: ignore[attr-defined]
         started.append(proc)
         return proc
 
@@ -181,8 +185,11 @@ def start_agent(redis_url: str, open_tmp: Path) -> Iterator[Callable[..., Manage
     # Let the orchestrator and ingest worker take what the agents last sent before the test's tables are emptied.
     queues = redis.Redis.from_url(redis_url)
     deadline = time.monotonic() + 15
-    # The metric stream holds only entries the ingest has not stored yet (it deletes what it acknowledged).
-    while time.monotonic() < deadline and (queues.llen("orchestrator") or queues.xlen(METRICS_QUEUE)):
+    # A host's events and metrics streams hold only entries not handled yet (readers delete what they acknowledged).
+    streams = [broker.stream(proc.host, kind) for proc in started for kind in (broker.EVENTS, broker.METRICS)]
+    while time.monotonic() < deadline and (
+        queues.llen(ORCHESTRATOR_QUEUE) or any(queues.xlen(stream) for stream in streams)
+    ):
         time.sleep(0.1)
 
 

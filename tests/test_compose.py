@@ -52,6 +52,7 @@ def test_the_compose_file_validates_with_every_service():
     for number in (1, 2):
         agent = services[f"agent-{number}"]
         assert set(agent["environment"]) == {"PYTHONUNBUFFERED", "TFDASH_SERVER", "TFDASH_TASK_UIDS"}
+        assert agent["environment"]["TFDASH_SERVER"] == "redis://redis:6379/0"  # signs in as its host, no password
         assert agent["user"] == "root"
         assert "--token" not in agent["command"] and "--server" not in agent["command"]
         assert "--control-key-file" in agent["command"]

@@ -1,4 +1,4 @@
-"""The agent's Celery app: consumes `agent.<host>` and nothing else; sends its reports to the orchestrator queue.
+"""The agent's Celery app: consumes its host's order queue and nothing else; its reports go to its own streams.
 
 `Agent` ties one host's parts together: the app, the outbox (reports), the supervisor (task processes), the heartbeat
 and the host sampler, and shuts them down in the right order.
@@ -15,12 +15,12 @@ from typing import Any, Protocol
 from celery import Celery
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from contracts import broker
 from contracts.protocol import (
     AGENT_ACK_EXITS,
     AGENT_KILL,
     AGENT_LAUNCH,
     AGENT_PING,
-    ORCHESTRATOR_QUEUE,
     KillOrder,
     LaunchSpec,
     agent_queue,
@@ -59,6 +59,13 @@ def make_app(server: str, host: str, gate: OrderGate, runner: TaskRunner) -> Cel
         worker_pool="threads",
         worker_concurrency=4,
         worker_prefetch_multiplier=1,
+        broker_transport_options=broker.transport_options(host),
+        # The host's broker user may touch its order queue alone (contracts/broker.py): no remote control (pidbox
+        # queues, pub/sub), no task events; and nothing but JSON is ever decoded.
+        worker_enable_remote_control=False,
+        worker_send_task_events=False,
+        accept_content=["json"],
+        task_serializer="json",
     )
 
     # shared=False on every task: a shared task (Celery's default) is also added to every app finalised later in the
@@ -158,9 +165,9 @@ class Agent:
         self._shut_down = False
         self._shutdown_lock = threading.Lock()
 
-    def _report(self, task_name: str, body: dict[str, Any], queue: str = ORCHESTRATOR_QUEUE) -> None:
-        # The supervisor sends events and logs as (name, body): the orchestrator queue; its metrics pipes name
-        # METRICS_QUEUE.
+    def _report(self, task_name: str, body: dict[str, Any], queue: str = broker.EVENTS) -> None:
+        # The supervisor sends events as (name, body): the host's events stream; logs and its metrics pipes name
+        # broker.METRICS.
         self.outbox.send(task_name, body, queue=queue)
 
     def run(self, loglevel: str = "INFO") -> int:

@@ -3,7 +3,9 @@
 
 The token comes from a file (mode 0600) or env TFDASH_AGENT_TOKEN, never a flag (a flag shows in `ps`); the variable
 is removed from this process's environment at once, so no child inherits it, and only the key derived from the token
-is kept. `--control-key` is the control plane's public key, given at registration: every order must be signed by it.
+is kept. The agent signs in to the broker as its host's own Redis user, with a password derived from that key
+(contracts/broker.py), so `--server` carries no user or password. `--control-key` is the control plane's public key,
+given at registration: every order must be signed by it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from contracts import broker
 from contracts.names import HOST_NAME_RULE, is_host_name
 from contracts.signing import agent_mac_key, load_public_key
 from worker_agent import __version__
@@ -90,7 +93,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--server",
         default=os.environ.get("TFDASH_SERVER", "redis://127.0.0.1:6379/0"),
-        help="Redis URL of the control plane (env TFDASH_SERVER)",
+        help="Redis URL of the control plane, without user or password (env TFDASH_SERVER)",
     )
     parser.add_argument("--host", required=True, type=host_name, help="this host's name as registered")
     parser.add_argument(
@@ -141,6 +144,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     # Only the derived key is kept: the token itself is not stored on `args` or anywhere else.
     args.mac_key = agent_mac_key(token, args.host)
     del token
+    try:
+        args.broker_url = broker.server_url(args.server, args.host, broker.password(args.mac_key, args.host))
+    except ValueError as exc:
+        parser.error(f"--server: {exc}")
     if args.control_key_file is not None:
         try:
             args.control_key = args.control_key_file.read_text()
@@ -177,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("refusing to start: %s", exc)
         return 2
     agent = Agent(
-        server=args.server,
+        server=args.broker_url,
         host=args.host,
         mac_key=args.mac_key,
         control_key=args.control_key,

@@ -4,8 +4,8 @@ Every report (hello and heartbeat) also carries the agent's task report: what ru
 acknowledged and its last event number, from which the orchestrator converges its view of the host on every beat
 (orchestrator/agents/reconcile.py).
 
-The hello is a Celery message on the orchestrator queue; each heartbeat after it is an entry of the heartbeat stream
-(contracts/protocol.py HEARTBEAT_STREAM), which the orchestrator reads in batches.
+The hello is an entry of the host's events stream, each heartbeat after it one of its heartbeats stream
+(contracts/broker.py, contracts/protocol.py), which the orchestrator reads in batches.
 
 It survives a broker outage: a failed send is logged and the next tick tries again, so a host turns `online` again
 by itself once Redis is back.
@@ -20,12 +20,11 @@ from collections.abc import Callable
 import redis
 from celery import Celery
 
+from contracts import broker
 from contracts.protocol import (
     AGENT_HEARTBEAT,
     AGENT_HELLO,
-    HEARTBEAT_STREAM,
-    HEARTBEAT_STREAM_MAXLEN,
-    ORCHESTRATOR_QUEUE,
+    STREAM_MAXLEN,
     HostFacts,
     HostReport,
     TaskReport,
@@ -74,18 +73,12 @@ class Heartbeat(threading.Thread):
         report = HostReport(facts=self.facts(), tasks=tasks)
         try:
             sealed = seal(self._key, self.host, name, report.to_body())
-            if name == AGENT_HELLO:
-                self.app.send_task(
-                    name,
-                    args=[sealed],
-                    queue=ORCHESTRATOR_QUEUE,
-                    # A report nobody read within a few intervals says nothing about the host any more.
-                    expires=max(self.interval_s * 3, 10.0),
-                    retry=False,
-                )
-            else:
-                entry = stream_entry(name, sealed)
-                self._stream().xadd(HEARTBEAT_STREAM, entry, maxlen=HEARTBEAT_STREAM_MAXLEN, approximate=True)
+            # A hello waits its turn in the events stream (task events may be behind it); a heartbeat goes to a
+            # stream of its own, capped short: only a fresh one says anything.
+            kind = broker.EVENTS if name == AGENT_HELLO else broker.HEARTBEATS
+            self._stream().xadd(
+                broker.stream(self.host, kind), stream_entry(name, sealed), maxlen=STREAM_MAXLEN[kind], approximate=True
+            )
         except Exception as exc:  # broker down: keep beating, the next tick retries
             log.warning("could not send %s: %s", name, exc)
             return False

@@ -4,7 +4,7 @@ The supervisor creates the pipe, passes the write end to the child (env METRICS_
 the read end sees EOF once the child and every process that inherited the fd are gone. One daemon thread per task
 reads it: the "metric" and "facts" objects of one read are batched into one TASK_METRICS and handed on at once (no
 flush timer: the outbox batches further whatever waits while it publishes), "artifact" objects become TASK_ARTIFACT
-with the file's content; both go to METRICS_QUEUE, consumed in order apart from the lifecycle events (see
+with the file's content; both go to the host's METRICS stream, consumed in order apart from the lifecycle events (see
 protocol.py). The child runs arbitrary user code, so nothing it writes may hurt the agent: over-long lines, non-JSON,
 unknown kinds and bad artifacts are dropped with a counted, rate-limited warning, and the reader keeps draining the
 pipe whatever happens (a reader that stopped reading would block the child once the pipe buffer fills).
@@ -26,10 +26,10 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from contracts import broker
 from contracts.limits import MAX_ARTIFACT_BYTES
 from contracts.names import artifact_name_problem
 from contracts.protocol import (
-    METRICS_QUEUE,
     TASK_ARTIFACT,
     TASK_METRICS,
     TaskArtifact,
@@ -248,7 +248,7 @@ class MetricsPipe:
                 log.warning("%s: dropping a late %s after the exit", self.label, task_name)
                 return False
             try:
-                self._send(task_name, body, queue=METRICS_QUEUE)
+                self._send(task_name, body, queue=broker.METRICS)
             except Exception:  # the outbox never raises; an injected sender might, and must not end the reader
                 log.exception("%s: could not hand on %s", self.label, task_name)
                 return False

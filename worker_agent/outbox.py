@@ -5,10 +5,12 @@
 when it is full the oldest host sample batch, then the oldest log batch, is dropped first, because a lost sample or log
 line costs less than a lost task event.
 
-Each message names its broker queue (default ORCHESTRATOR_QUEUE, a Celery queue; metric traffic goes to
-METRICS_QUEUE, a Redis Stream). One ordered outbox serves every queue: that keeps the order within each queue, which
-is all the consumers rely on. Metric messages that wait together at the head go out in one pipelined round trip, so
-under load they batch by themselves while a lone point still leaves at once (no flush timer adds latency).
+Each message names the stream of this host's it goes to (contracts/broker.py: EVENTS, the default, for the hello and
+task events; METRICS for metric points, log lines, host samples and artifacts): every message is an entry of one of
+the host's own streams, the only keys besides its order queue that its broker user may write. One ordered outbox
+serves both: that keeps the order within each stream, which is all the consumers rely on. Messages that wait together
+at the head go out in one pipelined round trip, so under load they batch by themselves while a lone event still
+leaves at once (no flush timer adds latency).
 
 Every message is sealed (contracts/signing.py: host, time, nonce, name, body, MAC under the host's key) when it is
 published, not when it is queued: a message held back by a broker outage leaves with a fresh timestamp, so it is not
@@ -21,20 +23,14 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 import redis
 from celery import Celery
 
-from contracts.protocol import (
-    HOST_SAMPLES,
-    METRICS_QUEUE,
-    METRICS_STREAM_MAXLEN,
-    ORCHESTRATOR_QUEUE,
-    TASK_LOGS,
-    stream_entry,
-)
+from contracts import broker
+from contracts.protocol import HOST_SAMPLES, STREAM_MAXLEN, TASK_LOGS, stream_entry
 from contracts.signing import seal
 
 log = logging.getLogger(__name__)
@@ -54,8 +50,8 @@ MAX_BACKOFF_S = 2.0
 
 
 def broker_redis(app: Celery) -> redis.Redis:
-    """A client of the broker's Redis, for the streams the agent adds to (metric reports, heartbeats). Short timeouts:
-    a send must not hang the thread that makes it."""
+    """A client of the broker's Redis as the host's own user, for the streams the agent adds to. Short timeouts: a
+    send must not hang the thread that makes it."""
     return redis.Redis.from_url(app.conf.broker_url, socket_timeout=5, socket_connect_timeout=5)
 
 
@@ -69,20 +65,17 @@ class Outbox:
         transport: Transport | None = None,
         max_queued: int = MAX_QUEUED,
         max_backoff_s: float = MAX_BACKOFF_S,
-        streams: Collection[str] = (METRICS_QUEUE,),
     ) -> None:
         """`key`: the host's MAC key (contracts.signing.agent_mac_key). `transport(task_name, envelope, queue=...)`
-        publishes one sealed message or raises; the default is Celery's send_task."""
+        publishes one sealed message or raises; the default adds it to the host's stream `queue` (pipelined)."""
         self.app = app
         self.host = host
         self._key = key
         self.max_queued = max_queued
         self.max_backoff_s = max_backoff_s
-        # An injected transport (tests, tools) takes every message one by one; the default sends Celery messages
-        # with send_task and stream entries in pipelined batches.
-        self._custom_transport = transport is not None
-        self.streams = frozenset(streams)  # queues that are Redis Streams, not Celery queues
-        self._transport = transport or self._send_task
+        # An injected transport (tests, tools) takes every message one by one; the default adds stream entries in
+        # pipelined batches.
+        self._transport = transport
         self._redis: redis.Redis | None = None
         self._queue: deque[tuple[str, dict[str, Any], str]] = deque()
         self._cond = threading.Condition()
@@ -95,8 +88,9 @@ class Outbox:
         self._thread.start()
 
     # --- caller side ----------------------------------------------------------------------------------------------
-    def send(self, task_name: str, body: dict[str, Any], queue: str = ORCHESTRATOR_QUEUE) -> None:
-        """Queue one message for the broker queue `queue`; never blocks on the broker and never raises."""
+    def send(self, task_name: str, body: dict[str, Any], queue: str = broker.EVENTS) -> None:
+        """Queue one message for this host's stream `queue` (broker.EVENTS or broker.METRICS); never blocks on the
+        broker and never raises."""
         try:
             with self._cond:
                 if self._stopped:
@@ -162,27 +156,26 @@ class Outbox:
                     backoff = min(backoff * 2, self.max_backoff_s)
 
     def _head_batch(self) -> list[tuple[str, dict[str, Any], str]]:
-        """The head message, plus the stream messages right behind a stream head (called holding the lock)."""
-        head = self._queue[0]
-        if self._custom_transport or head[2] not in self.streams:
-            return [head]
+        """The head message, plus those right behind it up to a batch (called holding the lock)."""
+        if self._transport is not None:
+            return [self._queue[0]]
         batch, size = [], 0
         for item in self._queue:
-            if item[2] not in self.streams or len(batch) >= STREAM_BATCH or size >= STREAM_BATCH_BYTES:
+            if len(batch) >= STREAM_BATCH or size >= STREAM_BATCH_BYTES:
                 break
             batch.append(item)
             size += _rough_size(item[1])
         return batch
 
     def _publish_batch(self, batch: list[tuple[str, dict[str, Any], str]]) -> bool:
-        if len(batch) == 1 and (self._custom_transport or batch[0][2] not in self.streams):
+        if self._transport is not None:
             return self._publish(*batch[0])
         try:
             self._xadd(batch)
         except Exception as exc:  # Redis down or refusing: retried with backoff, the same batch or a longer one
             self.failures += 1
             if self.failures == 1 or self.failures % 20 == 0:
-                log.warning("could not send %d metric report(s) (%d failures so far, retrying): %s", len(batch),
+                log.warning("could not send %d report(s) (%d failures so far, retrying): %s", len(batch),
                             self.failures, exc)  # fmt: skip
             return False
         return True
@@ -195,7 +188,8 @@ class Outbox:
             envelope = self._seal(name, body)
             if envelope is None:
                 continue
-            pipe.xadd(queue, stream_entry(name, envelope), maxlen=METRICS_STREAM_MAXLEN, approximate=True)
+            key = broker.stream(self.host, queue)
+            pipe.xadd(key, stream_entry(name, envelope), maxlen=STREAM_MAXLEN[queue], approximate=True)
         pipe.execute()
 
     def _seal(self, name: str, body: dict[str, Any]) -> dict[str, Any] | None:
@@ -212,6 +206,7 @@ class Outbox:
         envelope = self._seal(task_name, body)
         if envelope is None:
             return True  # dropped: done with it
+        assert self._transport is not None
         try:
             self._transport(task_name, envelope, queue=queue)
         except Exception as exc:  # broker down or refusing: retried with backoff
@@ -220,10 +215,6 @@ class Outbox:
                 log.warning("could not send %s (%d failures so far, retrying): %s", task_name, self.failures, exc)
             return False
         return True
-
-    def _send_task(self, task_name: str, envelope: dict[str, Any], queue: str = ORCHESTRATOR_QUEUE) -> None:
-        # retry=False: the outbox owns retrying, so one send never hangs inside kombu's own retry loop.
-        self.app.send_task(task_name, args=[envelope], queue=queue, retry=False)
 
     def _drop_one(self) -> None:
         # Never drop a message being published (the thread pops them by identity afterwards).

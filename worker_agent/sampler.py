@@ -1,4 +1,4 @@
-"""Host samples: CPU, memory and per-GPU readings every `interval_s`, sent as HOST_SAMPLES to METRICS_QUEUE.
+"""Host samples: CPU, memory and per-GPU readings every `interval_s`, sent as HOST_SAMPLES to the METRICS stream.
 
 One daemon thread takes a sample per tick and hands it to the outbox within METRICS_FLUSH_S of taking it: at the
 default 1 Hz that is one sample per message; only intervals shorter than the flush period batch several. NVML is
@@ -19,7 +19,8 @@ from typing import Any
 
 import psutil
 
-from contracts.protocol import HOST_SAMPLES, METRICS_FLUSH_S, METRICS_QUEUE, HostSampleBatch
+from contracts import broker
+from contracts.protocol import HOST_SAMPLES, METRICS_FLUSH_S, HostSampleBatch
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +218,7 @@ class Sampler:
         if not samples:
             return
         try:
-            self._send(HOST_SAMPLES, asdict(HostSampleBatch(samples=samples)), queue=METRICS_QUEUE)
+            self._send(HOST_SAMPLES, asdict(HostSampleBatch(samples=samples)), queue=broker.METRICS)
         except Exception:  # the outbox never raises; an injected sender might, and must not end the sampler
             self._warn("host sampler: could not hand on %d sample(s)", len(samples))
             return

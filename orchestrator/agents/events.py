@@ -13,8 +13,8 @@ from django.db import transaction
 
 from contracts.protocol import TASK_EVENT, TaskEvent
 from orchestrator import counters
-from orchestrator.agents.auth import authenticated_body, remember
 from orchestrator.control.lifecycle import apply_event
+from orchestrator.identity.auth import authenticated_body, remember
 from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task
 
 log = logging.getLogger(__name__)

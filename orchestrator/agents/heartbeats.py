@@ -1,19 +1,20 @@
-"""Heartbeats in batches: the reader of the agents' heartbeat stream (contracts/protocol.py HEARTBEAT_STREAM).
+"""Heartbeats in batches: the reader of every host's heartbeat stream (contracts/broker.py HEARTBEATS).
 
 500 hosts beating every 3 s are ~170 reports a second; as Celery messages, one handler run each, they cost about two
 thirds of a core (bench/scale.py). Read a few hundred at a time, a batch costs:
-- one query for the hosts and one Redis round trip for the nonces (orchestrator/agents/auth.py authenticate_batch);
+- one query for the hosts and one Redis round trip for the nonces (orchestrator/identity/auth.py authenticate_batch);
 - one UPDATE of `last_heartbeat` for every host whose report only says "still here, same facts" (the steady case),
   and the full per-host path (orchestrator/agents/reports.py) for the few whose facts or status change;
 - one query for the tasks of every reporting host, compared in memory with each report
   (orchestrator/agents/reconcile.py); only a host whose report disagrees costs statements of its own;
 - one round trip for the report lags, one to remember the nonces, one to acknowledge and delete the entries.
 
-Every orchestrator worker runs one reader (a thread, started with the worker: `start_reader`), each a consumer of
-its own name in the group, so adding orchestrator workers adds readers. An entry is acknowledged after its batch
-was applied; one read but never acknowledged (the worker died) is read again by its consumer when it comes back, or
-claimed by another reader once it has sat idle for a while. Either way it is by then stale and dropped: a heartbeat
-is worth something only while it is fresh, and the next one from the same host follows within seconds.
+Every orchestrator worker runs one reader (orchestrator/streams.py, a thread started with the worker: `start_reader`),
+each a consumer of its own name in the group, so adding orchestrator workers adds readers. An entry is acknowledged
+after its batch was applied; one read but never acknowledged (the worker died) is read again by its consumer when it
+comes back, or claimed by another reader once it has sat idle for a while. Either way it is by then stale and
+dropped: a heartbeat is worth something only while it is fresh, and the next one from the same host follows within
+seconds.
 
 The watchdog judges no host while a heartbeat has waited unapplied for long (`unapplied_age_s`: no reader reads, or
 one is stuck holding a batch): the silence could then be this side's, not the host's.
@@ -23,25 +24,26 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 from django.utils import timezone
 
-from contracts.protocol import AGENT_HEARTBEAT, HEARTBEAT_GROUP, HEARTBEAT_STREAM, HostFacts, read_stream_entry
-from orchestrator import counters
-from orchestrator.agents import auth, reconcile, reports
+from contracts import broker
+from contracts.protocol import AGENT_HEARTBEAT, HEARTBEAT_GROUP, HostFacts
+from orchestrator import counters, streams
+from orchestrator.agents import reconcile, reports
+from orchestrator.identity import auth
 from orchestrator.models import Host, HostStatus
 
 log = logging.getLogger(__name__)
 
-READ_COUNT = 1000
-BLOCK_MS = 500
+READ_COUNT = 1000  # over every host's stream
+PER_STREAM = 20  # a host beats every few seconds: more than one beat waiting in its stream is a backlog
 CLAIM_IDLE_MS = 20_000  # entries another reader took and left this long are taken over (and dropped as stale)
 CLAIM_EVERY_S = 5.0
-MAX_BACKOFF_S = 1.0  # Redis back from a restart: the beats flow again within a second (the watchdog waits a timeout)
 GATHER_S = 0.5  # between reads, while they are not full: beats gather into batches (and wait at most this long)
 
 
@@ -98,140 +100,52 @@ def apply_batch(payloads: list[Any]) -> int:
     return len(accepted)
 
 
-class HeartbeatReader:
-    """One consumer of the heartbeat stream (see the module's doc)."""
-
-    def __init__(self, client: redis.Redis, consumer: str) -> None:
-        self.client = client
-        self.consumer = consumer
-
-    def ensure_group(self) -> None:
+def apply_entries(entries: list[streams.Entry]) -> list[tuple[streams.Entry, Exception]]:
+    """The stream reader's handler: each entry's sealed heartbeat, applied in one batch; what is not a heartbeat of
+    the stream's own host is refused (dead-lettered and counted)."""
+    payloads, refused = [], []
+    for entry in entries:
         try:
-            # From the start of the stream, not "$": a stream without the group is one Redis lost and made again
-            # (a restart without persistence); every beat an agent added since is news, and skipping them left
-            # hosts silent until their next beat. Beats too old to matter are refused as stale when applied.
-            self.client.xgroup_create(HEARTBEAT_STREAM, HEARTBEAT_GROUP, id="0", mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+            name, payload = streams.read_entry(entry)
+            if name != AGENT_HEARTBEAT:
+                raise ValueError(f"{name[:100]!r} on a heartbeat stream")
+        except Exception as exc:
+            counters.incr(auth.MALFORMED)
+            refused.append((entry, exc))
+            continue
+        payloads.append(payload)
+    apply_batch(payloads)
+    return refused
 
-    def run(self, stop: threading.Event) -> None:
-        backlog = True  # first what this consumer had read and not acknowledged, and what others left
-        backoff = 0.05
-        next_claim = 0.0
-        while not stop.is_set():
-            try:
-                if backlog:
-                    self.ensure_group()
-                if backlog or time.monotonic() >= next_claim:
-                    # Also from time to time: a worker that died for good leaves entries that would hold the
-                    # watchdog's judgement (unapplied_age_s) until someone takes them.
-                    self.take_over_abandoned()
-                    next_claim = time.monotonic() + CLAIM_EVERY_S
-                handled = self.drain_once(backlog=backlog)
-                if backlog and handled == 0:
-                    backlog = False
-                backoff = 0.05
-                if not backlog and handled < READ_COUNT:
-                    # A blocking read returns as soon as one entry is there: without this pause a fleet's beats
-                    # would come one or two per batch, each paying a batch's statements.
-                    stop.wait(GATHER_S)
-                continue
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                log.warning("heartbeat reader: Redis unavailable (%s); retrying in %.2f s", exc, backoff)
-            except redis.ResponseError as exc:
-                # NOGROUP/UNBLOCKED: Redis restarted without persistence (or was flushed): make the group again.
-                log.warning("heartbeat reader: Redis refused a stream command (%s); retrying", exc)
-            except DatabaseError as exc:
-                log.warning("heartbeat reader: database unavailable (%s); retrying in %.2f s", exc, backoff)
-                connection.close()
-            except Exception:
-                log.exception("heartbeat reader failed; retrying in %.2f s", backoff)
-            backlog = True
-            stop.wait(backoff)
-            backoff = min(backoff * 2, MAX_BACKOFF_S)
-        connection.close()
 
-    def take_over_abandoned(self) -> None:
-        """Claim what other readers read and never acknowledged (a worker that died for good), to drain it."""
-        self.client.xautoclaim(HEARTBEAT_STREAM, HEARTBEAT_GROUP, self.consumer, CLAIM_IDLE_MS, count=READ_COUNT)
-
-    def drain_once(self, *, backlog: bool = False, block_ms: int = BLOCK_MS) -> int:
-        """Read up to READ_COUNT entries (this consumer's pending ones when `backlog`), apply them, acknowledge and
-        delete them; returns how many were read."""
-        response = self.client.xreadgroup(
-            HEARTBEAT_GROUP,
-            self.consumer,
-            {HEARTBEAT_STREAM: "0" if backlog else ">"},
-            count=READ_COUNT,
-            block=None if backlog else block_ms,
-        )
-        entries: list[tuple[bytes, dict[bytes, bytes] | None]] = response[0][1] if response else []
-        if not entries:
-            return 0
-        payloads = []
-        for entry_id, fields in entries:
-            if not fields:  # deleted after it was read: nothing left
-                continue
-            try:
-                payloads.append(read_stream_entry(fields)[1])
-            except (KeyError, ValueError, RecursionError) as exc:
-                log.warning("heartbeat entry %s is not a sealed message: %r", entry_id.decode(errors="replace"), exc)
-                counters.incr(auth.MALFORMED)
-        apply_batch(payloads)
-        ids = [entry_id for entry_id, _fields in entries]
-        pipe = self.client.pipeline(transaction=True)
-        pipe.xack(HEARTBEAT_STREAM, HEARTBEAT_GROUP, *ids)
-        pipe.xdel(HEARTBEAT_STREAM, *ids)
-        pipe.execute()
-        return len(entries)
+def reader(
+    client: redis.Redis, consumer: str, hosts: Callable[[], Iterable[str]] | None = None
+) -> streams.StreamReader:
+    """A reader of every host's heartbeat stream, named `consumer` in the group (see the module's doc)."""
+    return streams.StreamReader(
+        client,
+        kind=broker.HEARTBEATS,
+        group=HEARTBEAT_GROUP,
+        consumer=consumer,
+        handler=apply_entries,
+        hosts=hosts or streams.all_host_names,
+        read_count=READ_COUNT,
+        per_stream=PER_STREAM,
+        idle_s=GATHER_S,
+        claim_idle_ms=CLAIM_IDLE_MS,
+        claim_every_s=CLAIM_EVERY_S,
+    )
 
 
 def unapplied_age_s(client: redis.Redis) -> float:
     """How long the oldest heartbeat not applied yet has been waiting (read by a reader and not acknowledged, or not
-    read at all); 0.0 when none waits. Measured on Redis's clock, which stamped the entries. The watchdog judges no
-    host while this is large: some host's report may be among those waiting (orchestrator/agents/liveness.py)."""
-    now_ms = _ms(client.time())
-    waiting: list[int] = []
-    try:
-        pending = client.xpending(HEARTBEAT_STREAM, HEARTBEAT_GROUP)
-        if pending["pending"]:
-            waiting.append(_entry_ms(pending["min"]))
-        group = next(g for g in client.xinfo_groups(HEARTBEAT_STREAM) if _text(g["name"]) == HEARTBEAT_GROUP)
-        after = "(" + _text(group["last-delivered-id"])
-    except (redis.ResponseError, StopIteration):  # no group yet: no reader has ever read, all of it waits
-        after = "-"
-    unread = client.xrange(HEARTBEAT_STREAM, min=after, count=1)
-    if unread:
-        waiting.append(_entry_ms(unread[0][0]))
-    return max(0.0, (now_ms - min(waiting)) / 1000) if waiting else 0.0
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _entry_ms(entry_id: bytes | str) -> int:
-    return int(_text(entry_id).split("-")[0])
-
-
-def _ms(redis_time: tuple[int, int]) -> int:
-    seconds, micros = redis_time
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
-_started: dict[str, tuple[threading.Thread, threading.Event]] = {}
+    read at all), over every host's stream; 0.0 when none waits. Measured on Redis's clock, which stamped the entries.
+    The watchdog judges no host while this is large: some host's report may be among those waiting
+    (orchestrator/agents/liveness.py)."""
+    return streams.oldest_waiting_age_s(client, broker.HEARTBEATS, HEARTBEAT_GROUP, streams.all_host_names())
 
 
 def start_reader(client: redis.Redis, consumer: str) -> threading.Event:
     """Run a reader named `consumer` in a daemon thread of this process (once per name); set the returned event to
     stop it."""
-    if consumer in _started:
-        return _started[consumer][1]
-    stop = threading.Event()
-    reader = HeartbeatReader(client, consumer)
-    thread = threading.Thread(target=reader.run, args=(stop,), name=f"heartbeats-{consumer}", daemon=True)
-    thread.start()
-    _started[consumer] = (thread, stop)
-    log.info("heartbeat reader %s started", consumer)
-    return stop
+    return streams.start(reader(client, consumer))

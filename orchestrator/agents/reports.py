@@ -12,8 +12,8 @@ from django.utils import timezone
 from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, HostFacts, TaskReport, parse_facts, parse_task_report
 from orchestrator import counters
 from orchestrator.agents import reconcile
-from orchestrator.agents.auth import MALFORMED, REFUSED, STALE, authenticate, remember
 from orchestrator.control import passes
+from orchestrator.identity.auth import MALFORMED, REFUSED, STALE, authenticate, remember
 from orchestrator.models import Host, HostStatus
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,8 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from orchestrator.admin import agent_server_url
+from orchestrator.identity import tokens
+from orchestrator.identity.broker_users import agent_server_url
 from orchestrator.models import Cluster, Host
 
 
@@ -106,4 +107,4 @@ class HostCreatedSerializer(HostSerializer):
 
     def get_agent_command(self, obj: Host) -> str:
         # The token goes into the file the command names (mode 0600), never onto a command line.
-        return shlex.join(obj.agent_command(agent_server_url()))
+        return shlex.join(tokens.agent_command(obj, agent_server_url()))

@@ -18,6 +18,7 @@ from rest_framework.throttling import ScopedRateThrottle
 from orchestrator.api import signin_limit
 from orchestrator.api.permissions import IsStaffOrReadOnly
 from orchestrator.api.serializers import ClusterSerializer, HostCreatedSerializer, HostSerializer, TokenSerializer
+from orchestrator.identity import tokens
 from orchestrator.models import Cluster, Host
 
 
@@ -62,8 +63,7 @@ class HostViewSet(viewsets.ModelViewSet):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         host: Host = Host(cluster=self.cluster(), **serializer.validated_data)
-        token = host.issue_token()
-        host.save()
+        token = tokens.issue(host)
         body = HostCreatedSerializer(host, context={**self.get_serializer_context(), "token": token}).data
         return Response(body, status=status.HTTP_201_CREATED)
 

@@ -33,9 +33,9 @@ from contracts.protocol import (
 from contracts.run_config import script_env
 from contracts.signing import sign_order
 from contracts.strategies import Strategy
-from orchestrator.agents.keys import control_private_key
 from orchestrator.control.passes import BROKER_ERRORS
 from orchestrator.core import tf_config
+from orchestrator.identity.keys import control_private_key
 from orchestrator.models import Host, Job, ProgramKind, Task, TaskState
 
 log = logging.getLogger(__name__)

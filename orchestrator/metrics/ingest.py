@@ -34,7 +34,7 @@ from contracts.protocol import (
 )
 from contracts.strategies import speaks_for_job
 from orchestrator import counters
-from orchestrator.agents import auth
+from orchestrator.identity import auth
 from orchestrator.metrics import hosts, live, log_store
 from orchestrator.metrics.artifacts import handle_task_artifact
 from orchestrator.metrics.lookups import DROPPED, host_of, lookups, task_of

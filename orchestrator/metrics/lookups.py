@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from orchestrator import counters
-from orchestrator.agents import auth
+from orchestrator.identity import auth, tokens
 from orchestrator.models import Host, Task
 
 DROPPED = "metric_events_dropped"
@@ -39,7 +39,7 @@ class _Lookups:
         if len(self.hosts) > 10_000:  # names from forged reports must not grow this without bound
             self.hosts.clear()
         host = Host.objects.filter(name=name).first()
-        key = host.mac_key() if host is not None else None
+        key = tokens.mac_key(host) if host is not None else None
         self.hosts[name] = (now + HOST_CACHE_S, host, key)
         return host, key
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from datetime import datetime
 from typing import Any
 
@@ -12,8 +11,6 @@ from django.urls import reverse
 from django.utils import timezone
 
 from contracts.protocol import HostFacts
-from contracts.signing import agent_mac_key
-from orchestrator.agents import keys, tokens
 from orchestrator.models.validators import (
     parse_labels,
     validate_address,
@@ -106,7 +103,7 @@ class Host(models.Model):
     agent_started_at = models.DateTimeField(null=True, blank=True)
 
     # The key this host's messages are MACed with (derived from its token by HKDF; the token itself is never stored),
-    # encrypted with a key of the control plane's (orchestrator/agents/keys.py): without that key, a database dump
+    # encrypted with a key of the control plane's (orchestrator/identity/keys.py): without that key, a database dump
     # can forge no message of the host's. Blank: no token issued yet (or issued before protocol 3).
     agent_key = models.CharField(max_length=200, editable=False, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -124,7 +121,7 @@ class Host(models.Model):
         if self.labels:
             self.labels = ", ".join(parse_labels(self.labels))
         if self.name:
-            # Agent queues are named agent.<host>, so a name may live in only one cluster.
+            # A host's broker keys and user are named after it (contracts/broker.py): a name lives in one cluster.
             clash = Host.objects.filter(name=self.name).exclude(pk=self.pk).select_related("cluster").first()
             if clash is not None:
                 where = "this cluster" if clash.cluster_id == self.cluster_id else f"cluster {clash.cluster.name}"
@@ -138,42 +135,6 @@ class Host(models.Model):
     @property
     def device_slots(self) -> int:
         return device_slots(self.gpus, self.cpu_slots, self.cpu_count)
-
-    # --- the agent token ---
-    def issue_token(self) -> str:
-        """Set a fresh token and return it in plain text: the only time anyone sees it. Only the key derived from it
-        is kept (encrypted); the host's name is part of that derivation, so a renamed host needs a new token."""
-        token = tokens.new_token()
-        self.agent_key = keys.seal_host_key(self.name, agent_mac_key(token, self.name))
-        return token
-
-    def mac_key(self) -> bytes | None:
-        """The key this host's messages must be MACed with; None when it has none (or it does not open)."""
-        return keys.open_host_key(self.name, self.agent_key) if self.agent_key else None
-
-    def check_token(self, token: str) -> bool:
-        key = self.mac_key()
-        return key is not None and secrets.compare_digest(key, agent_mac_key(token, self.name))
-
-    def agent_command(self, server: str, token_file: str = "tfdash-agent.token") -> list[str]:  # noqa: S107 - a file name
-        """How to start this host's agent. The token goes into `token_file` (mode 0600), never onto the command line
-        (a flag shows in `ps`); `--control-key` is the control plane's public key, which the agent pins to check
-        every order."""
-        return [
-            "python",
-            "-m",
-            "worker_agent",
-            "--server",
-            server,
-            "--host",
-            self.name,
-            "--token-file",
-            token_file,
-            "--control-key",
-            keys.control_public_key(),
-            "--port-range",
-            f"{self.port_min}-{self.port_max}",
-        ]
 
     # --- state changes driven by agents and the watchdog ---
     @staticmethod

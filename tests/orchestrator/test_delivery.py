@@ -25,6 +25,8 @@ import redis
 from celery import Celery
 from django.db import connections, transaction
 
+from contracts import broker
+from contracts.broker import without_credentials
 from contracts.protocol import (
     AGENT_LAUNCH,
     ORCHESTRATOR_QUEUE,
@@ -34,6 +36,7 @@ from contracts.protocol import (
     agent_queue,
 )
 from orchestrator.control import dispatch
+from orchestrator.identity import tokens
 from orchestrator.models import Cluster, Host, HostStatus, Job, JobState, Script, Task, TaskState
 from tests.orchestrator.test_redis_restart import (  # noqa: F401 - the fixtures are used by name
     DB,
@@ -42,7 +45,7 @@ from tests.orchestrator.test_redis_restart import (  # noqa: F401 - the fixtures
     private_redis,
 )
 from tests.support.processes import ManagedProcess, wait_until
-from tests.support.wire import control_key_flags, sealed, signed_order
+from tests.support.wire import broker_user, control_key_flags, sealed, signed_order
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=[DB])
 
@@ -52,8 +55,7 @@ def running_job() -> Iterator[tuple[Job, Task, str]]:
     """A one-worker MultiWorkerMirrored job whose only task runs on a registered host: (job, task, host token)."""
     cluster = Cluster.objects.using(DB).create(name="delivery-lab")
     host = Host(cluster=cluster, name="delivery-0", address="127.0.0.1", port_min=30700, port_max=30709)
-    token = host.issue_token()
-    host.save(using=DB)
+    token = tokens.issue(host, using=DB)
     from django.contrib.auth import get_user_model
 
     owner = get_user_model().objects.db_manager(DB).create_user("carol", password="pw-carol-123")
@@ -104,12 +106,12 @@ def test_events_taken_by_a_killed_orchestrator_are_applied_at_once_by_the_next(
     job, task, token = running_job
     # An hour: were the events left to the broker's visibility timeout, this test would time out.
     _start_orchestrator(deployment, TFDASH_REDELIVER_AFTER_S="3600", TFDASH_DB_LOCK_TIMEOUT_MS="120000")
-    broker = redis.Redis.from_url(deployment.redis_url)
+    client = redis.Redis.from_url(deployment.redis_url)
     lock = _holding_the_job_row(job)
     try:
         _publish_exit(deployment.redis_url, "delivery-0", token, task, code=0)
         # Taken (unacknowledged) and stuck on the lock: that is the moment a crash costs an event without acks_late.
-        wait_until(lambda: TASK_EVENT.encode() in b"".join(broker.hvals("unacked")), 30,
+        wait_until(lambda: TASK_EVENT.encode() in b"".join(client.hvals("unacked")), 30,
                    what="the event taken by the orchestrator")  # fmt: skip
         deployment.kill("orchestrator")
     finally:
@@ -194,9 +196,10 @@ def test_an_agent_restarted_after_its_exit_event_was_lost_reports_the_exit_and_t
     wait_until(lambda: ledger_entry.exists() and '"exited"' in ledger_entry.read_text(), 30, what="the exit recorded")
 
     agent.kill()  # SIGKILL, and its STARTED and EXITED events are lost on the broker
-    broker = redis.Redis.from_url(deployment.redis_url)
-    wait_until(lambda: broker.llen(ORCHESTRATOR_QUEUE) > 0, 10, what="the agent's events queued")
-    broker.delete(ORCHESTRATOR_QUEUE)
+    client = redis.Redis.from_url(deployment.redis_url)
+    events = broker.stream("delivery-0", broker.EVENTS)
+    wait_until(lambda: client.xlen(events) > 0, 10, what="the agent's events sent")
+    client.delete(events)
 
     _start_agent(deployment, "delivery-0", token, tmp_path / "agent")  # its next life, same workdir
     _start_orchestrator(deployment)
@@ -214,12 +217,13 @@ EXIT_3 = b"import sys\nprint('about to fail', flush=True)\nsys.exit(3)\n"
 
 
 def _start_agent(stack: Deployment, host: str, token: str, workdir: Path) -> ManagedProcess:
+    broker_user(stack.redis_url, host, token)  # the orchestrator that would make it may be down
     env = {**os.environ, "TFDASH_AGENT_TOKEN": token, "PYTHONUNBUFFERED": "1"}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     proc = ManagedProcess(
         f"agent-{host}",
-        [sys.executable, "-m", "worker_agent", "--server", stack.redis_url, "--host", host, *control_key_flags(),
-         "--heartbeat-interval", "0.5", "--workdir", str(workdir)],
+        [sys.executable, "-m", "worker_agent", "--server", without_credentials(stack.redis_url), "--host", host,
+         *control_key_flags(), "--heartbeat-interval", "0.5", "--workdir", str(workdir)],
         env,
     )  # fmt: skip
     stack.procs[f"agent-{host}-{len(stack.procs)}"] = proc  # stopped (and its log kept) with the deployment

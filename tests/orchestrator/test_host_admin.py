@@ -7,7 +7,9 @@ import re
 import pytest
 from django.conf import settings
 
-from orchestrator.agents.keys import control_public_key
+from contracts.broker import without_credentials
+from orchestrator.identity import tokens
+from orchestrator.identity.keys import control_public_key
 from orchestrator.models import Host
 from tests import factories
 
@@ -77,14 +79,16 @@ def test_it_shows_the_token_once_with_the_agent_command(admin_client):
     page = response.content.decode()
     token = re.search(r"<code>(tfa_[\w-]+)</code>", page)[1]
     host = Host.objects.get(name="gpu-1")
-    assert host.check_token(token)
+    assert tokens.check_token(host, token)
     assert token not in host.agent_key  # only a key derived from it is stored, encrypted
     assert host.labels == "fast-net, gpu"
     command = (
-        f"python -m worker_agent --server {settings.REDIS_URL} --host gpu-1 --token-file tfdash-agent.token "
-        f"--control-key {control_public_key()} --port-range"
+        f"python -m worker_agent --server {without_credentials(settings.REDIS_URL)} --host gpu-1 "
+        f"--token-file tfdash-agent.token --control-key {control_public_key()} --port-range"
     )
     assert command in page
+    # The control plane's own broker password is not in it: the agent signs in as its host's own user.
+    assert settings.REDIS_URL.split("@")[0].split(":")[-1] not in page
     assert page.count(token) == 1  # shown once, and not on the command line (which `ps` shows)
     # Never again: the change page does not show it.
     assert token not in admin_client.get(f"/admin/orchestrator/host/{host.pk}/change/").content.decode()
@@ -101,8 +105,8 @@ def test_it_issues_a_new_token_that_replaces_the_old_one(admin_client):
 
     new_token = re.search(r"<code>(tfa_[\w-]+)</code>", response.content.decode())[1]
     host.refresh_from_db()
-    assert host.check_token(new_token)
-    assert not host.check_token(old_token)
+    assert tokens.check_token(host, new_token)
+    assert not tokens.check_token(host, old_token)
 
 
 def test_it_lists_hosts_with_status_and_devices(admin_client):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -33,15 +32,17 @@ from django.contrib.auth import get_user_model
 from django.db import connections
 from rest_framework.authtoken.models import Token
 
-from contracts.protocol import METRICS_QUEUE
+from contracts import broker
+from contracts.broker import without_credentials
+from orchestrator.identity.tokens import issue as issue_token
 from orchestrator.models import Cluster, Host, HostStatus, Job, MetricPoint, Task
 from tests.support.processes import ManagedProcess, wait_until
+from tests.support.redis_server import RedisServer
 from tests.support.wire import control_key_flags
 
 DB = "isolated"  # tests/settings.py: a test database of its own, made only when a test asks for it
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases=[DB]),
-    pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs a redis-server binary"),
 ]
 
 AGENT_HEARTBEAT_S = 0.5
@@ -54,31 +55,6 @@ OUTAGE_S = 2.0
 # A train point closes its window at the first step that ends MIN_INTERVAL_S (0.5 s) after the window opened, so a
 # window spans 0.5 s plus at most one step; with a window's report missing, its successor's steps would span ~1 s.
 MAX_WINDOW_S = 0.9
-
-
-class RedisServer:
-    """A redis-server of this test's own, without persistence: a restart loses every key."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = _free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.workdir = workdir
-        self.proc: ManagedProcess | None = None
-        self.logs: list[str] = []
-
-    def start(self) -> None:
-        argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--dir", str(self.workdir)]  # fmt: skip
-        self.proc = ManagedProcess(f"redis:{self.port}", argv, {**os.environ})
-        self.proc.wait_for_line("Ready to accept connections", timeout=15)
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown, no save; clients see their connections drop mid-command."""
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.stop()
-            self.logs.append(self.proc.output())
-            self.proc = None
 
 
 class Deployment:
@@ -105,8 +81,9 @@ class Deployment:
             agent_env.pop("DJANGO_SETTINGS_MODULE", None)  # the agent must work without Django
             self.procs[f"agent-{host}"] = ManagedProcess(
                 f"agent-{host}",
-                [py, "-m", "worker_agent", "--server", self.redis_url, "--host", host, *control_key_flags(),
-                 "--heartbeat-interval", str(AGENT_HEARTBEAT_S), "--workdir", str(self.workdir / f"agent-{host}")],
+                [py, "-m", "worker_agent", "--server", without_credentials(self.redis_url), "--host", host,
+                 *control_key_flags(), "--heartbeat-interval", str(AGENT_HEARTBEAT_S),
+                 "--workdir", str(self.workdir / f"agent-{host}")],
                 agent_env,
             )  # fmt: skip
         self.procs["orchestrator"].wait_for_line(r"orchestrator-restart@\S+ ready", timeout=60)
@@ -203,8 +180,7 @@ def two_hosts(tmp_path: Path) -> dict[str, str]:
         low = FIRST_PORT + 10 * i
         host = Host(cluster=cluster, name=f"restart-{i}", address="127.0.0.1", port_min=low, port_max=low + 9,
                     cpu_slots=1)  # fmt: skip
-        tokens[host.name] = host.issue_token()
-        host.save(using=DB)
+        tokens[host.name] = issue_token(host, using=DB)
     return tokens
 
 
@@ -253,7 +229,8 @@ def test_a_job_survives_a_redis_restart_and_every_point_reported_after_it_is_sto
           "both workers to exit")  # fmt: skip
     queues = redis.Redis.from_url(private_redis.url)
     # The ingest deletes a stream entry only once its rows are committed: an empty stream is a stored one.
-    _wait(lambda: queues.xlen(METRICS_QUEUE) == 0, 30, job_id, deployment, "the metric stream to be drained")
+    streams = [broker.stream(host.name, broker.METRICS) for host in Host.objects.using(DB).all()]
+    _wait(lambda: not any(queues.xlen(s) for s in streams), 30, job_id, deployment, "the metric streams to be drained")
     assert [t.exit_code for t in job.current_tasks()] == [0, 0]
 
     # The control plane came back: heartbeats of both agents went through the orchestrator again after the restart.

@@ -31,10 +31,10 @@ import pytest
 import redis
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from contracts import broker
 from contracts.protocol import (
     AGENT_HEARTBEAT,
     AGENT_LAUNCH,
-    HEARTBEAT_STREAM,
     ORCHESTRATOR_QUEUE,
     TASK_EVENT,
     LaunchSpec,
@@ -43,8 +43,8 @@ from contracts.protocol import (
 )
 from contracts.signing import agent_mac_key, sign_order
 from orchestrator import counters
-from orchestrator.agents import auth
-from orchestrator.agents.keys import control_private_key
+from orchestrator.identity import auth
+from orchestrator.identity.keys import control_private_key
 from orchestrator.models import Host, HostStatus, JobState
 from tests import factories
 from tests.orchestrator.test_convergence import final, placed_now
@@ -67,7 +67,8 @@ class BrokerWatcher:
         self.db = int((parsed.path or "/0").lstrip("/") or 0)
         self.sock = socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 6379))
         if parsed.password:
-            self.sock.sendall(f"AUTH {parsed.password}\r\n".encode())
+            user = f"{parsed.username} " if parsed.username else ""
+            self.sock.sendall(f"AUTH {user}{parsed.password}\r\n".encode())
         self.sock.sendall(b"MONITOR\r\n")
         self.reader = self.sock.makefile("rb")
         self.commands: list[list[bytes]] = []
@@ -235,8 +236,9 @@ def lived(watcher, orchestrator, start_agent, alice, open_tmp):  # type: ignore[
     assert runs(marker) == 1
     # Until the exit is acknowledged, and a few heartbeats past it.
     wait_until(lambda: len(watcher.pushes(agent_queue(HOST))) >= 2, 30, what="the launch and the acknowledgement")
-    beats = len(watcher.pushes(ORCHESTRATOR_QUEUE))
-    wait_until(lambda: len(watcher.pushes(ORCHESTRATOR_QUEUE)) >= beats + 3, 30, what="three more heartbeats")
+    heartbeats = broker.stream(HOST, broker.HEARTBEATS)
+    beats = len(watcher.stream_entries(heartbeats))
+    wait_until(lambda: len(watcher.stream_entries(heartbeats)) >= beats + 3, 30, what="three more heartbeats")
     return host, token, agent, marker
 
 
@@ -307,7 +309,7 @@ def test_no_secret_crosses_the_broker_and_nothing_captured_or_forged_runs(
     assert agent.terminate(timeout=20) == 0
     agent.stop()
     restarted = start_agent(host.name, token)
-    restarted.wait_for_line(r"consuming agent\.watch-0", timeout=30)
+    restarted.wait_for_line(r"consuming tfdash:host:watch-0:orders", timeout=30)
     push(client, agent_queue(HOST), [fresh_push])
     wait_until(lambda: "was seen before" in restarted.output(), 30, what="the replay after the restart refused")
     assert runs(fresh_marker) == 1 and runs(marker) == 1
@@ -337,15 +339,18 @@ def test_no_secret_crosses_the_broker_and_nothing_captured_or_forged_runs(
 def test_captured_agent_messages_replayed_are_refused_and_counted(lived, watcher, redis_url, orchestrator):
     _host, _token, _agent, _marker = lived
     client = redis.Redis.from_url(redis_url)
-    pushed = watcher.pushes(ORCHESTRATOR_QUEUE)
-    beat = next(e for e in watcher.stream_entries(HEARTBEAT_STREAM) if e[b"name"] == AGENT_HEARTBEAT.encode())
-    event = next(p for p in pushed if TASK_EVENT.encode() in b"".join(readings(p)))
+    heartbeats, events = (broker.stream(HOST, kind) for kind in (broker.HEARTBEATS, broker.EVENTS))
+    beat = next(e for e in watcher.stream_entries(heartbeats) if e[b"name"] == AGENT_HEARTBEAT.encode())
+    event_entry = next(e for e in watcher.stream_entries(events) if e[b"name"] == TASK_EVENT.encode())
+    # What the relay handed on to the orchestrator's queue (orchestrator/agents/relay.py).
+    event = next(p for p in watcher.pushes(ORCHESTRATOR_QUEUE) if TASK_EVENT.encode() in b"".join(readings(p)))
     replayed_before = counters.get(auth.REPLAYED)
 
-    client.xadd(HEARTBEAT_STREAM, beat)  # a heartbeat is a stream entry, refused as seen (nonce) like a message
+    client.xadd(heartbeats, beat)  # a heartbeat is a stream entry, refused as seen (nonce) like a message
+    client.xadd(events, event_entry)  # a task event, back on the host's stream: relayed, then refused as seen
     message = json.loads(event)
     message["headers"]["expires"] = None  # Celery's own expiry is no defence: it is outside the MAC
     client.lpush(ORCHESTRATOR_QUEUE, json.dumps(message))
 
-    wait_until(lambda: counters.get(auth.REPLAYED) >= replayed_before + 2, 30, what="both replays refused")
-    assert orchestrator.output().count("seen before") >= 2
+    wait_until(lambda: counters.get(auth.REPLAYED) >= replayed_before + 3, 30, what="the three replays refused")
+    assert orchestrator.output().count("seen before") >= 3

@@ -7,7 +7,8 @@ from typing import Any
 
 import psutil
 
-from contracts.protocol import ORCHESTRATOR_QUEUE, TASK_EVENT, TASK_LOGS
+from contracts import broker
+from contracts.protocol import TASK_EVENT, TASK_LOGS
 from tests.support.processes import wait_until
 
 
@@ -18,7 +19,7 @@ class Recorder:
         self._lock = threading.Lock()
         self.messages: list[tuple[str, dict[str, Any]]] = []
 
-    def __call__(self, name: str, body: dict[str, Any], queue: str = ORCHESTRATOR_QUEUE) -> None:
+    def __call__(self, name: str, body: dict[str, Any], queue: str = broker.EVENTS) -> None:
         with self._lock:
             self.messages.append((name, body))
 

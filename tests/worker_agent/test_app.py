@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from contracts.protocol import AGENT_KILL, AGENT_LAUNCH, KillOrder, LaunchSpec, agent_queue
 from contracts.signing import sign_order
 from tests.support.processes import wait_until
-from tests.support.wire import signed_order
+from tests.support.wire import broker_user, signed_order
 from tests.worker_agent.recording import gone
 from tests.worker_agent.supervision.specs import spec_for
 from worker_agent.app import make_app
@@ -110,6 +110,7 @@ def test_a_signed_but_malformed_order_is_dropped(runner_app, caplog):
 # --- the real agent -------------------------------------------------------------------------------------------------
 def test_a_real_agent_launches_a_signed_order_and_kills_its_tasks_when_stopped(start_agent, redis_url, open_tmp):
     host, token = f"sup-{os.getpid()}", "tfa_agent_test"
+    broker_user(redis_url, host, token)  # a host the database does not know: its broker user made by hand
     agent = start_agent(host, token)
     out = open_tmp / "out"
     out.mkdir()

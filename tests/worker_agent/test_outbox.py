@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-import base64
 import itertools
 import json
-import os
-import shutil
-import socket
 import threading
 import time
 from typing import Any
 
-import pytest
 import redis
 from celery import Celery
 
-from contracts.protocol import (
-    HOST_SAMPLES,
-    METRICS_QUEUE,
-    ORCHESTRATOR_QUEUE,
-    TASK_EVENT,
-    TASK_LOGS,
-    TASK_METRICS,
-)
+from contracts import broker
+from contracts.protocol import HOST_SAMPLES, TASK_EVENT, TASK_LOGS, TASK_METRICS
 from contracts.signing import agent_mac_key, open_sealed
-from tests.support.processes import ManagedProcess, wait_until
+from tests.support.processes import wait_until
+from tests.support.redis_server import RedisServer
+from tests.support.wire import broker_user
 from worker_agent.outbox import Outbox
 
 UNUSED_APP = Celery(
@@ -43,7 +34,7 @@ class FlakyTransport:
         self.gate = threading.Event()
         self.gate.set()
 
-    def __call__(self, task_name: str, envelope: dict[str, Any], queue: str = ORCHESTRATOR_QUEUE) -> None:
+    def __call__(self, task_name: str, envelope: dict[str, Any], queue: str = broker.EVENTS) -> None:
         self.gate.wait()
         self.attempts.append((time.monotonic(), body_of(envelope)["n"]))
         if self.failures_left > 0:
@@ -55,18 +46,19 @@ class FlakyTransport:
         return [body_of(envelope)["n"] for _, envelope in self.delivered]
 
 
-KEY = agent_mac_key("tfa_token", "gpu-1")
+TOKEN = "tfa_token"
+KEY = agent_mac_key(TOKEN, "gpu-1")
+
+
+def host_url(server: RedisServer, host: str, token: str) -> str:
+    """The URL `host`'s agent signs in to `server` with (contracts/broker.py)."""
+    mac_key = agent_mac_key(token, host)
+    return broker.server_url(broker.without_credentials(server.url), host, broker.password(mac_key, host))
 
 
 def body_of(envelope: dict) -> object:
     """What a sealed envelope carries (unverified: these tests look at order and content)."""
     return json.loads(envelope["signed"])["body"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_it_wraps_each_body_in_the_host_envelope():
@@ -161,11 +153,10 @@ def test_stop_gives_up_on_a_broker_that_never_returns():
     assert transport.delivered == []
 
 
-@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs a redis-server binary")
 def test_an_event_sent_while_redis_is_down_arrives_once_it_is_up(tmp_path):
-    port = free_port()
-    url = f"redis://127.0.0.1:{port}/0"
-    app = Celery("outbox-redis-test", broker=url, set_as_current=False)
+    server = RedisServer(tmp_path)
+    # As the agent does: signed in as its host's own user (which the control plane makes once Redis is up).
+    app = Celery("outbox-redis-test", broker=host_url(server, "gpu-1", TOKEN), set_as_current=False)
     app.conf.broker_connection_timeout = 1  # fail each attempt fast; the outbox retries
     outbox = Outbox(app, "gpu-1", KEY)
     for n in range(3):
@@ -173,24 +164,17 @@ def test_an_event_sent_while_redis_is_down_arrives_once_it_is_up(tmp_path):
 
     wait_until(lambda: outbox.failures >= 1, timeout=15, what="a failed publish while nothing listens")
     assert outbox.pending() == 3
-    server = ManagedProcess(
-        "redis",
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path)],
-        {**os.environ},
-    )  # fmt: skip
+    server.start()
     try:
-        server.wait_for_line("Ready to accept connections", timeout=15)
+        broker_user(server.url, "gpu-1", TOKEN)
         assert outbox.flush(20)
-        raw = redis.Redis.from_url(url).lrange(ORCHESTRATOR_QUEUE, 0, -1)
+        entries = redis.Redis.from_url(server.url).xrange(broker.stream("gpu-1", broker.EVENTS))
     finally:
         outbox.stop()
-        server.stop()
+        server.kill()
 
-    # kombu LPUSHes and consumers BRPOP: the oldest message is at the right end.
-    messages = [json.loads(item) for item in reversed(raw)]
-    assert [m["headers"]["task"] for m in messages] == [TASK_EVENT] * 3
-    bodies = [body_of(json.loads(base64.b64decode(m["body"]))[0][0]) for m in messages]
+    assert [fields[b"name"].decode() for _id, fields in entries] == [TASK_EVENT] * 3
+    bodies = [body_of(json.loads(fields[b"envelope"])) for _id, fields in entries]
     assert bodies == [{"n": 0}, {"n": 1}, {"n": 2}]
 
 
@@ -204,25 +188,24 @@ class QueueTransport:
         self.delivered.append((task_name, body_of(envelope)["n"], queue))
 
 
-def test_each_message_goes_to_its_queue_in_order_and_the_orchestrator_queue_by_default():
+def test_each_message_goes_to_its_stream_in_order_and_the_events_stream_by_default():
     transport = QueueTransport()
     outbox = Outbox(UNUSED_APP, "gpu-1", KEY, transport=transport)
 
     for n in range(6):
         if n % 2:
-            outbox.send(TASK_METRICS, {"n": n}, queue=METRICS_QUEUE)
+            outbox.send(TASK_METRICS, {"n": n}, queue=broker.METRICS)
         else:
             outbox.send(TASK_EVENT, {"n": n})
 
     assert outbox.flush(5)
     outbox.stop()
     by_queue = {
-        q: [(name, n) for name, n, queue in transport.delivered if queue == q]
-        for q in (ORCHESTRATOR_QUEUE, METRICS_QUEUE)
+        q: [(name, n) for name, n, queue in transport.delivered if queue == q] for q in (broker.EVENTS, broker.METRICS)
     }
     assert by_queue == {
-        ORCHESTRATOR_QUEUE: [(TASK_EVENT, 0), (TASK_EVENT, 2), (TASK_EVENT, 4)],
-        METRICS_QUEUE: [(TASK_METRICS, 1), (TASK_METRICS, 3), (TASK_METRICS, 5)],
+        broker.EVENTS: [(TASK_EVENT, 0), (TASK_EVENT, 2), (TASK_EVENT, 4)],
+        broker.METRICS: [(TASK_METRICS, 1), (TASK_METRICS, 3), (TASK_METRICS, 5)],
     }
 
 
@@ -233,8 +216,8 @@ def test_a_full_outbox_drops_host_samples_then_logs_before_anything_else():
 
     outbox.send(TASK_EVENT, {"n": 0})  # taken by the publisher, hanging
     wait_until(lambda: outbox._in_flight, timeout=5, what="the first publish to start")
-    sends = [(TASK_LOGS, ORCHESTRATOR_QUEUE), (HOST_SAMPLES, METRICS_QUEUE), (TASK_METRICS, METRICS_QUEUE),
-             (TASK_EVENT, ORCHESTRATOR_QUEUE), (TASK_EVENT, ORCHESTRATOR_QUEUE)]  # fmt: skip
+    sends = [(TASK_LOGS, broker.METRICS), (HOST_SAMPLES, broker.METRICS), (TASK_METRICS, broker.METRICS),
+             (TASK_EVENT, broker.EVENTS), (TASK_EVENT, broker.EVENTS)]  # fmt: skip
     for n, (name, queue) in enumerate(sends, start=1):
         outbox.send(name, {"n": n}, queue=queue)
     transport.gate.set()
@@ -244,32 +227,26 @@ def test_a_full_outbox_drops_host_samples_then_logs_before_anything_else():
     outbox.stop()
 
 
-@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs a redis-server binary")
-def test_metric_traffic_lands_in_the_metrics_stream_of_redis(tmp_path):
-    port = free_port()
-    url = f"redis://127.0.0.1:{port}/0"
-    server = ManagedProcess(
-        "redis",
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path)],
-        {**os.environ},
-    )  # fmt: skip
-    outbox = Outbox(Celery("outbox-queues-test", broker=url, set_as_current=False), "gpu-1", KEY)
+def test_each_kind_of_traffic_lands_in_its_stream_of_the_hosts_own(tmp_path):
+    server = RedisServer(tmp_path)
+    server.start()
+    outbox = Outbox(Celery("outbox-queues-test", broker=host_url(server, "gpu-1", TOKEN), set_as_current=False),
+                    "gpu-1", KEY)  # fmt: skip
     try:
-        server.wait_for_line("Ready to accept connections", timeout=15)
+        broker_user(server.url, "gpu-1", TOKEN)
         outbox.send(TASK_EVENT, {"n": 0})
-        outbox.send(HOST_SAMPLES, {"n": 1}, queue=METRICS_QUEUE)
+        outbox.send(HOST_SAMPLES, {"n": 1}, queue=broker.METRICS)
         for n in range(2, 302):
-            outbox.send(TASK_METRICS, {"n": n}, queue=METRICS_QUEUE)
+            outbox.send(TASK_METRICS, {"n": n}, queue=broker.METRICS)
         assert outbox.flush(20)
-        client = redis.Redis.from_url(url)
-        events = client.lrange(ORCHESTRATOR_QUEUE, 0, -1)
-        entries = client.xrange(METRICS_QUEUE)
+        client = redis.Redis.from_url(server.url)
+        events = client.xrange(broker.stream("gpu-1", broker.EVENTS))
+        entries = client.xrange(broker.stream("gpu-1", broker.METRICS))
     finally:
         outbox.stop()
-        server.stop()
+        server.kill()
 
-    assert [json.loads(item)["headers"]["task"] for item in events] == [TASK_EVENT]
+    assert [fields[b"name"].decode() for _id, fields in events] == [TASK_EVENT]
     reports = [(fields[b"name"].decode(), json.loads(fields[b"envelope"])) for _id, fields in entries]
     assert [(name, body_of(envelope)["n"]) for name, envelope in reports] == [
         (HOST_SAMPLES, 1),

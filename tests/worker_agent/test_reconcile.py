@@ -11,10 +11,10 @@ from pathlib import Path
 
 import psutil
 
+from contracts import broker
 from contracts.protocol import (
     AGENT_HEARTBEAT,
     AGENT_HELLO,
-    HEARTBEAT_STREAM,
     HostFacts,
     KillOrder,
     RecordedExit,
@@ -184,11 +184,10 @@ class _Broker:
     def __init__(self) -> None:
         self.sent: list[tuple[str, dict]] = []
 
-    def send_task(self, name: str, args: list, **_: object) -> None:
-        self.sent.append((name, args[0]))
-
-    def xadd(self, stream: str, fields: dict, **_: object) -> None:  # a heartbeat: an entry of the heartbeat stream
-        assert stream == HEARTBEAT_STREAM
+    def xadd(self, stream: str, fields: dict, **_: object) -> None:
+        # The hello on the host's events stream, a heartbeat on its heartbeats stream.
+        kind = broker.EVENTS if fields["name"] == AGENT_HELLO else broker.HEARTBEATS
+        assert stream == broker.stream("h", kind)
         self.sent.append((fields["name"], json.loads(fields["envelope"])))
 
 
@@ -201,21 +200,21 @@ def test_every_report_carries_the_task_report_and_it_survives_the_wire():
         exits=[RecordedExit(job_id=1, task_id=3, attempt=1, seq=17, pid=99, exit_code=-9, detail="killed")],
         events_upto=18,
     )
-    broker = _Broker()
+    wire = _Broker()
     beat = Heartbeat(
-        broker,  # type: ignore[arg-type]
+        wire,  # type: ignore[arg-type]
         host="h",
         key=KEY,
         interval_s=1,
         facts=lambda: HostFacts(cpu_count=1, memory_total_mb=1),
         tasks=lambda: report,
-        stream=broker,  # type: ignore[arg-type]
+        stream=wire,  # type: ignore[arg-type]
     )
 
     beat.send(AGENT_HELLO)
     beat.send(AGENT_HEARTBEAT)
 
-    (hello_name, hello), (beat_name, heartbeat) = broker.sent
+    (hello_name, hello), (beat_name, heartbeat) = wire.sent
     assert (hello_name, beat_name) == (AGENT_HELLO, AGENT_HEARTBEAT)
     hello_body = open_sealed(json.loads(json.dumps(hello)), KEY, AGENT_HELLO, max_age_s=60).body
     beat_body = open_sealed(json.loads(json.dumps(heartbeat)), KEY, AGENT_HEARTBEAT, max_age_s=60).body

@@ -18,11 +18,10 @@ import psutil
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from contracts import broker
 from contracts.protocol import (
     HOST_SAMPLES,
     METRICS_FLUSH_S,
-    METRICS_QUEUE,
-    ORCHESTRATOR_QUEUE,
     TASK_ARTIFACT,
     TASK_EVENT,
     TASK_METRICS,
@@ -55,7 +54,7 @@ class Captured:
         self._lock = threading.Lock()
         self.messages: list[tuple[str, dict[str, Any], str, float]] = []
 
-    def __call__(self, name: str, body: dict[str, Any], queue: str = ORCHESTRATOR_QUEUE) -> None:
+    def __call__(self, name: str, body: dict[str, Any], queue: str = broker.EVENTS) -> None:
         with self._lock:
             self.messages.append((name, body, queue, time.time()))
 
@@ -162,7 +161,7 @@ def test_every_sample_goes_to_the_metrics_queue_within_the_flush_period(
     wait_until(lambda: len(sent.samples()) >= 6, timeout=10, what="six samples")
 
     for name, body, queue, sent_at in list(sent.messages):
-        assert (name, queue) == (HOST_SAMPLES, METRICS_QUEUE)
+        assert (name, queue) == (HOST_SAMPLES, broker.METRICS)
         assert set(body) == {"samples"} and 1 <= len(body["samples"]) <= most_per_message
         for sample in body["samples"]:
             assert sent_at - sample["ts"] <= METRICS_FLUSH_S + SLACK_S
@@ -243,7 +242,7 @@ def test_the_sampler_stops_promptly_mid_interval(start_sampler, sent):
 def test_a_failing_send_does_not_end_the_sampling(start_sampler, sent):
     calls = []
 
-    def flaky(name: str, body: dict[str, Any], queue: str = ORCHESTRATOR_QUEUE) -> None:
+    def flaky(name: str, body: dict[str, Any], queue: str = broker.EVENTS) -> None:
         calls.append(name)
         if len(calls) == 1:
             raise ConnectionError("an injected sender that raises")
@@ -317,8 +316,8 @@ def test_task_metrics_and_artifacts_go_to_the_metrics_queue(sent, tmp_path: Path
     )
 
     assert [(name, queue) for name, _, queue, _ in sent.messages] == [
-        (TASK_METRICS, METRICS_QUEUE),
-        (TASK_ARTIFACT, METRICS_QUEUE),
+        (TASK_METRICS, broker.METRICS),
+        (TASK_ARTIFACT, broker.METRICS),
     ]
 
 
@@ -343,5 +342,5 @@ def test_the_agent_routes_the_supervisors_reports_by_queue(tmp_path: Path):
     finally:
         agent.outbox.stop()
 
-    assert delivered == [(TASK_EVENT, ORCHESTRATOR_QUEUE), (TASK_METRICS, METRICS_QUEUE)]
+    assert delivered == [(TASK_EVENT, broker.EVENTS), (TASK_METRICS, broker.METRICS)]
     assert agent.sampler.interval_s == 2.5

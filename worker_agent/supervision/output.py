@@ -11,8 +11,9 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import IO, Any
 
+from contracts import broker
 from contracts.limits import MAX_LOG_LINE_CHARS
-from contracts.protocol import METRICS_QUEUE, TASK_LOGS, TaskLogBatch
+from contracts.protocol import TASK_LOGS, TaskLogBatch
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ class TaskLogs:
                 batch = TaskLogBatch(task_id=self.task_id, attempt=self.attempt, lines=chunk)
                 # On the metrics stream, not a Celery queue: a stream entry stays pending until the ingest
                 # acknowledges it, so no consumer crash or Redis restart can lose a line in delivery.
-                self._send(TASK_LOGS, asdict(batch), queue=METRICS_QUEUE)
+                self._send(TASK_LOGS, asdict(batch), queue=broker.METRICS)
 
     def tail_lines(self) -> list[LogLine]:
         with self._cond:

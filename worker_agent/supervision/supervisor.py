@@ -76,7 +76,7 @@ class _Child:
 
 class Supervisor:
     def __init__(self, outbox_send: SendFn, workdir: Path, task_uids: identity.UidRange | None = None) -> None:
-        # Events and logs go out as (name, body), for the orchestrator queue; the metrics pipes add queue=METRICS_QUEUE.
+        # Events go out as (name, body), for the host's events stream; logs and metrics pipes add queue=broker.METRICS.
         self._send = outbox_send
         self.workdir = Path(workdir).expanduser().resolve()
         self._lock = threading.Lock()

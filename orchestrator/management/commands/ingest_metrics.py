@@ -1,4 +1,4 @@
-"""Run the metrics ingest: the one consumer of the agents' metric stream (see orchestrator/metrics/stream.py)."""
+"""Run the metrics ingest: the one consumer of the hosts' metric streams (see orchestrator/metrics/stream.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from orchestrator.metrics.stream import BLOCK_MS, MetricsConsumer
+from orchestrator.metrics.stream import MetricsConsumer
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +26,10 @@ class Command(BaseCommand):
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
-        # The read timeout outlasts a blocking read; keepalive and health checks notice a Redis that went away.
+        # Reads never block; keepalive and health checks notice a Redis that went away.
         client = redis.Redis.from_url(
             settings.REDIS_URL,
-            socket_timeout=BLOCK_MS / 1000 + 5,
+            socket_timeout=10,
             socket_connect_timeout=5,
             socket_keepalive=True,
             health_check_interval=15,

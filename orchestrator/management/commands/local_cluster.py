@@ -13,7 +13,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
-from orchestrator.agents.keys import control_public_key
+from orchestrator.identity import tokens
+from orchestrator.identity.keys import control_public_key
 from orchestrator.models import Cluster, Host
 
 FIRST_PORT = 23000
@@ -73,8 +74,7 @@ class Command(BaseCommand):
                     "port_max": low + PORTS_PER_HOST - 1,
                 },
             )
-            token = host.issue_token()
-            host.save(update_fields=["agent_key"])
+            token = tokens.issue(host)
             if token_dir is not None:
                 host_dir = token_dir / host.name
                 host_dir.mkdir(mode=0o700, parents=True, exist_ok=True)

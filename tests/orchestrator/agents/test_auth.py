@@ -1,4 +1,4 @@
-"""The orchestrator's side of sealed agent messages (orchestrator/agents/auth.py), with real Redis and PostgreSQL: a
+"""The orchestrator's side of sealed agent messages (orchestrator/identity/auth.py), with real Redis and PostgreSQL: a
 Celery message is applied once (its nonce remembered), never when stale or from the future, and every refusal is
 logged and counted alike for an unknown host and a wrong key. The host key at rest opens only with the control key."""
 
@@ -12,7 +12,8 @@ from django.db import OperationalError
 
 from contracts.protocol import AGENT_HEARTBEAT, TASK_EVENT, HostFacts, HostReport, TaskEvent, TaskEventKind
 from orchestrator import counters
-from orchestrator.agents import auth, events, keys, reports
+from orchestrator.agents import events, reports
+from orchestrator.identity import auth, keys, tokens
 from orchestrator.models import Host, Job, Task
 from tests import factories
 from tests.support.wire import sealed
@@ -87,7 +88,7 @@ def test_an_unknown_host_and_a_wrong_key_get_the_same_answer(caplog):
     assert not reports.handle_report(sealed("nobody-1", "tfa_whatever", AGENT_HEARTBEAT, {}), hello=False)
 
     assert counters.get(auth.REFUSED) == refused_before + 2
-    lines = [r.getMessage() for r in caplog.records if r.name == "orchestrator.agents.auth"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "orchestrator.identity.auth"]
     assert [line.replace("known-1", "NAME").replace("nobody-1", "NAME") for line in lines] == [
         "agent message orchestrator.agent_heartbeat refused: bad credentials: host 'NAME'"
     ] * 2
@@ -96,14 +97,14 @@ def test_an_unknown_host_and_a_wrong_key_get_the_same_answer(caplog):
 def test_the_stored_host_key_opens_only_with_the_control_plane_key(settings):
     """A database dump holds the host's key encrypted: without the control key it forges nothing."""
     host, token = factories.host()
-    assert host.check_token(token) and host.mac_key() is not None
+    assert tokens.check_token(host, token) and tokens.mac_key(host) is not None
     assert token not in host.agent_key
 
     settings.TFDASH_CONTROL_KEY_FILE = ""
     settings.TFDASH_CONTROL_KEY = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="  # another control plane's key
     keys.forget()
     try:
-        assert Host.objects.get(pk=host.pk).mac_key() is None
+        assert tokens.mac_key(Host.objects.get(pk=host.pk)) is None
         assert not reports.handle_report(heartbeat(host, token), hello=False)  # not even the right token helps
     finally:
         keys.forget()  # the session's key again (settings are restored by the fixture)

@@ -13,9 +13,9 @@ import pytest
 import redis
 from django.utils import timezone
 
+from contracts import broker
 from contracts.protocol import (
     AGENT_HEARTBEAT,
-    HEARTBEAT_STREAM,
     HostFacts,
     HostReport,
     RecordedExit,
@@ -23,7 +23,8 @@ from contracts.protocol import (
     TaskReport,
 )
 from orchestrator import counters
-from orchestrator.agents import auth, heartbeats, reconcile
+from orchestrator.agents import heartbeats, reconcile
+from orchestrator.identity import auth
 from orchestrator.models import Host, HostStatus, Job, JobState, Task, TaskState
 from tests import factories
 from tests.support.processes import wait_until
@@ -117,20 +118,19 @@ def test_each_host_of_a_batch_is_converged_on_its_own_report(alice, monkeypatch)
 
 
 @pytest.mark.django_db(transaction=True)  # the reader's thread has a connection of its own
-def test_a_reader_applies_what_agents_add_to_the_stream_and_drains_it(redis_url):
+def test_a_reader_applies_what_agents_add_to_their_streams_and_drains_them(redis_url):
     host, token = factories.host()
     Host.objects.filter(pk=host.pk).update(status=HostStatus.OFFLINE)
     client = redis.Redis.from_url(redis_url)
-    reader = heartbeats.HeartbeatReader(client, f"test-reader-{time.monotonic_ns()}")
-    reader.ensure_group()
-    entry = client.xadd(HEARTBEAT_STREAM, {"name": AGENT_HEARTBEAT, "envelope": json.dumps(beat(host, token))})
+    reader = heartbeats.reader(client, f"test-reader-{time.monotonic_ns()}", hosts=lambda: [host.name])
+    stream = broker.stream(host.name, broker.HEARTBEATS)
+    entry = client.xadd(stream, {"name": AGENT_HEARTBEAT, "envelope": json.dumps(beat(host, token))})
     stop = threading.Event()
     thread = threading.Thread(target=reader.run, args=(stop,), daemon=True)
     thread.start()
     try:
         wait_until(lambda: Host.objects.get(pk=host.pk).status == HostStatus.ONLINE, timeout=15, what="host online")
-        # Acknowledged and deleted once applied (by this reader or the suite's orchestrator, both in the group).
-        wait_until(lambda: not client.xrange(HEARTBEAT_STREAM, entry, entry), timeout=15, what="the entry deleted")
+        wait_until(lambda: not client.xrange(stream, entry, entry), timeout=15, what="the entry deleted")
     finally:
         stop.set()
         thread.join(10)
@@ -144,12 +144,34 @@ def test_beats_added_after_redis_lost_the_stream_are_applied_when_the_group_is_m
     host, token = factories.host()
     Host.objects.filter(pk=host.pk).update(status=HostStatus.OFFLINE)
     client = redis.Redis.from_url(redis_url)
-    client.delete(HEARTBEAT_STREAM)  # what the restart did
-    entry = client.xadd(HEARTBEAT_STREAM, {"name": AGENT_HEARTBEAT, "envelope": json.dumps(beat(host, token))})
-    reader = heartbeats.HeartbeatReader(client, f"test-reader-{time.monotonic_ns()}")
-    reader.ensure_group()
+    stream = broker.stream(host.name, broker.HEARTBEATS)
+    client.delete(stream)  # what the restart did
+    entry = client.xadd(stream, {"name": AGENT_HEARTBEAT, "envelope": json.dumps(beat(host, token))})
+    reader = heartbeats.reader(client, f"test-reader-{time.monotonic_ns()}", hosts=lambda: [host.name])
 
-    assert reader.drain_once(block_ms=100) == 1
+    assert reader.drain_once() == 0  # the group is made: from the stream's start
+    assert reader.drain_once() == 1
 
     assert Host.objects.get(pk=host.pk).status == HostStatus.ONLINE
-    assert not client.xrange(HEARTBEAT_STREAM, entry, entry)
+    assert not client.xrange(stream, entry, entry)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_heartbeat_of_another_host_on_a_hosts_stream_is_refused(redis_url):
+    """A host speaks only for itself, on its own streams: a (replayed) heartbeat of host A added to host B's stream
+    brings A nowhere near online."""
+    victim, victim_token = factories.host()
+    liar, _liar_token = factories.host()
+    Host.objects.filter(pk__in=[victim.pk, liar.pk]).update(status=HostStatus.OFFLINE)
+    client = redis.Redis.from_url(redis_url)
+    client.xadd(broker.stream(liar.name, broker.HEARTBEATS),
+                {"name": AGENT_HEARTBEAT, "envelope": json.dumps(beat(victim, victim_token))})  # fmt: skip
+    reader = heartbeats.reader(client, f"test-reader-{time.monotonic_ns()}", hosts=lambda: [liar.name])
+    malformed = counters.get(auth.MALFORMED)
+
+    reader.drain_once()
+    assert reader.drain_once() == 1
+
+    assert Host.objects.get(pk=victim.pk).status == HostStatus.OFFLINE
+    assert counters.get(auth.MALFORMED) == malformed + 1
+    assert reader.dead == 1

@@ -9,8 +9,10 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from contracts import broker
 from orchestrator import counters
 from orchestrator.agents import heartbeats, liveness, reports
+from orchestrator.identity import tokens
 from orchestrator.models import Cluster, Host, HostStatus
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +24,7 @@ def silent_host() -> Host:
     host = Host(
         cluster=cluster, name=f"quiet-{time.monotonic_ns()}", address="10.0.0.9", port_min=20000, port_max=20100
     )
-    host.issue_token()
+    tokens.set_new_token(host)
     host.status = HostStatus.ONLINE
     host.last_heartbeat = timezone.now() - timedelta(seconds=settings.TFDASH_HEARTBEAT_TIMEOUT_S + 5)
     host.save()
@@ -80,9 +82,8 @@ def test_no_host_is_judged_while_a_heartbeat_waits_unapplied(
     """A heartbeat waiting in the stream (no reader reads it, or a reader is stuck holding it) may be the silent
     host's: nobody is judged until it has been applied."""
     counters.record_reading(reports.REPORT_LAG, "other-host", 0.05)
-    # A stream of its own, which the suite's running orchestrator does not read.
-    stream = f"test-heartbeats-{time.monotonic_ns()}"
-    monkeypatch.setattr(heartbeats, "HEARTBEAT_STREAM", stream)
+    # Its own heartbeat stream (no reader runs while tests without the session's orchestrator do).
+    stream = broker.stream(silent_host.name, broker.HEARTBEATS)
     client = counters.client()
     waited_ms = int((time.time() - settings.TFDASH_HEARTBEAT_TIMEOUT_S) * 1000)
     entry = client.xadd(stream, {"name": "orchestrator.agent_heartbeat", "envelope": "{}"}, id=f"{waited_ms}-0")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from orchestrator.agents.keys import control_public_key
+from orchestrator.identity import tokens
+from orchestrator.identity.keys import control_public_key
 from orchestrator.models import Cluster, Host
 from tests import factories
 
@@ -96,7 +97,7 @@ def test_staff_registers_a_host_and_gets_its_token_once(staff):
     ).json()
 
     host = Host.objects.get(name="gpu-2")
-    assert host.check_token(body["agent_token"])
+    assert tokens.check_token(host, body["agent_token"])
     assert body["agent_token"] not in body["agent_command"]  # a command line shows in `ps`
     assert f"--host gpu-2 --token-file tfdash-agent.token --control-key {control_public_key()}" in body["agent_command"]
     assert "agent_token" not in client.get(f"/api/clusters/{cluster.pk}/hosts/{host.pk}/").json()

@@ -2,34 +2,45 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
-from contracts.protocol import HOST_SAMPLES, METRICS_QUEUE, TASK_ARTIFACT, TASK_LOGS, TASK_METRICS
-from orchestrator.metrics.stream import dead_letter_stream
+from contracts import broker
+from contracts.protocol import HOST_SAMPLES, TASK_ARTIFACT, TASK_LOGS, TASK_METRICS
+from orchestrator.metrics.stream import DEAD_LETTERS, MetricsConsumer
 from orchestrator.models import Job, Task
 from tests import factories
 from tests.support.wire import sealed
 
+HOST = "node-0"  # the host `running` registers; test modules with a `running` of their own register it too
+
 
 @pytest.fixture
 def stream(redis_url: str) -> Iterator[tuple[redis.Redis, str]]:
-    """A stream of this test's own on the test Redis (the session's ingest reads only METRICS_QUEUE)."""
+    """The metrics stream of host HOST on the test Redis, and the dead letters, empty before and after (no ingest
+    runs while these tests do: tests with the session's orchestrator run last)."""
     client = redis.Redis.from_url(redis_url)
-    name = f"{METRICS_QUEUE}:test-{uuid.uuid4().hex[:8]}"
+    name = broker.stream(HOST, broker.METRICS)
+    client.delete(name, DEAD_LETTERS)
     yield client, name
-    client.delete(name, dead_letter_stream(name))
+    client.delete(name, DEAD_LETTERS)
+
+
+def consumer(client: redis.Redis, name: str) -> MetricsConsumer:
+    """The ingest's reader of the stream `name` alone, its group made."""
+    reader = MetricsConsumer(client, hosts=lambda: [broker.host_of_stream(name)])
+    reader.reader.ensure_groups()
+    return reader
 
 
 @pytest.fixture
 def running(django_user_model):  # type: ignore[no-untyped-def]
     """(owner, host, token, job, task): a MultiWorkerMirrored job whose worker 0 runs on host node-0."""
     owner = django_user_model.objects.create_user("alice", password="pw-alice-123")
-    host, token = factories.host("node-0")
+    host, token = factories.host(HOST)
     job = Job.objects.create(
         owner=owner, cluster=host.cluster, name="j", strategy="multi_worker_mirrored", program_kind="script", attempt=1
     )

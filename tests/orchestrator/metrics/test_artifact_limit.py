@@ -14,7 +14,7 @@ from django.test import override_settings
 from contracts.protocol import TASK_ARTIFACT
 from orchestrator.metrics.stream import MetricsConsumer
 from orchestrator.models import Job, JobArtifact, Task
-from tests.orchestrator.metrics.conftest import envelope
+from tests.orchestrator.metrics.conftest import consumer, envelope
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,11 +31,10 @@ def stored(job: Job) -> dict[str, bytes]:
 
 def send(stream: Any, *entries: dict[str, str]) -> MetricsConsumer:
     client, name = stream
-    reader = MetricsConsumer(client, stream=name)
-    reader.ensure_group()
+    reader = consumer(client, name)
     for fields in entries:
         client.xadd(name, fields)
-    while reader.drain_once(block_ms=100):
+    while reader.drain_once():
         pass
     return reader
 

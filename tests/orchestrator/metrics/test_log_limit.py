@@ -11,9 +11,8 @@ from django.test import override_settings
 
 from contracts.protocol import METRICS_GROUP, TASK_LOGS
 from orchestrator.metrics import ingest, log_reader
-from orchestrator.metrics.stream import MetricsConsumer
 from orchestrator.models import Task, TaskLogLine
-from tests.orchestrator.metrics.conftest import envelope
+from tests.orchestrator.metrics.conftest import consumer, envelope
 from tests.support.streaming import streamed
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -35,10 +34,9 @@ def stored(task: Task) -> list[tuple[int, str]]:
 def test_past_the_limit_one_marker_is_stored_however_often_entries_are_read(stream, running, client):
     redis_client, name = stream
     owner, host, token, _job, task = running
-    reader = MetricsConsumer(redis_client, stream=name)
-    reader.ensure_group()
+    reader = consumer(redis_client, name)
     redis_client.xadd(name, lines_entry(host, token, task, range(0, 3)))
-    assert reader.drain_once(block_ms=100) == 1
+    assert reader.drain_once() == 1
     first = stored(task)
     # An agent resends (its outbox retries) and goes on: lines 2..8 overlap what is stored, then pass the limit.
     redis_client.xadd(name, lines_entry(host, token, task, range(2, 9)))
@@ -48,7 +46,7 @@ def test_past_the_limit_one_marker_is_stored_however_often_entries_are_read(stre
     # ...and the restarted consumer reads it again.
     assert reader.drain_once(backlog=True) == 1
     redis_client.xadd(name, lines_entry(host, token, task, range(9, 12)))  # more output after the cut
-    reader.drain_once(block_ms=100)
+    reader.drain_once()
 
     lines = stored(task)
     assert lines[: len(first)] == first  # nothing stored before is lost

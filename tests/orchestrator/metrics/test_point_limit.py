@@ -16,9 +16,8 @@ from django.test import override_settings
 from contracts.protocol import TASK_METRICS
 from dashboard.routing import websocket_urlpatterns
 from orchestrator.metrics import history
-from orchestrator.metrics.stream import MetricsConsumer
 from orchestrator.models import Job, MetricPoint, Task
-from tests.orchestrator.metrics.conftest import envelope
+from tests.orchestrator.metrics.conftest import consumer, envelope
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,16 +42,15 @@ def steps(job: Job) -> list[tuple[str, int]]:
 def test_past_the_limit_the_series_are_thinned_then_stopped(stream, running, client):
     client_redis, name = stream
     owner, host, token, job, task = running
-    reader = MetricsConsumer(client_redis, stream=name)
-    reader.ensure_group()
+    reader = consumer(client_redis, name)
     first = entry(host, token, task, [point(s) for s in range(1, 11)])
     client_redis.xadd(name, first)
-    reader.drain_once(block_ms=100)
+    reader.drain_once()
     before = list(MetricPoint.objects.filter(job=job).order_by("id").values_list("id", "step", "value"))
     client_redis.xadd(name, entry(host, token, task, [point(s) for s in range(11, 31)] + [point(23, "epoch_end")]))
     client_redis.xadd(name, first)  # an agent's resend of what is stored: counted once
     client_redis.xadd(name, entry(host, token, task, [point(s) for s in range(31, 101)]))
-    while reader.drain_once(block_ms=100):
+    while reader.drain_once():
         pass
 
     assert list(MetricPoint.objects.filter(job=job, step__lte=10).order_by("id").values_list("id", "step", "value")) \

@@ -10,15 +10,17 @@ import pytest
 import redis
 from celery import Celery
 
+from contracts import broker
 from contracts.protocol import METRICS_GROUP, TASK_METRICS
 from contracts.signing import agent_mac_key
 from orchestrator import counters
-from orchestrator.agents import auth
-from orchestrator.metrics.stream import DEAD_LETTERED, MetricsConsumer, dead_letter_stream
+from orchestrator.identity import auth
+from orchestrator.metrics.stream import DEAD_LETTERED, DEAD_LETTERS
 from orchestrator.models import Job, MetricPoint, Task
 from tests import factories
+from tests.orchestrator.metrics.conftest import HOST, consumer
 from tests.support.processes import wait_until
-from tests.support.wire import sealed
+from tests.support.wire import broker_user, sealed
 from worker_agent.outbox import Outbox
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,7 +28,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def running(alice):  # type: ignore[no-untyped-def]
-    host, token = factories.host()
+    host, token = factories.host(HOST)
     job = Job.objects.create(owner=alice, cluster=host.cluster, name="j", strategy="multi_worker_mirrored",
                              program_kind="script", attempt=1)  # fmt: skip
     task = Task.objects.create(job=job, attempt=1, type="worker", index=0, host=host, state="running")
@@ -43,25 +45,20 @@ def add(client: redis.Redis, stream: str, host, token: str, body: dict) -> None:
     client.xadd(stream, {"name": TASK_METRICS, "envelope": json.dumps(envelope)})
 
 
-def consumer(client: redis.Redis, stream: str) -> MetricsConsumer:
-    ingest = MetricsConsumer(client, stream=stream)
-    ingest.ensure_group()
-    return ingest
-
-
 def test_what_an_agent_outbox_sends_is_stored_and_leaves_the_stream(stream, running, redis_url):
     client, name = stream
     host, token, job, task = running
     ingest = consumer(client, name)
-    app = Celery("stream-test", broker=redis_url, set_as_current=False)
-    outbox = Outbox(app, host.name, agent_mac_key(token, host.name), streams=[name])
+    # As the agent does: signed in as its host's own broker user.
+    app = Celery("stream-test", broker=broker_user(redis_url, host.name, token), set_as_current=False)
+    outbox = Outbox(app, host.name, agent_mac_key(token, host.name))
     for step in range(1, 301):
         outbox.send(TASK_METRICS, {"task_id": task.pk, "attempt": 1, "events": [metric(step, loss=1 / step)]},
-                    queue=name)  # fmt: skip
+                    queue=broker.METRICS)  # fmt: skip
     assert outbox.flush(20)
     outbox.stop()
 
-    while ingest.drain_once(block_ms=100):
+    while ingest.drain_once():
         pass
 
     assert sorted(MetricPoint.objects.filter(job=job).values_list("step", flat=True)) == list(range(1, 301))
@@ -74,7 +71,7 @@ def test_entries_read_but_never_acknowledged_are_stored_once_by_the_next_run(str
     host, token, job, task = running
     first = consumer(client, name)
     add(client, name, host, token, {"task_id": task.pk, "attempt": 1, "events": [metric(1, loss=1.0)]})
-    first.drain_once(block_ms=100)
+    first.drain_once()
     ids_before = list(MetricPoint.objects.filter(job=job).values_list("id", flat=True))
     # A crash after reading (and even after storing) but before the acknowledgement: the entries stay pending.
     add(client, name, host, token, {"task_id": task.pk, "attempt": 1, "events": [metric(1, loss=1.0), metric(2)]})
@@ -82,7 +79,7 @@ def test_entries_read_but_never_acknowledged_are_stored_once_by_the_next_run(str
     client.xreadgroup(METRICS_GROUP, "ingest", {name: ">"}, count=10)
     assert client.xpending(name, METRICS_GROUP)["pending"] == 2
 
-    restarted = MetricsConsumer(client, stream=name)
+    restarted = consumer(client, name)
     assert restarted.drain_once(backlog=True) == 2
 
     points = list(MetricPoint.objects.filter(job=job).order_by("step").values_list("id", "step", "value"))
@@ -102,12 +99,12 @@ def test_forged_entries_are_dropped_broken_ones_dead_lettered_and_neither_blocks
     add(client, name, host, token, {"task_id": task.pk, "attempt": 1, "events": [metric(2**70, loss=1.0)]})
     add(client, name, host, token, {"task_id": task.pk, "attempt": 1, "events": [metric(3, loss=0.3)]})
 
-    ingest.drain_once(block_ms=100)
+    ingest.drain_once()
 
     assert list(MetricPoint.objects.filter(job=job).values_list("step", "value")) == [(3, 0.3)]
     assert counters.get(auth.REFUSED) == refused + 1
     assert counters.get(DEAD_LETTERED) == dead + 1
-    assert [fields[b"envelope"] for _id, fields in client.xrange(dead_letter_stream(name))] == [b"{not json"]
+    assert [fields[b"envelope"] for _id, fields in client.xrange(DEAD_LETTERS)] == [b"{not json"]
     assert client.xlen(name) == 0
 
 

@@ -25,6 +25,7 @@ from django.conf import settings
 
 from contracts import signing
 from orchestrator import counters
+from orchestrator.identity import tokens
 from orchestrator.models import Host
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ KeyLookup = Callable[[str, bool], tuple[Host | None, bytes | None]]
 def host_and_key(name: str, fresh: bool = True) -> tuple[Host | None, bytes | None]:
     # order_by("pk"): Host's default ordering (cluster name, name) would join the cluster table on every message.
     host = Host.objects.filter(name=name).order_by("pk").first()
-    return (host, host.mac_key()) if host is not None else (None, None)
+    return (host, tokens.mac_key(host)) if host is not None else (None, None)
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def authenticate_batch(payloads: list[Any], name: str) -> list[Accepted]:
         if host is None:
             return None, None
         if host_name not in keys:
-            keys[host_name] = host.mac_key()
+            keys[host_name] = tokens.mac_key(host)
         return host, keys[host_name]
 
     opened = [a for a in (authenticate(p, name, key_of=key_of, check_nonce=False) for p in payloads) if a]

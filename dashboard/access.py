@@ -31,6 +31,7 @@ from django.contrib.sessions.models import Session
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
+from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 
 from orchestrator.models import Job
@@ -122,8 +123,10 @@ def _signed_out(sender: Any, request: Any = None, user: Any = None, **kwargs: An
 
 @receiver(post_delete, sender=Session, dispatch_uid="tfdash-socket-session-deleted")
 def _session_deleted(sender: Any, instance: Session, **kwargs: Any) -> None:
-    # A flush (sign-out, a sign-in over another user's session) deletes the row, whoever asked for it.
-    _tell(session_group(instance.session_key), SESSION_ENDED)
+    # A flush (sign-out, a sign-in over another user's session) deletes the row, whoever asked for it. An expired
+    # session (`clearsessions`) authorises no socket already: nothing to tell.
+    if instance.expire_date > timezone.now():
+        _tell(session_group(instance.session_key), SESSION_ENDED)
 
 
 def _user_changed(sender: Any, instance: Any, **kwargs: Any) -> None:

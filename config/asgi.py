@@ -14,6 +14,11 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
+from orchestrator.checks import require_control_key  # noqa: E402
+
+# The web server runs no system checks: without a usable control key (it seals host keys and shows the key agents
+# pin) it stops here, at start-up, saying why.
+require_control_key()
 
 application = ProtocolTypeRouter(
     {

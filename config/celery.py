@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 
 from contracts.protocol import ORCHESTRATOR_QUEUE
 
@@ -14,3 +15,15 @@ app = Celery("tfdash")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_default_queue = ORCHESTRATOR_QUEUE
 app.autodiscover_tasks(["orchestrator"])
+
+
+def _require_control_key(sender: Any = None, **kwargs: Any) -> None:
+    """A worker or beat of this app without a usable control key (it signs every order) stops as it starts. Celery
+    re-raises what a receiver of `import_modules` raises (other signals only log it); Django is set up by then
+    (Celery's Django fixup receives the signal first)."""
+    from orchestrator.checks import require_control_key  # noqa: PLC0415 - the app module loads before Django
+
+    require_control_key()
+
+
+signals.import_modules.connect(_require_control_key, sender=app, weak=False)

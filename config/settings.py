@@ -41,6 +41,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so every response carries the policy (dashboard/csp.py): no inline script anywhere.
+    "dashboard.csp.ContentSecurityPolicyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -67,6 +69,9 @@ SESSION_COOKIE_HTTPONLY = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+
+# DEBUG's error page (and error reports) hide passwords inside URLs too, not only settings named like a secret.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "config.error_reports.SecretURLFilter"
 
 ROOT_URLCONF = "config.urls"
 ASGI_APPLICATION = "config.asgi.application"
@@ -136,6 +141,8 @@ CACHES = {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "tfdash",
+        # JSON, not Django's default pickle: a value planted in the cache must never become code in the web process.
+        "OPTIONS": {"serializer": "config.cache_serializer.JSONCacheSerializer"},
     }
 }
 # Failed sign-ins (login page, admin, POST /api/token/) allowed per client address before it is locked out for the
@@ -144,6 +151,12 @@ TFDASH_LOGIN_MAX_FAILURES = env_int("TFDASH_LOGIN_MAX_FAILURES", 5)
 TFDASH_LOGIN_LOCKOUT_S = env_int("TFDASH_LOGIN_LOCKOUT_S", 300)
 
 CELERY_BROKER_URL = REDIS_URL
+# JSON only, both ways: a message in any other format (pickle above all, which runs code as it loads) is refused.
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_RESULT_ACCEPT_CONTENT = ["json"]
+CELERY_EVENT_SERIALIZER = "json"
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
@@ -214,6 +227,10 @@ TFDASH_MAX_ARTIFACT_BYTES_PER_JOB = env_int("TFDASH_MAX_ARTIFACT_BYTES_PER_JOB",
 TFDASH_MAX_SCRIPT_BYTES = env_int("TFDASH_MAX_SCRIPT_BYTES", 1024 * 1024, minimum=1)
 # Points a reconnecting job page is sent at most (`?since=`); a larger backlog is replaced by a fresh thinned load.
 TFDASH_SOCKET_BACKLOG_POINTS = env_int("TFDASH_SOCKET_BACKLOG_POINTS", 20_000, minimum=1)
+# An open job page socket checks its user's right to the job again this often (dashboard/access.py), as well as at
+# once on sign-out, on a change of the user and on every change of the job: the default is Daphne's WebSocket ping
+# interval, the socket's own heartbeat.
+TFDASH_SOCKET_RECHECK_S = env_float("TFDASH_SOCKET_RECHECK_S", 20.0)
 # Host samples: kept whole for TFDASH_SAMPLES_FULL_S, then thinned to one per TFDASH_SAMPLES_THIN_S per host, by a
 # periodic task that deletes at most TFDASH_RETENTION_BATCH rows a run (every TFDASH_RETENTION_INTERVAL_S).
 TFDASH_SAMPLES_FULL_S = env_int("TFDASH_SAMPLES_FULL_S", 86_400, minimum=1)

@@ -19,6 +19,12 @@ task may commit out of order; page_data.log_cursor), and a reconnecting page pas
 metric point ids, no one id orders them by commit: the cursor is per task. Job and task frames carry the whole
 current state, so a missed one is repaired by the next, or by a reconnect.
 
+Who may watch is checked at connect and again while the socket is open (dashboard/access.py): on every hint that the
+job changed, when the user changes, and every TFDASH_SOCKET_RECHECK_S; a socket whose rights ended is closed with
+4403, and one whose session ended (sign-out, flush) with 4401 at once. From the job's group, only the frames the
+control plane publishes there are relayed (metrics, hosts, facts, and the two hints); the page's `job`, `task` and
+`log` frames are made here alone, so a frame put on the group by anyone else never reaches a page as one of them.
+
 Hints ("job changed", "logs stored") are answered by one read at a time: the handler only marks what is stale, so the
 socket's channel never fills with hints (the layer drops past its capacity), and hints that arrive during a read are
 answered together by the next one.
@@ -36,7 +42,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.template.loader import render_to_string
 
-from dashboard import page_data
+from dashboard import access, page_data
 from orchestrator.metrics import history, hosts
 from orchestrator.metrics.live import JOB_CHANGED, LOGS_STORED, group_name
 from orchestrator.models import Job, TaskLogLine
@@ -45,12 +51,16 @@ log = logging.getLogger(__name__)
 
 HISTORY_FRAME_POINTS = 5000
 FORBIDDEN = 4403
+# The socket's session ended (signed out, flushed, or replaced by a new key at a sign-in): the page reconnects with
+# whatever session its browser now holds, and is refused, then shows "not allowed", if it holds none.
+SESSION_ENDED = 4401
 MAX_LOG_CURSORS = 1000  # `log_since` pairs read; a page names only its current placement's tasks
 
 
-@database_sync_to_async
-def _visible_job(user: Any, job_id: int) -> Job | None:
-    return Job.objects.visible_to(user).filter(pk=job_id).first()
+RELAYED = ("hosts", "facts")  # frames of the job's group sent on as they are; metrics are filtered by the cursor
+
+_may_watch = database_sync_to_async(access.may_watch)
+_access_groups = database_sync_to_async(access.groups)
 
 
 @database_sync_to_async
@@ -141,8 +151,11 @@ def _query(scope: dict[str, Any]) -> tuple[int, dict[int, int]]:
 class JobConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         self.job_id = int(self.scope["url_route"]["kwargs"]["job_id"])
-        job = await _visible_job(self.scope.get("user"), self.job_id)
-        if job is None:
+        # The access groups first: a sign-out between the check and joining them would otherwise go unheard.
+        self.access_groups = await _access_groups(self.scope)
+        for group in self.access_groups:
+            await self.channel_layer.group_add(group, self.channel_name)
+        if not await _may_watch(self.scope, self.job_id):
             await self.close(code=FORBIDDEN)
             return
         since, self.logs_sent = _query(self.scope)  # logs_sent: task -> log cursor (the page's, then what we sent)
@@ -151,6 +164,7 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         self.group = group_name(self.job_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        self.rechecking = asyncio.create_task(self._recheck_every(settings.TFDASH_SOCKET_RECHECK_S))
         await self._send_state()
         await self._send_logs()
         points, self.cursor, downsampled = await _metric_history(self.job_id, since)
@@ -170,13 +184,41 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json(await _host_history(self.job_id))
 
     async def disconnect(self, code: int) -> None:
-        if getattr(self, "catching_up", None) is not None:
-            self.catching_up.cancel()
+        for task in (getattr(self, "catching_up", None), getattr(self, "rechecking", None)):
+            if task is not None:
+                task.cancel()
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        for group in getattr(self, "access_groups", ()):
+            await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         pass  # the page only listens
+
+    async def _still_allowed(self) -> bool:
+        """Checks again; closes the socket (4403) when its rights ended, or, when they cannot be checked now (the
+        database away), with a plain close the page reconnects from."""
+        try:
+            allowed = await _may_watch(self.scope, self.job_id)
+        except Exception:
+            log.exception("job %s: could not check the socket's rights again", self.job_id)
+            await self.close()
+            return False
+        if not allowed:
+            await self.close(code=FORBIDDEN)
+        return allowed
+
+    async def _recheck_every(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            if not await self._still_allowed():
+                return
+
+    async def session_ended(self, event: dict[str, Any]) -> None:
+        await self.close(code=SESSION_ENDED)
+
+    async def access_changed(self, event: dict[str, Any]) -> None:
+        await self._still_allowed()
 
     async def _send_state(self) -> None:
         for frame in await _job_frames(self.job_id):
@@ -192,6 +234,8 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
             while self.stale:
                 stale, self.stale = self.stale, set()
                 if JOB_CHANGED in stale:
+                    if not await self._still_allowed():  # the job may have changed owner
+                        return
                     await self._send_state()
                 await self._send_logs()  # a new placement's tasks have their own lines
         except Job.DoesNotExist:
@@ -202,19 +246,28 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
             await self.close()
 
     async def live_frame(self, event: dict[str, Any]) -> None:
-        frame = event["frame"]
-        kind = frame.get("type")
+        frame = event.get("frame")
+        kind = frame.get("type") if isinstance(frame, dict) else None
         if kind in (JOB_CHANGED, LOGS_STORED):
             self.stale.add(kind)
             if self.catching_up is None or self.catching_up.done():
                 self.catching_up = asyncio.create_task(self._catch_up())
         elif kind == "metrics":
-            fresh = [p for p in frame["points"] if p[0] > self.cursor]
+            points = frame.get("points")
+            fresh = [p for p in points if _point_id(p) > self.cursor] if isinstance(points, list) else []
             if fresh:
                 self.cursor = max(p[0] for p in fresh)
                 columns = history.POINT_COLUMNS
                 await self.send_json(
                     {**frame, "points": fresh, "history": False, "columns": columns, "cursor": self.cursor}
                 )
-        else:
+        elif kind in RELAYED:
             await self.send_json(frame)
+        # Anything else (a `job` frame with markup, say) was not published by the control plane: dropped.
+
+
+def _point_id(point: Any) -> int:
+    """A metric row's id (its first column), or 0, which no cursor is below, for a row not of that shape."""
+    if isinstance(point, list) and point and type(point[0]) is int:
+        return int(point[0])
+    return 0

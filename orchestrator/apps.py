@@ -13,6 +13,7 @@ class OrchestratorConfig(AppConfig):
         from django.db import transaction  # noqa: PLC0415
         from django.db.models.signals import post_delete, post_save  # noqa: PLC0415
 
+        from orchestrator import checks  # noqa: F401, PLC0415 - registers the start-up checks
         from orchestrator.identity import broker_users  # noqa: PLC0415
         from orchestrator.metrics import live  # noqa: PLC0415
         from orchestrator.models import Host, Job, Task  # noqa: PLC0415

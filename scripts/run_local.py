@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -71,6 +72,23 @@ class Child:
         # Whatever else is left in its group (a TF process under an agent, a beat child) goes too.
         self.signal(signal.SIGKILL)
         self.log.close()
+
+
+def not_root_notice(var: Path) -> str | None:
+    """What `make run` says first when it is not root: then nothing separates a job's tasks from the control plane."""
+    uid = os.geteuid()
+    if uid == 0:
+        return None
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = f"uid {uid}"
+    return (
+        f"Not running as root: every job's tasks run as {user}, the user the web server, the orchestrator and the "
+        f"agents run as, so any job's script can read all of {var}/ (the secret key, the control key, the database "
+        "and Redis passwords, the database itself) and every other job's files. Run it as root to give each job a "
+        "uid of its own (README, Security)."
+    )
 
 
 class Stack:
@@ -202,6 +220,9 @@ class Stack:
             child.stop(deadline)
 
     def run(self) -> None:
+        notice = not_root_notice(self.var)
+        if notice:
+            self.say(notice)
         port = int(os.environ.get("PORT", "8000"))
         bind = os.environ.get("BIND", "127.0.0.1")
         self.ensure_postgres()

@@ -1,5 +1,8 @@
 """A limit on failed sign-ins, per client address, shared by the login page, the admin login and POST /api/token/.
 
+An IPv6 client is counted by its /64 (one subscriber's network: a host picks any address in it at will), an IPv4
+client by its address; the same key serves the rate throttle of POST /api/token/ (LoginRateThrottle).
+
 Failures are counted in Django's cache (Redis, so every web process sees the same count) through the
 `user_login_failed` signal, which both `AuthenticationForm` and DRF's token serializer trigger. After
 TFDASH_LOGIN_MAX_FAILURES failures within TFDASH_LOGIN_LOCKOUT_S seconds the address is refused for the rest of that
@@ -8,24 +11,42 @@ window, with a 429 that says so and for how long; a correct password does not he
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Callable
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.contrib.auth.signals import user_login_failed
 from django.core.cache import cache
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.urls import reverse
-from rest_framework.throttling import BaseThrottle
+from rest_framework.throttling import BaseThrottle, ScopedRateThrottle
 
 _PREFIX = "signin-failures"
 
 
 def client_ident(request: Any) -> str:
     # DRF's rule: X-Forwarded-For counts only through the number of trusted proxies (NUM_PROXIES), never as sent.
-    return BaseThrottle().get_ident(request)
+    return address_key(BaseThrottle().get_ident(request))
+
+
+def address_key(address: str | None) -> str:
+    """What a client is counted by: an IPv4 address (also one written as IPv4-mapped IPv6) itself, an IPv6 address
+    its /64 network; anything that is not an address (none, from a server that gives no REMOTE_ADDR) as given."""
+    if address is None:
+        return "None"
+    try:
+        parsed = ipaddress.ip_address(address.split("%", 1)[0])  # a zone (fe80::1%eth0) names no other network
+    except ValueError:
+        return address
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        return str(ipaddress.IPv6Network((int(parsed) >> 64 << 64, 64)))
+    return str(parsed)
 
 
 def _keys(request: Any) -> tuple[str, str]:
@@ -42,14 +63,29 @@ def record_failure(request: Any) -> None:
     except ValueError:  # expired between add and incr
         cache.set(count_key, 1, timeout=window)
         count = 1
-    if count >= settings.TFDASH_LOGIN_MAX_FAILURES:
-        cache.add(until_key, time.time() + window, timeout=window)
+    except redis.ResponseError:  # not a number: a value this module did not write; count from here
+        cache.set(count_key, 1, timeout=window)
+        count = 1
+    if count < settings.TFDASH_LOGIN_MAX_FAILURES:
+        return
+    until = time.time() + window
+    # add: a lock already running keeps its end; one that does not read as a time is replaced.
+    if not cache.add(until_key, until, timeout=window) and _until(until_key) is None:
+        cache.set(until_key, until, timeout=window)
+
+
+def _until(until_key: str) -> float | None:
+    """When the lock on this key ends, or None when there is none (or the value is not what record_failure wrote)."""
+    until = cache.get(until_key)
+    if isinstance(until, bool) or not isinstance(until, (int, float)):
+        return None
+    return float(until)
 
 
 def retry_after(request: Any) -> int | None:
     """Seconds until this client may try again, or None when it may now."""
     _count_key, until_key = _keys(request)
-    until = cache.get(until_key)
+    until = _until(until_key)
     if until is None:
         return None
     return max(1, int(until - time.time() + 0.999))
@@ -74,6 +110,29 @@ class SignInLockoutThrottle(BaseThrottle):
 
     def wait(self) -> float | None:
         return self._wait
+
+
+class _ThrottleHistory:
+    """DRF's throttle history in the cache, where a value that is not a list of times (one this module did not
+    write) reads as no history rather than failing every request of that client."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = cache.get(key)
+        if isinstance(value, list) and all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in value):
+            return value
+        return default
+
+    def set(self, key: str, value: Any, timeout: float | None = None) -> None:
+        cache.set(key, value, timeout)
+
+
+class LoginRateThrottle(ScopedRateThrottle):
+    """DRF's scoped rate throttle (scope "login"), keyed like the lockout: an IPv6 client by its /64."""
+
+    cache = _ThrottleHistory()
+
+    def get_ident(self, request: Any) -> str:
+        return client_ident(request)
 
 
 class SignInLimitMiddleware:

@@ -13,7 +13,6 @@ from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
 
 from orchestrator.api import signin_limit
 from orchestrator.api.permissions import IsStaffOrReadOnly
@@ -72,7 +71,7 @@ class TokenView(ObtainAuthToken):
     """POST username and password, get the user's API token. Throttled per client address, and locked for a while
     after repeated wrong passwords (the same lock as the login page)."""
 
-    throttle_classes = [signin_limit.SignInLockoutThrottle, ScopedRateThrottle]
+    throttle_classes = [signin_limit.SignInLockoutThrottle, signin_limit.LoginRateThrottle]
     throttle_scope = "login"
 
     @extend_schema(request=AuthTokenSerializer, responses={200: TokenSerializer})

@@ -15,6 +15,7 @@ import sys
 import time
 
 import psutil
+import pytest
 import requests
 
 from tests.support.processes import ROOT, ManagedProcess, wait_until
@@ -117,3 +118,39 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
         for child in children:  # only reached when an assertion above failed half-way
             if child.is_running():
                 child.kill()
+
+
+def _run_local_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_local", ROOT / "scripts" / "run_local.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_make_run_not_as_root_says_first_that_tasks_run_as_the_web_servers_user_and_can_read_var(monkeypatch, tmp_path):
+    run_local = _run_local_module()
+    monkeypatch.setattr(os, "geteuid", lambda: 4242)
+    notice = run_local.not_root_notice(tmp_path / "var")
+    assert notice is not None
+    assert notice.startswith("Not running as root: every job's tasks run as uid 4242, the user the web server")
+    assert f"can read all of {tmp_path / 'var'}/" in notice and "the control key" in notice
+
+    # It is the first thing `make run` says: before any database or Redis is looked for.
+    monkeypatch.setenv("TFDASH_VAR_DIR", str(tmp_path / "var"))
+    stack = run_local.Stack()
+    said: list[str] = []
+    monkeypatch.setattr(stack, "say", said.append)
+
+    def stop_here() -> None:
+        raise SystemExit("stopped before the database")
+
+    monkeypatch.setattr(stack, "ensure_postgres", stop_here)
+    with pytest.raises(SystemExit):
+        stack.run()
+    assert said == [notice]
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert run_local.not_root_notice(tmp_path / "var") is None

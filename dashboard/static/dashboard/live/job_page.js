@@ -13,6 +13,7 @@
 
 import { Charts } from "./charts.js";
 import { LogTail } from "./log_tail.js";
+import { replaceWithMarkup } from "./markup.js";
 import { SeriesStore } from "./series.js";
 import { keepConnected } from "./socket.js";
 
@@ -83,7 +84,7 @@ function start(root) {
   function onJob(frame) {
     page.jobFrames += 1;
     page.state = frame.state;
-    if (liveEl && typeof frame.html === "string") liveEl.innerHTML = frame.html; // rendered by the server, escaped
+    if (liveEl && typeof frame.html === "string") replaceWithMarkup(liveEl, frame.html); // never innerHTML
     if (cancelEl) cancelEl.hidden = Boolean(frame.terminal);
     showStragglers(); // the fresh rows get their pace back
   }

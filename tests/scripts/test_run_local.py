@@ -92,7 +92,7 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
         # environment.
         secret_key, postgres_pw = ((var / name).read_text().strip() for name in ("secret-key", "postgres-password"))
         redis_pw = (var / "redis-password").read_text().strip()
-        agents = [c for c in children if "worker_agent" in c.cmdline()]
+        agents = [c for c in children if "worker_agent" in _cmdline(c)]
         assert len(agents) == 2
         for agent in agents:
             environ = agent.environ()
@@ -107,7 +107,7 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
         os.killpg(run.pid, signal.SIGTERM)
         assert run.proc.wait(timeout=30) == 0
         gone = wait_until(
-            lambda: not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE],
+            lambda: not [c for c in children if _alive(c)],
             timeout=15,
             what="every started process to exit",
         )
@@ -154,3 +154,18 @@ def test_make_run_not_as_root_says_first_that_tasks_run_as_the_web_servers_user_
 
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert run_local.not_root_notice(tmp_path / "var") is None
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    """Its command line; none for a short-lived child (a start-up probe, a migration) that ended meanwhile."""
+    try:
+        return process.cmdline()
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -156,7 +156,7 @@ class Fleet:
             if got is None:
                 continue
             queue_name, raw = got
-            host = queue_name.decode().removeprefix("agent.")
+            host = broker.host_of_key(queue_name)
             try:
                 message = json.loads(raw)
                 body = json.loads(base64.b64decode(message["body"]))  # Celery protocol 2: [args, kwargs, embed]

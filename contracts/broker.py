@@ -61,8 +61,8 @@ def stream(host: str, kind: str) -> str:
     return f"{key_prefix(host)}{kind}"
 
 
-def host_of_stream(key: str | bytes) -> str:
-    """The host a stream key belongs to (`stream`'s inverse); "" for a key that is no host's stream."""
+def host_of_key(key: str | bytes) -> str:
+    """The host a key of a host's belongs to (its order queue, its streams); "" for a key that is no host's."""
     text = key.decode(errors="replace") if isinstance(key, bytes) else key
     prefix, _, rest = text.partition("tfdash:host:")
     if prefix or ":" not in rest:

@@ -156,7 +156,7 @@ class Entry:
 
     @property
     def host(self) -> str:
-        return broker.host_of_stream(self.stream)
+        return broker.host_of_key(self.stream)
 
 
 # A handler gets the batch's entries that are within bounds and returns those it could not use, with why; it raises

@@ -31,7 +31,7 @@ def stream(redis_url: str) -> Iterator[tuple[redis.Redis, str]]:
 
 def consumer(client: redis.Redis, name: str) -> MetricsConsumer:
     """The ingest's reader of the stream `name` alone, its group made."""
-    reader = MetricsConsumer(client, hosts=lambda: [broker.host_of_stream(name)])
+    reader = MetricsConsumer(client, hosts=lambda: [broker.host_of_key(name)])
     reader.reader.ensure_groups()
     return reader
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import dj_database_url
 
+from broker.transport import TRANSPORT
 from config.env import EnvError, env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -140,6 +141,15 @@ TFDASH_LOGIN_MAX_FAILURES = env_int("TFDASH_LOGIN_MAX_FAILURES", 5)
 TFDASH_LOGIN_LOCKOUT_S = env_int("TFDASH_LOGIN_LOCKOUT_S", 300)
 
 CELERY_BROKER_URL = REDIS_URL
+# Kombu's Redis transport, except that a malformed message is dropped and counted instead of stopping the worker.
+CELERY_BROKER_TRANSPORT = TRANSPORT
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_SERIALIZER = "json"
+# No remote control (`celery control shutdown` from anyone who can write the broker) and no events: nothing here
+# needs them. The start commands add --without-gossip --without-mingle --without-heartbeat (command-line only).
+CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
+CELERY_WORKER_SEND_TASK_EVENTS = False
+CELERY_TASK_SEND_SENT_EVENT = False
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

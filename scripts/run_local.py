@@ -212,7 +212,8 @@ class Stack:
         self.start(
             "orchestrator",
             [PY, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B", "--pool", "threads",
-             "-c", "4", "-l", "INFO", "--hostname", "orchestrator@%h",
+             "-c", "4", "--without-gossip", "--without-mingle", "--without-heartbeat",
+             "-l", "INFO", "--hostname", "orchestrator@%h",
              "-s", str(self.var / "celerybeat-schedule")],
         )  # fmt: skip
         # The one consumer of the metric stream (point ids then grow in commit order).

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from celery import Celery
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from broker.transport import TRANSPORT
 from contracts.protocol import (
     AGENT_ACK_EXITS,
     AGENT_KILL,
@@ -52,6 +53,15 @@ def make_app(server: str, host: str, gate: OrderGate, runner: TaskRunner) -> Cel
     # Not the process-wide "current" app: code that imports this (tests, tools) keeps its own default app.
     app = Celery(f"worker_agent.{host}", broker=server, set_as_current=False)
     app.conf.update(
+        # Kombu's Redis transport, except that a malformed message is dropped and counted instead of stopping us.
+        broker_transport=TRANSPORT,
+        accept_content=["json"],
+        task_serializer="json",
+        # Nothing here answers `celery control` (anyone who can write the broker could stop every agent) or sends
+        # events; gossip, mingle and worker heartbeats are off in run() below.
+        worker_enable_remote_control=False,
+        worker_send_task_events=False,
+        task_send_sent_event=False,
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from orchestrator import counters
-from orchestrator.agents import auth
+from orchestrator.agents import auth, foreign
 from orchestrator.models import Host, Task
 
 DROPPED = "metric_events_dropped"
@@ -76,6 +76,9 @@ def task_of(payload: Any, name: str, body_type: type) -> tuple[Task, Any] | None
         return None
     host, body = found
     task = lookups.task(body.task_id) if isinstance(body.task_id, int) else None
+    if task is not None and task.host_id is not None and task.host_id != host.pk:
+        foreign.noted(host, f"a {str(name)[:40]} report", [task.pk])
+        return None
     if task is None or task.attempt != body.attempt or task.host_id != host.pk:
         counters.incr(DROPPED)
         return None

@@ -14,7 +14,6 @@ Redis unreachable) propagate, so nothing is acknowledged and the same entries ar
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import redis
 from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 
+from contracts.host_samples import parse_sample
 from contracts.limits import MAX_LOG_LINE_CHARS
 from contracts.protocol import (
     HOST_SAMPLES,
@@ -51,6 +51,7 @@ from orchestrator.models import Host, HostSample, Job, Task, TaskLogLine
 log = logging.getLogger(__name__)
 
 MAX_LOG_LINES = 2000  # per report: an agent sends at most 200 (worker_agent/supervision/output.py)
+SAMPLES_REFUSED = "host_samples_refused"
 
 
 @dataclass
@@ -208,20 +209,26 @@ def _collect_samples(payload: Any, batch: _Batch) -> bool:
         return False
     host, body = found
     rows = batch.samples.setdefault(host.pk, (host, []))[1]
-    for sample in body.samples[:MAX_EVENTS_PER_BATCH] if isinstance(body.samples, list) else []:
+    refused: list[str] = []
+    for raw in body.samples[:MAX_EVENTS_PER_BATCH] if isinstance(body.samples, list) else []:
         try:
-            rows.append(
-                HostSample(
-                    host=host,
-                    ts=float(sample["ts"]),
-                    cpu_percent=_maybe_float(sample.get("cpu_percent")),
-                    memory_used_mb=_maybe_int(sample.get("memory_used_mb")),
-                    memory_total_mb=_maybe_int(sample.get("memory_total_mb")),
-                    gpus=sample.get("gpus") if isinstance(sample.get("gpus"), list) else [],
-                )
+            sample = parse_sample(raw)  # checked like a report: a GPU entry with "index": "x" never reaches a page
+        except ValueError as exc:
+            refused.append(str(exc))
+            continue
+        rows.append(
+            HostSample(
+                host=host,
+                ts=sample["ts"],
+                cpu_percent=sample["cpu_percent"],
+                memory_used_mb=sample["memory_used_mb"],
+                memory_total_mb=sample["memory_total_mb"],
+                gpus=sample["gpus"],
             )
-        except (KeyError, TypeError, ValueError):
-            counters.incr(DROPPED)
+        )
+    if refused:
+        log.warning("host %s: %d sample(s) refused, e.g. %s", host.name, len(refused), refused[0][:200])
+        counters.incr(SAMPLES_REFUSED, len(refused))
     return True
 
 
@@ -298,17 +305,3 @@ def handle_task_metrics(payload: Any) -> int:
 def handle_task_logs(payload: Any) -> int:
     """One TASK_LOGS report on its own (tests, tools, and any sent through the orchestrator queue by an older agent)."""
     return store_reports([(TASK_LOGS, payload)]).lines
-
-
-def _maybe_float(value: Any) -> float | None:
-    return (
-        float(value)
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        else None
-    )
-
-
-def _maybe_int(value: Any) -> int | None:
-    return (
-        int(value) if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) else None
-    )

@@ -34,6 +34,14 @@ OWN_SETTINGS = (
 )
 
 
+def cmdline(process: psutil.Process) -> list[str]:
+    """A child's command line; none for one gone meanwhile (PostgreSQL's backends come and go with connections)."""
+    try:
+        return process.cmdline()
+    except psutil.NoSuchProcess:
+        return []
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -95,7 +103,7 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
         # job's tasks under a uid of its own, which cannot read the agent's environment.
         secret_key, postgres_pw = ((var / name).read_text().strip() for name in ("secret-key", "postgres-password"))
         redis_pw = (var / "redis-password").read_text().strip()
-        agents = [c for c in children if "worker_agent" in c.cmdline()]
+        agents = [c for c in children if "worker_agent" in cmdline(c)]
         assert len(agents) == 2
         for agent in agents:
             environ = agent.environ()
@@ -108,7 +116,7 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
             assert "tasks run under a uid of their own job (20000-29999)" in run.output()
 
         # One part dies (the orchestrator, SIGKILL): it alone is started again, and the line says so.
-        orchestrator = next(c for c in children if "celery" in " ".join(c.cmdline()))
+        orchestrator = next(c for c in children if "celery" in " ".join(cmdline(c)))
         os.killpg(orchestrator.pid, signal.SIGKILL)
         run.wait_for_line(r"orchestrator exited with code -9; restarting in 1 s", timeout=15)
         run.wait_for_line(r"orchestrator restarted \(pid \d+\)", timeout=15)

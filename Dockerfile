@@ -5,6 +5,7 @@ ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
 
 COPY pyproject.toml README.md ./
+COPY kombu_redis ./kombu_redis
 COPY config ./config
 COPY contracts ./contracts
 COPY orchestrator ./orchestrator

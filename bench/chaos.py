@@ -139,7 +139,8 @@ class Stack:
         if name == "orchestrator":
             return (
                 [PY, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B", "--pool", "threads", "-c",
-                 "4", "-l", "INFO", "--hostname", "orchestrator@%h", "-s", str(self.var / "celerybeat-schedule")],
+                 "4", "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",
+                 "--hostname", "orchestrator@%h", "-s", str(self.var / "celerybeat-schedule")],
                 self.env,
                 {},
             )  # fmt: skip

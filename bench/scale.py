@@ -130,6 +130,7 @@ class ScaleStack(Stack):
         if not name.startswith("orchestrator-"):
             return super()._command(name)
         argv = [PY, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "--pool", "threads", "-c", "4",
+                "--without-gossip", "--without-mingle", "--without-heartbeat",
                 "-l", "INFO", "--hostname", f"{name}@%h"]  # fmt: skip
         return argv, self.env, {}
 

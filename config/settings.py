@@ -12,6 +12,7 @@ from pathlib import Path
 import dj_database_url
 
 from config.env import EnvError, env_bool, env_float, env_int, env_list, env_str
+from kombu_redis.transport import TRANSPORT
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("TFDASH_VAR_DIR", str(BASE_DIR / "var")))
@@ -152,11 +153,18 @@ TFDASH_LOGIN_LOCKOUT_S = env_int("TFDASH_LOGIN_LOCKOUT_S", 300)
 
 CELERY_BROKER_URL = REDIS_URL
 # JSON only, both ways: a message in any other format (pickle above all, which runs code as it loads) is refused.
+# Kombu's Redis transport, except that a malformed message is dropped and counted instead of stopping the worker.
+CELERY_BROKER_TRANSPORT = TRANSPORT
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_RESULT_ACCEPT_CONTENT = ["json"]
 CELERY_EVENT_SERIALIZER = "json"
+# No remote control (`celery control shutdown` from anyone who can write the broker) and no events: nothing here
+# needs them. The start commands add --without-gossip --without-mingle --without-heartbeat (command-line only).
+CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
+CELERY_WORKER_SEND_TASK_EVENTS = False
+CELERY_TASK_SEND_SENT_EVENT = False
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

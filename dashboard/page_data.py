@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db.models import OuterRef, Subquery
 
 from contracts import batching
+from contracts.host_samples import readable_gpus
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import RunConfig, train_examples
 from orchestrator import limits
@@ -106,7 +107,7 @@ def cluster_rows(now: float | None = None, page: int = 1) -> list[ClusterRows]:
                 cpu_percent=sample.cpu_percent,
                 memory_used_mb=sample.memory_used_mb,
                 memory_total_mb=sample.memory_total_mb or host.memory_total_mb,
-                gpus=[_gpu_load(g) for g in sample.gpus if isinstance(g, dict)],
+                gpus=[_gpu_load(g) for g in readable_gpus(sample.gpus)],
                 sample_age_s=max(0.0, now - sample.ts),
             )
         by_cluster.setdefault(host.cluster_id, []).append(HostRow(**row))
@@ -126,11 +127,12 @@ def _number(value: Any) -> float | None:
 
 
 def _gpu_load(gpu: dict[str, Any]) -> GpuLoad:
+    """A GPU entry as readable_gpus leaves it (a stored sample may be older than the ingest's check)."""
     return GpuLoad(
-        index=int(gpu.get("index") or 0),
-        utilization=_number(gpu.get("utilization_percent", gpu.get("utilization"))),
-        memory_used_mb=_number(gpu.get("memory_used_mb")),
-        memory_total_mb=_number(gpu.get("memory_total_mb")),
+        index=gpu["index"],
+        utilization=_number(gpu["utilization_percent"]),
+        memory_used_mb=_number(gpu["memory_used_mb"]),
+        memory_total_mb=_number(gpu["memory_total_mb"]),
     )
 
 

@@ -22,9 +22,9 @@ def client() -> redis.Redis:
     return _client()
 
 
-def incr(name: str) -> None:
+def incr(name: str, by: int = 1) -> None:
     with contextlib.suppress(redis.RedisError):  # a counter must never break the message path it counts
-        _client().incr(_PREFIX + name)
+        _client().incr(_PREFIX + name, by)
 
 
 def get(name: str) -> int:

@@ -21,6 +21,8 @@ from django.db import InterfaceError, OperationalError, close_old_connections
 
 from config.celery import app
 from contracts.protocol import AGENT_HELLO, ORCHESTRATOR_QUEUE, TASK_EVENT
+from kombu_redis import transport
+from orchestrator import counters
 from orchestrator.agents import events, heartbeats, liveness, relay, reports
 from orchestrator.control import dispatch, experiments, lifecycle, passes, scheduling
 from orchestrator.control.scheduling import WAITING_STATES
@@ -29,6 +31,10 @@ from orchestrator.models import Job
 from orchestrator.retention import thin_host_samples
 
 log = logging.getLogger(__name__)
+
+# Malformed messages this app's consumers dropped (kombu_redis/transport.py), in all orchestrator processes together.
+BROKER_MESSAGES_DROPPED = "broker_messages_dropped"
+transport.on_drop(lambda: counters.incr(BROKER_MESSAGES_DROPPED))
 
 # Outages worth waiting out: the database or the broker away or busy (a lock wait past its timeout is an
 # OperationalError too). Anything else is a bug or bad input, and retrying would fail the same way.

@@ -5,6 +5,9 @@ Starts (or reuses) PostgreSQL and Redis (scripts/local_services.py), migrates, m
 a local cluster of agents, then starts the web server, the orchestrator (Celery worker + beat), the metrics ingest and
 one agent per local host, each in its own process group.
 Their output goes to var/log/<name>.log; this script prints only what a person needs.
+
+A child that exits is started again after a pause (`Backoff`: 1 s, doubling to 30 s while it keeps failing, 1 s again
+once it ran a minute), and the line says so; one crash never stops the rest. Ctrl-C or SIGTERM stops everything.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlparse
@@ -49,15 +53,44 @@ LOCAL_TASK_UIDS = "20000-29999"
 GRACE_S = 10.0
 
 
+class Backoff:
+    """The pause before a child that exited is started again: `first_s`, doubling up to `most_s` while it keeps
+    exiting, and `first_s` again once it had run `stable_s` (a crash after an hour is not a crash loop)."""
+
+    def __init__(self, first_s: float = 1.0, most_s: float = 30.0, stable_s: float = 60.0) -> None:
+        self.first_s, self.most_s, self.stable_s = first_s, most_s, stable_s
+        self._next = first_s
+
+    def after_exit(self, ran_s: float) -> float:
+        """The pause before the next start of a child that ran `ran_s` before it exited."""
+        if ran_s >= self.stable_s:
+            self._next = self.first_s
+        pause, self._next = self._next, min(self._next * 2, self.most_s)
+        return pause
+
+
 class Child:
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path, **options: Any) -> None:
         self.name = name
+        self.argv, self.env, self.options = argv, env, options
         self.log_path = log_dir / f"{name}.log"
         self.log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 - the child writes to it until stop()
+        self.backoff = Backoff()
+        self.restart_at: float | None = None  # set while it waits to be started again
+        self.proc = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        self.started_at = time.monotonic()
         # Own session: Ctrl-C in the terminal reaches only this script, which then stops children in order.
-        self.proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, **options
-        )
+        return subprocess.Popen(
+            self.argv, cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            **self.options,
+        )  # fmt: skip
+
+    def restart(self) -> None:
+        """Start it again, once whatever its last run left in its process group (a beat child) is gone."""
+        self.signal(signal.SIGKILL)
+        self.proc = self._spawn()
 
     def signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -91,6 +124,48 @@ def not_root_notice(var: Path) -> str | None:
     )
 
 
+class Children:
+    """The processes `make run` started: one that exits is started again after its backoff (and that is said), all
+    of them are stopped at the end."""
+
+    def __init__(self, log_dir: Path, say: Callable[[str], None]) -> None:
+        self.log_dir = log_dir
+        self.say = say
+        self.all: list[Child] = []
+        self.stopping = False
+
+    def start(self, name: str, argv: list[str], env: dict[str, str], **options: Any) -> Child:
+        child = Child(name, argv, env, self.log_dir, **options)
+        self.all.append(child)
+        return child
+
+    def tend(self, now: float | None = None) -> None:
+        """One look at every child: one that exited is given its restart time, one whose time came is started."""
+        now = time.monotonic() if now is None else now
+        for child in self.all:
+            if self.stopping:
+                return
+            if child.restart_at is None:
+                code = child.proc.poll()
+                if code is None:
+                    continue
+                pause = child.backoff.after_exit(now - child.started_at)
+                child.restart_at = now + pause
+                self.say(f"{child.name} exited with code {code}; restarting in {pause:g} s (log: {child.log_path})")
+            elif now >= child.restart_at:
+                child.restart_at = None
+                child.restart()
+                self.say(f"{child.name} restarted (pid {child.proc.pid})")
+
+    def stop_all(self) -> None:
+        self.stopping = True
+        for child in reversed(self.all):
+            child.signal(signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_S
+        for child in reversed(self.all):
+            child.stop(deadline)
+
+
 class Stack:
     def __init__(self) -> None:
         self.var = Path(os.environ.get("TFDASH_VAR_DIR", ROOT / "var"))
@@ -98,7 +173,7 @@ class Stack:
         # Logs may name hosts, paths and jobs: readable by the operator (and root) alone.
         self.logs.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.logs.chmod(0o700)
-        self.children: list[Child] = []
+        self.children = Children(self.logs, self.say)
         self.env = dict(os.environ)
         self.env.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
         self.env["PYTHONUNBUFFERED"] = "1"
@@ -111,15 +186,12 @@ class Stack:
         if not self.env.get("TFDASH_CONTROL_KEY_FILE") and not self.env.get("TFDASH_CONTROL_KEY"):
             # The key that signs every order to an agent: generated once (mode 0600), kept out of the database.
             self.env["TFDASH_CONTROL_KEY_FILE"] = str(control_key_file(self.var / "control-key"))
-        self.stopping = False
 
     def say(self, text: str) -> None:
         print(f"[run] {text}", flush=True)
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None, **options: Any) -> Child:
-        child = Child(name, argv, env or self.env, self.logs, **options)
-        self.children.append(child)
-        return child
+        return self.children.start(name, argv, env or self.env, **options)
 
     def manage(self, *args: str) -> str:
         result = subprocess.run(
@@ -196,7 +268,7 @@ class Stack:
     def wait_for_web(self, url: str, timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            self.check_children()
+            self.children.tend()
             try:
                 with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - our own local URL
                     if response.status == 200:
@@ -205,19 +277,8 @@ class Stack:
                 time.sleep(0.3)
         raise SystemExit(f"The web server did not answer at {url} within {timeout_s:.0f} s; see var/log/web.log")
 
-    def check_children(self) -> None:
-        for child in self.children:
-            code = child.proc.poll()
-            if code is not None and not self.stopping:
-                raise SystemExit(f"{child.name} exited with code {code}; its log: {child.log_path}")
-
     def stop_all(self) -> None:
-        self.stopping = True
-        for child in reversed(self.children):
-            child.signal(signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_S
-        for child in reversed(self.children):
-            child.stop(deadline)
+        self.children.stop_all()
 
     def run(self) -> None:
         notice = not_root_notice(self.var)
@@ -240,7 +301,8 @@ class Stack:
         self.start(
             "orchestrator",
             [PY, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B", "--pool", "threads",
-             "-c", "4", "-l", "INFO", "--hostname", "orchestrator@%h",
+             "-c", "4", "--without-gossip", "--without-mingle", "--without-heartbeat",
+             "-l", "INFO", "--hostname", "orchestrator@%h",
              "-s", str(self.var / "celerybeat-schedule")],
         )  # fmt: skip
         # The one consumer of the metric stream (point ids then grow in commit order).
@@ -260,9 +322,9 @@ class Stack:
         self.say(f"tfdash is up: {url}")
         self.say(f"sign in as {admin_line.removeprefix('admin: ')}")
         self.say(f"local cluster: {', '.join(h['host'] for h in cluster['hosts'])}; logs in {self.logs}/")
-        self.say("Ctrl-C stops everything.")
+        self.say("Ctrl-C stops everything; a part that exits is started again.")
         while True:
-            self.check_children()
+            self.children.tend()
             time.sleep(0.5)
 
 

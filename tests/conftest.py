@@ -117,6 +117,7 @@ def orchestrator(service_env: dict[str, str], tmp_path_factory: pytest.TempPathF
     proc = ManagedProcess(
         "orchestrator",
         [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B",
+         "--without-gossip", "--without-mingle", "--without-heartbeat",
          "--pool", "threads", "-c", "4", "-l", "INFO", "--hostname", "orchestrator-test@%h", "-s", str(beat_file)],
         service_env,
     )  # fmt: skip

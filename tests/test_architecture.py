@@ -12,8 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # Packages that must work with neither Django nor TensorFlow importable: both sides and the runtime build on them.
-PLAIN_PACKAGES = ("contracts", "orchestrator/core")
-PRODUCT_PACKAGES = ("contracts", "orchestrator", "dashboard", "worker_agent", "config")
+PLAIN_PACKAGES = ("kombu_redis", "contracts", "orchestrator/core")
+PRODUCT_PACKAGES = ("kombu_redis", "contracts", "orchestrator", "dashboard", "worker_agent", "config")
 
 
 def _modules(package: str) -> Iterator[tuple[str, Path]]:
@@ -45,7 +45,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("django", 
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1]) == []
-    assert len(names) >= 10  # the probe really imported the packages (contracts and orchestrator.core)
+    assert len(names) >= 10  # the probe really imported the packages (kombu_redis, contracts and orchestrator.core)
 
 
 def _imports(module: str, path: Path, known: set[str]) -> set[str]:
@@ -123,6 +123,9 @@ def test_the_agent_imports_no_django_and_the_orchestrator_no_agent_code() -> Non
     orchestrator = {m for m in graph if m.startswith(("orchestrator", "dashboard"))}
     assert not {t for m in agent for t in graph[m] if t.startswith(("orchestrator", "dashboard", "config"))}
     assert not {t for m in orchestrator for t in graph[m] if t.startswith("worker_agent")}
+    # What both sides' Celery apps share is neither side's.
+    shared = {m for m in graph if m.startswith("kombu_redis")}
+    assert not {t for m in shared for t in graph[m] if not t.startswith("kombu_redis")}
 
 
 def _package_of(module: str) -> str:

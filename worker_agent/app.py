@@ -29,6 +29,7 @@ from contracts.protocol import (
     launch_spec_from,
 )
 from contracts.signing import Refused
+from kombu_redis.transport import TRANSPORT
 from worker_agent import __version__, facts
 from worker_agent.heartbeat import Heartbeat
 from worker_agent.orders import OrderGate
@@ -52,6 +53,15 @@ def make_app(server: str, host: str, gate: OrderGate, runner: TaskRunner) -> Cel
     # Not the process-wide "current" app: code that imports this (tests, tools) keeps its own default app.
     app = Celery(f"worker_agent.{host}", broker=server, set_as_current=False)
     app.conf.update(
+        # Kombu's Redis transport, except that a malformed message is dropped and counted instead of stopping us.
+        broker_transport=TRANSPORT,
+        accept_content=["json"],
+        task_serializer="json",
+        # Nothing here answers `celery control` (anyone who can write the broker could stop every agent) or sends
+        # events; gossip, mingle and worker heartbeats are off in run() below.
+        worker_enable_remote_control=False,
+        worker_send_task_events=False,
+        task_send_sent_event=False,
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
@@ -59,13 +69,9 @@ def make_app(server: str, host: str, gate: OrderGate, runner: TaskRunner) -> Cel
         worker_pool="threads",
         worker_concurrency=4,
         worker_prefetch_multiplier=1,
+        # The host's broker user may touch its order queue alone (contracts/broker.py): hence also no remote control
+        # (pidbox queues, pub/sub) and no events above.
         broker_transport_options=broker.transport_options(host),
-        # The host's broker user may touch its order queue alone (contracts/broker.py): no remote control (pidbox
-        # queues, pub/sub), no task events; and nothing but JSON is ever decoded.
-        worker_enable_remote_control=False,
-        worker_send_task_events=False,
-        accept_content=["json"],
-        task_serializer="json",
     )
 
     # shared=False on every task: a shared task (Celery's default) is also added to every app finalised later in the

@@ -1,7 +1,8 @@
 """Task events and log lines from agents: authenticated, then applied to the job's state machine or stored.
 
 A task event is applied with its job row locked (then the task's), the order every lifecycle handler locks in, and
-at most once: it carries the agent's event number, and the task keeps the newest number it applied.
+at most once: it carries the agent's event number, and the task keeps the newest number it applied. A host speaks only
+for its own tasks: an event naming another host's task is dropped, logged and counted (identity/foreign.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from django.db import transaction
 from contracts.protocol import TASK_EVENT, TaskEvent
 from orchestrator import counters
 from orchestrator.control.lifecycle import apply_event
+from orchestrator.identity import foreign
 from orchestrator.identity.auth import authenticated_body, remember
 from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task
 
@@ -36,6 +38,9 @@ def handle_task_event(payload: Any) -> bool:
 def _apply(host: Host, event: TaskEvent) -> bool:
     with transaction.atomic():
         task = _lock_task(event.task_id, host)
+        if task is None and isinstance(event.task_id, int) and foreign.placed_elsewhere(host, [event.task_id]):
+            foreign.noted(host, f"a task event ({str(event.kind)[:20]})", [event.task_id])
+            return False
         if task is None or task.attempt != event.attempt:
             log.warning("task event for unknown task %s/%s from %s dropped", event.task_id, event.attempt, host.name)
             counters.incr(DROPPED)

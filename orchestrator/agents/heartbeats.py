@@ -29,6 +29,8 @@ from typing import Any
 
 import redis
 from django.db import DatabaseError
+from django.db.models import F, FloatField, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from contracts import broker
@@ -63,31 +65,36 @@ def apply_batch(payloads: list[Any]) -> int:
     for one in newest.values():
         facts = reports.check(one.host, one.message.ts, one.message.body, lags)
         if facts is not None:
-            checked.append((one.host, facts, one.message.body))
+            checked.append((one.host, facts, one.message.body, one.message.ts))
     counters.record_readings(reports.REPORT_LAG, lags)
 
     steady: list[Host] = []
-    changed: list[tuple[Host, HostFacts]] = []
-    for host, facts, _body in checked:
+    changed: list[tuple[Host, HostFacts, float]] = []
+    for host, facts, _body, sent_at in checked:
         if host.says_the_same(facts):
             steady.append(host)
         else:
-            changed.append((host, facts))
+            changed.append((host, facts, sent_at))
     if steady:
         ids = [host.pk for host in steady]
-        updated = Host.objects.filter(pk__in=ids, status=HostStatus.ONLINE).update(last_heartbeat=timezone.now())
+        # The stored facts are confirmed as of these reports: their sealed time moves on too (to the batch's oldest,
+        # which none of them is older than), so a late report of older facts cannot undo them.
+        confirmed_at = Value(min(sent_at for _h, _f, _b, sent_at in checked), output_field=FloatField())
+        updated = Host.objects.filter(pk__in=ids, status=HostStatus.ONLINE).update(
+            last_heartbeat=timezone.now(), facts_at=Greatest(F("facts_at"), confirmed_at)
+        )
         if updated != len(ids):
             # Flipped offline by the watchdog since they were read: the full path brings them back, saying so.
             back = set(Host.objects.filter(pk__in=ids).exclude(status=HostStatus.ONLINE).values_list("pk", flat=True))
-            by_pk = {host.pk: (host, facts) for host, facts, _body in checked}
+            by_pk = {host.pk: (host, facts, sent_at) for host, facts, _body, sent_at in checked}
             for pk in back:
-                host, facts = by_pk[pk]
+                host, facts, sent_at = by_pk[pk]
                 host.status = HostStatus.OFFLINE
-                changed.append((host, facts))
-    for host, facts in changed:
-        reports.record(host, facts, hello=False)
+                changed.append((host, facts, sent_at))
+    for host, facts, sent_at in changed:
+        reports.record(host, facts, hello=False, sent_at=sent_at)
 
-    task_reports = [(host, report) for host, _facts, body in checked if (report := reports.task_report(host, body))]
+    task_reports = [(host, report) for host, _f, body, _t in checked if (report := reports.task_report(host, body))]
     rows = reconcile.rows_of(task_reports)
     for host, report in task_reports:
         try:

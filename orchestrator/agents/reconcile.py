@@ -14,7 +14,11 @@ applied twice, or late, changes nothing wrong. For each task of the host:
   gets it again: its launch (the agent applies a launch once per attempt), or a kill, after which the agent records
   it as over without ever starting it;
 - a stopping task the agent still runs gets its kill again after `resend_after`;
-- a process the agent runs that is not an active task of this host (finished, lost, unknown) is killed.
+- a process the agent runs that is not an active task of this host (finished, lost, unknown) is killed there; that
+  kill stamps no row (the task may be another host's now, whose orders must not look answered).
+
+A host speaks only for its own tasks: only this host's rows are compared, so a report naming another host's task
+(running or exited) changes nothing for it; such a report is logged and counted (orchestrator/identity/foreign.py).
 
 Judging never needs the two machines' clocks to agree: it compares the agent's own event numbers.
 """
@@ -32,6 +36,7 @@ from django.utils import timezone
 
 from contracts.protocol import RecordedExit, TaskReport
 from orchestrator.control import dispatch, lifecycle
+from orchestrator.identity import foreign
 from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task, TaskState
 
 log = logging.getLogger(__name__)
@@ -100,6 +105,9 @@ def converge(host: Host, report: TaskReport, rows: dict[Key, Task] | None = None
                 to_end.setdefault(task.job_id, []).append(key)
         elif _order_unanswered(task, resend_before):
             (rekill if task.state == TaskState.STOPPING else relaunch).append(task)
+    unknown_here = _named(report) - {task_id for task_id, _attempt in rows}
+    if elsewhere := foreign.placed_elsewhere(host, unknown_here):
+        foreign.noted(host, "a report", elsewhere)
     for job_id, keys in sorted(to_end.items()):
         _settle(job_id, keys, exits, report.events_upto, host, result)
     # Every exit the database now holds as final (or that names nothing here): the agent may forget it.
@@ -172,6 +180,7 @@ def _send_orders(host: Host, result: Converged, relaunch: list[Task], rekill: li
         dispatch.kill_tasks(rekill, "stopping (order sent again)")
     result.resent = [t.pk for t in relaunch + rekill]
     if strays:
-        dispatch.kill_tasks(strays, "not an active task of this host")
+        # Unstamped: a stray may be an old attempt of a task placed elsewhere now, or named by a forged report.
+        dispatch.kill_tasks(strays, "not an active task of this host", stamp=False)
         result.killed = [t.pk for t in strays]
     dispatch.acknowledge_exits(host, result.acknowledged)

@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 
 # Per host: how long its newest report waited between the agent's send and this side reading it.
 REPORT_LAG = "orchestrator_report_lag_s"
+# Reports whose facts were older than the stored ones (Host.facts_at) and so not stored.
+FACTS_OUTDATED = "host_facts_outdated"
 
 
 def handle_report(payload: Any, *, hello: bool) -> bool:
@@ -35,7 +37,7 @@ def handle_report(payload: Any, *, hello: bool) -> bool:
     if facts is not None:
         if hello:
             log.info("agent on %s started (pid %s, version %s)", host.name, facts.pid, facts.agent_version)
-        record(host, facts, hello=hello)
+        record(host, facts, hello=hello, sent_at=accepted.message.ts)
         report = task_report(host, body)
         if report is not None:
             reconcile.converge(host, report)
@@ -80,9 +82,15 @@ def check(host: Host, sent_at: float, body: Any, lags: dict[str, float]) -> Host
     return facts
 
 
-def record(host: Host, facts: HostFacts, *, hello: bool) -> None:
-    """Store the host's facts and liveness; a host that comes (back) online asks for a scheduler pass."""
-    if host.record_heartbeat(facts, hello=hello):
+def record(host: Host, facts: HostFacts, *, hello: bool, sent_at: float) -> None:
+    """Store the host's liveness and the facts of its report sealed at `sent_at` (unless a newer report's are stored:
+    counted); a host that comes (back) online asks for a scheduler pass."""
+    recorded = host.record_heartbeat(facts, hello=hello, sent_at=sent_at)
+    if not recorded.facts_stored:
+        # A hello that waited in the queue behind the first heartbeats, or a replay: what it says is older news.
+        log.info("host %s: facts of a report sealed at %.3f not stored: a newer report's are", host.name, sent_at)
+        counters.incr(FACTS_OUTDATED)
+    if recorded.came_online:
         log.info("host %s is online", host.name)
         passes.schedule_soon(host.cluster_id)  # a queued job may fit now
 

@@ -122,9 +122,12 @@ def launch_tasks(task_ids: list[int]) -> None:
             _send(AGENT_LAUNCH, asdict(spec), task.host.name, producer)
 
 
-def kill_tasks(tasks: list[Task], reason: str) -> None:
+def kill_tasks(tasks: list[Task], reason: str, *, stamp: bool = True) -> None:
+    """Kill orders to each task's host. `stamp` False: a kill that is no order about the task's row (a stray process
+    a host reports), so its `ordered_at` stays as it was."""
     tasks = [task for task in tasks if task.host is not None]
-    _stamp(tasks)
+    if stamp:
+        _stamp(tasks)
     for task in tasks:
         order = KillOrder(job_id=task.job_id, task_id=task.pk, attempt=task.attempt, reason=reason)
         _send(AGENT_KILL, asdict(order), task.host.name)

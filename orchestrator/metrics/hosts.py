@@ -21,6 +21,7 @@ from typing import Any
 
 from django.db.models import Q
 
+from contracts.host_samples import readable_gpus
 from orchestrator.models import ACTIVE_TASK_STATES, HostSample, Task
 
 WINDOW_MARGIN_S = 5.0
@@ -74,9 +75,10 @@ def job_windows(job_id: int) -> list[HostWindow]:
 
 
 def sample_dict(host: str, sample: HostSample | dict[str, Any]) -> dict[str, Any]:
-    """One sample as frames and the API carry it."""
+    """One sample as frames and the API carry it. Its GPU entries as `readable_gpus` leaves them: a row stored
+    before the ingest checked samples may hold anything."""
     get = sample.get if isinstance(sample, dict) else lambda name: getattr(sample, name)
-    return {"host": host, **{name: get(name) for name in SAMPLE_FIELDS}}
+    return {"host": host, **{name: get(name) for name in SAMPLE_FIELDS}, "gpus": readable_gpus(get("gpus"))}
 
 
 def window_samples(window: HostWindow, after: float | None = None) -> list[dict[str, Any]]:

@@ -14,14 +14,15 @@ Redis unreachable) propagate, so nothing is acknowledged and the same entries ar
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.db.models import Q
 
+from contracts.host_samples import parse_sample
 from contracts.limits import MAX_LOG_LINE_CHARS
 from contracts.protocol import (
     HOST_SAMPLES,
@@ -51,6 +52,8 @@ from orchestrator.models import Host, HostSample, Job, Task, TaskLogLine
 log = logging.getLogger(__name__)
 
 MAX_LOG_LINES = 2000  # per report: an agent sends at most 200 (worker_agent/supervision/output.py)
+SAMPLES_REFUSED = "host_samples_refused"
+FACTS_OUTDATED = "task_facts_outdated"
 
 
 @dataclass
@@ -67,7 +70,8 @@ class Stored:
 @dataclass
 class _Batch:
     points: list[PointRow] = field(default_factory=list)
-    facts: dict[int, tuple[Task, dict[str, Any]]] = field(default_factory=dict)
+    # per task: (task, its facts, when its report was sealed); the newest report's per task
+    facts: dict[int, tuple[Task, dict[str, Any], float]] = field(default_factory=dict)
     samples: dict[int, tuple[Host, list[HostSample]]] = field(default_factory=dict)
     lines: list[TaskLogLine] = field(default_factory=list)
     log_jobs: set[int] = field(default_factory=set)
@@ -81,7 +85,9 @@ class _Batch:
     def add(self, other: _Batch) -> None:
         """Take in what one report collected (into a batch of its own, so a report that fails halfway adds nothing)."""
         self.points.extend(other.points)
-        self.facts.update(other.facts)
+        for task_id, reported in other.facts.items():
+            if task_id not in self.facts or reported[2] >= self.facts[task_id][2]:
+                self.facts[task_id] = reported
         for host_id, (host, rows) in other.samples.items():
             self.samples.setdefault(host_id, (host, []))[1].extend(rows)
         self.lines.extend(other.lines)
@@ -194,11 +200,11 @@ def _collect_metrics(payload: Any, batch: _Batch) -> bool:
     found = task_of(payload, TASK_METRICS, TaskMetricsBatch)
     if found is None:
         return False
-    task, body = found
+    task, body, sent_at = found
     rows, facts = metric_rows(task, body.events if isinstance(body.events, list) else [])
     batch.points.extend(rows)
     if facts is not None:
-        batch.facts[task.pk] = (task, facts)
+        batch.facts[task.pk] = (task, facts, sent_at)
     return True
 
 
@@ -208,20 +214,26 @@ def _collect_samples(payload: Any, batch: _Batch) -> bool:
         return False
     host, body = found
     rows = batch.samples.setdefault(host.pk, (host, []))[1]
-    for sample in body.samples[:MAX_EVENTS_PER_BATCH] if isinstance(body.samples, list) else []:
+    refused: list[str] = []
+    for raw in body.samples[:MAX_EVENTS_PER_BATCH] if isinstance(body.samples, list) else []:
         try:
-            rows.append(
-                HostSample(
-                    host=host,
-                    ts=float(sample["ts"]),
-                    cpu_percent=_maybe_float(sample.get("cpu_percent")),
-                    memory_used_mb=_maybe_int(sample.get("memory_used_mb")),
-                    memory_total_mb=_maybe_int(sample.get("memory_total_mb")),
-                    gpus=sample.get("gpus") if isinstance(sample.get("gpus"), list) else [],
-                )
+            sample = parse_sample(raw)  # checked like a report: a GPU entry with "index": "x" never reaches a page
+        except ValueError as exc:
+            refused.append(str(exc))
+            continue
+        rows.append(
+            HostSample(
+                host=host,
+                ts=sample["ts"],
+                cpu_percent=sample["cpu_percent"],
+                memory_used_mb=sample["memory_used_mb"],
+                memory_total_mb=sample["memory_total_mb"],
+                gpus=sample["gpus"],
             )
-        except (KeyError, TypeError, ValueError):
-            counters.incr(DROPPED)
+        )
+    if refused:
+        log.warning("host %s: %d sample(s) refused, e.g. %s", host.name, len(refused), refused[0][:200])
+        counters.incr(SAMPLES_REFUSED, len(refused))
     return True
 
 
@@ -229,7 +241,7 @@ def _collect_logs(payload: Any, batch: _Batch) -> bool:
     found = task_of(payload, TASK_LOGS, TaskLogBatch)
     if found is None:
         return False
-    task, body = found
+    task, body, _sent_at = found
     try:
         lines = [(int(seq), str(stream)[:6], str(text)[:MAX_LOG_LINE_CHARS]) for seq, stream, text in body.lines]
     except (TypeError, ValueError) as exc:
@@ -254,8 +266,14 @@ def _write(batch: _Batch) -> None:
         if rows:
             batch.stored_points, inserted = upsert_points(rows)
         count_points(inserted, left_out)
-    for task, facts in batch.facts.values():
-        Task.objects.filter(pk=task.pk).update(facts=facts)
+    for task, facts, sent_at in list(batch.facts.values()):
+        # Not over the facts of a newer report (a late or replayed entry): refused, counted, not pushed to pages.
+        newer = Q(facts_at__isnull=True) | Q(facts_at__lte=sent_at)
+        if not Task.objects.filter(newer, pk=task.pk).update(facts=facts, facts_at=sent_at):
+            log.info("task %s: facts of a report sealed at %.3f not stored: a newer report's are", task.pk, sent_at)
+            counters.incr(FACTS_OUTDATED)
+            del batch.facts[task.pk]
+            continue
         if (task.type, task.index) == speaks_for_job(task.job.strategy):  # the task whose exit decides the job
             Job.objects.filter(pk=task.job_id).update(facts=facts)
     rows = [row for _host, host_rows in batch.samples.values() for row in host_rows]
@@ -270,7 +288,7 @@ def _publish(batch: _Batch) -> None:
     """One metrics frame per job, in id order (pages drop ids at or below their cursor), then facts and host load."""
     for job_id, points in batch.stored_points.items():
         live.publish(job_id, {"type": "metrics", "points": points, "cursor": points[-1][0]})
-    for task, facts in batch.facts.values():
+    for task, facts, _sent_at in batch.facts.values():
         live.publish(task.job_id, {"type": "facts", "task": task.pk, "facts": facts})
     for job_id in batch.log_jobs:
         live.logs_stored(job_id)
@@ -298,17 +316,3 @@ def handle_task_metrics(payload: Any) -> int:
 def handle_task_logs(payload: Any) -> int:
     """One TASK_LOGS report on its own (tests, tools, and any sent through the orchestrator queue by an older agent)."""
     return store_reports([(TASK_LOGS, payload)]).lines
-
-
-def _maybe_float(value: Any) -> float | None:
-    return (
-        float(value)
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        else None
-    )
-
-
-def _maybe_int(value: Any) -> int | None:
-    return (
-        int(value) if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) else None
-    )

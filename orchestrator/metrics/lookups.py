@@ -7,10 +7,10 @@ to authenticate, plus the task lookup, for about 8 ms a one-point message)."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from orchestrator import counters
-from orchestrator.identity import auth, tokens
+from orchestrator.identity import auth, foreign, tokens
 from orchestrator.models import Host, Task
 
 DROPPED = "metric_events_dropped"
@@ -64,19 +64,33 @@ class _Lookups:
 lookups = _Lookups()
 
 
+class TaskReport(NamedTuple):
+    """A stream report about one task: the task, the report's body, and when the agent sealed it (its clock)."""
+
+    task: Task
+    body: Any
+    sent_at: float
+
+
 def host_of(payload: Any, name: str, body_type: type) -> tuple[Host, Any] | None:
     """The sending host and the body of a stream report `name`, or None (refused: logged and counted)."""
     found = auth.authenticated_body(payload, name, body_type, key_of=lookups.host, stream=True)
     return (found[0].host, found[1]) if found is not None else None
 
 
-def task_of(payload: Any, name: str, body_type: type) -> tuple[Task, Any] | None:
-    found = host_of(payload, name, body_type)
+def task_of(payload: Any, name: str, body_type: type) -> TaskReport | None:
+    """The task a stream report `name` is about, checked: sealed by the task's own host, for its current attempt;
+    else None (dropped: logged and counted)."""
+    found = auth.authenticated_body(payload, name, body_type, key_of=lookups.host, stream=True)
     if found is None:
         return None
-    host, body = found
+    accepted, body = found
+    host = accepted.host
     task = lookups.task(body.task_id) if isinstance(body.task_id, int) else None
+    if task is not None and task.host_id is not None and task.host_id != host.pk:
+        foreign.noted(host, f"a {str(name)[:40]} report", [task.pk])
+        return None
     if task is None or task.attempt != body.attempt or task.host_id != host.pk:
         counters.incr(DROPPED)
         return None
-    return task, body
+    return TaskReport(task, body, accepted.message.ts)

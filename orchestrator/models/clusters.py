@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +20,15 @@ from orchestrator.models.validators import (
     validate_port,
     validate_port_range,
 )
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What Host.record_heartbeat did: whether the host came (back) online, whether the report's facts were stored
+    (not when a newer report's are)."""
+
+    came_online: bool
+    facts_stored: bool
 
 
 class Cluster(models.Model):
@@ -101,6 +111,9 @@ class Host(models.Model):
     agent_hostname = models.CharField(max_length=255, blank=True)
     agent_pid = models.PositiveIntegerField(null=True, blank=True)
     agent_started_at = models.DateTimeField(null=True, blank=True)
+    # The sealed time (the agent's clock) of the report the facts above came from: an older report, late or
+    # replayed, does not replace them (record_heartbeat).
+    facts_at = models.FloatField(null=True, blank=True)
 
     # The key this host's messages are MACed with (derived from its token by HKDF; the token itself is never stored),
     # encrypted with a key of the control plane's (orchestrator/identity/keys.py): without that key, a database dump
@@ -161,25 +174,31 @@ class Host(models.Model):
             getattr(self, name) == value for name, value in self.facts_fields(facts).items()
         )
 
-    def record_heartbeat(self, facts: HostFacts, *, hello: bool, now: datetime | None = None) -> bool:
-        """Store the agent's report; returns True when this heartbeat brought the host (back) online."""
+    def record_heartbeat(
+        self, facts: HostFacts, *, hello: bool, sent_at: float, now: datetime | None = None
+    ) -> Recorded:
+        """Store the agent's report, sealed at `sent_at`: its liveness always, its facts only when no newer report's
+        are stored (a late or replayed report must not undo a newer one)."""
         now = now or timezone.now()
-        fields: dict[str, Any] = {"last_heartbeat": now, **self.facts_fields(facts)}
+        alive: dict[str, Any] = {"last_heartbeat": now}
         if hello:
-            fields["agent_started_at"] = now
+            alive["agent_started_at"] = now
+        fields = {**alive, **self.facts_fields(facts), "facts_at": sent_at}
+        newer = models.Q(facts_at__isnull=True) | models.Q(facts_at__lte=sent_at)
         # The steady case, one statement: a host already online stays online (filtered on it, so a host the watchdog
         # flipped offline since it was read falls through to the transition below).
-        if self.status == HostStatus.ONLINE and Host.objects.filter(pk=self.pk, status=HostStatus.ONLINE).update(
+        if self.status == HostStatus.ONLINE and Host.objects.filter(newer, pk=self.pk, status=HostStatus.ONLINE).update(
             **fields
         ):
-            return False
+            return Recorded(came_online=False, facts_stored=True)
         # Facts first, then the conditional status flip: exactly one heartbeat reports the transition however many
         # race, and both commit together, so nobody sees a host online without its facts.
         with transaction.atomic():
-            Host.objects.filter(pk=self.pk).update(**fields)
-            return bool(
-                Host.objects.filter(pk=self.pk).exclude(status=HostStatus.ONLINE).update(status=HostStatus.ONLINE)
-            )
+            stored = bool(Host.objects.filter(newer, pk=self.pk).update(**fields))
+            if not stored:
+                Host.objects.filter(pk=self.pk).update(**alive)
+            online = Host.objects.filter(pk=self.pk).exclude(status=HostStatus.ONLINE).update(status=HostStatus.ONLINE)
+        return Recorded(came_online=bool(online), facts_stored=stored)
 
     @classmethod
     def mark_silent_offline(cls, cutoff: datetime) -> list[tuple[int, str]]:

@@ -188,6 +188,8 @@ class Task(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     detail = models.TextField(blank=True)
     facts = models.JSONField(default=dict, blank=True)
+    # The sealed time (its agent's clock) of the report `facts` came from: an older one, late or replayed, is refused.
+    facts_at = models.FloatField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     listening_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -286,6 +288,9 @@ class JobArtifact(models.Model):
     size = models.PositiveBigIntegerField()
     content = models.BinaryField()
     created_at = models.DateTimeField(auto_now_add=True)
+    # The sealed time (its agent's clock) of the message it came with: an older one of the same name, late or
+    # replayed, does not replace it.
+    sent_at = models.FloatField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["job", "name"], name="artifact_name_unique_in_job")]

@@ -1,13 +1,15 @@
 """The quick start for real: `scripts/run_local.py` (what `make run` calls) with no database and no Redis configured.
 
 It must start an embedded PostgreSQL and an embedded Redis, migrate, create the admin, register two local hosts, and
-within 60 s of the web answering show both hosts online with CPU count and memory; SIGTERM must stop every process it
-started.
+within 60 s of the web answering show both hosts online with CPU count and memory; start a part that died again (and
+say so) without touching the others; and SIGTERM must stop every process it started. The supervising part
+(`Children`, `Backoff`) is also tested alone, with real child processes.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import stat
@@ -20,6 +22,9 @@ import requests
 
 from tests.support.processes import ROOT, ManagedProcess, wait_until
 
+sys.path.insert(0, str(ROOT / "scripts"))
+from run_local import Backoff, Children  # scripts/ is no package: found through the path above
+
 OWN_SETTINGS = (
     "DATABASE_URL",
     "SECRET_KEY",
@@ -28,6 +33,14 @@ OWN_SETTINGS = (
     "TFDASH_CONTROL_KEY",
     "TFDASH_TASK_UIDS",
 )
+
+
+def cmdline(process: psutil.Process) -> list[str]:
+    """A child's command line; none for one gone meanwhile (PostgreSQL's backends come and go with connections)."""
+    try:
+        return process.cmdline()
+    except psutil.NoSuchProcess:
+        return []
 
 
 def free_port() -> int:
@@ -92,7 +105,7 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
         # environment.
         secret_key, postgres_pw = ((var / name).read_text().strip() for name in ("secret-key", "postgres-password"))
         redis_pw = (var / "redis-password").read_text().strip()
-        agents = [c for c in children if "worker_agent" in _cmdline(c)]
+        agents = [c for c in children if "worker_agent" in cmdline(c)]
         assert len(agents) == 2
         for agent in agents:
             environ = agent.environ()
@@ -103,6 +116,17 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
                 assert environ["TFDASH_TASK_UIDS"] == "20000-29999"
         if os.geteuid() == 0:
             assert "tasks run under a uid of their own job (20000-29999)" in run.output()
+
+        # One part dies (the orchestrator, SIGKILL): it alone is started again, and the line says so.
+        orchestrator = next(c for c in children if "celery" in " ".join(cmdline(c)))
+        os.killpg(orchestrator.pid, signal.SIGKILL)
+        run.wait_for_line(r"orchestrator exited with code -9; restarting in 1 s", timeout=15)
+        run.wait_for_line(r"orchestrator restarted \(pid \d+\)", timeout=15)
+        log = var / "log" / "orchestrator.log"
+        wait_until(lambda: log.read_text().count(" ready.") >= 2, timeout=60, what="the new orchestrator ready")
+        assert api.get(hosts_url).status_code == 200
+        assert all(agent.is_running() for agent in agents)  # the same processes: nothing else was restarted
+        children = psutil.Process(run.pid).children(recursive=True)
 
         os.killpg(run.pid, signal.SIGTERM)
         assert run.proc.wait(timeout=30) == 0
@@ -156,16 +180,46 @@ def test_make_run_not_as_root_says_first_that_tasks_run_as_the_web_servers_user_
     assert run_local.not_root_notice(tmp_path / "var") is None
 
 
-def _cmdline(process: psutil.Process) -> list[str]:
-    """Its command line; none for a short-lived child (a start-up probe, a migration) that ended meanwhile."""
-    try:
-        return process.cmdline()
-    except psutil.NoSuchProcess:
-        return []
-
-
 def _alive(process: psutil.Process) -> bool:
     try:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_a_child_that_exits_is_started_again_after_a_doubling_pause_and_the_others_run_on(tmp_path):
+    said: list[str] = []
+    children = Children(tmp_path, said.append)
+    crasher = children.start("crasher", [sys.executable, "-c", "import sys; sys.exit(3)"], dict(os.environ))
+    steady = children.start("steady", [sys.executable, "-c", "import time; time.sleep(600)"], dict(os.environ))
+    steady_pid = steady.proc.pid
+    pauses = []
+    try:
+        for _ in range(7):
+            crasher.proc.wait(timeout=30)
+            now = crasher.started_at + 0.5  # it ran half a second: a crash loop
+            children.tend(now)
+            assert crasher.restart_at is not None
+            pauses.append(crasher.restart_at - now)
+            exited = crasher.proc
+            children.tend(crasher.restart_at - 0.01)
+            assert crasher.proc is exited  # not before its pause is over
+            children.tend(crasher.restart_at)
+            assert crasher.proc is not exited and crasher.restart_at is None
+        assert pauses == [1, 2, 4, 8, 16, 30, 30]
+        assert said[0] == f"crasher exited with code 3; restarting in 1 s (log: {tmp_path / 'crasher.log'})"
+        assert re.fullmatch(r"crasher restarted \(pid \d+\)", said[1])
+        assert [line.split(";")[0] for line in said[2::2]] == ["crasher exited with code 3"] * 6
+        assert (steady.proc.pid, steady.proc.poll()) == (steady_pid, None)  # never touched
+    finally:
+        children.stop_all()
+    assert steady.proc.poll() is not None
+    assert crasher.proc.poll() is not None
+
+
+def test_the_pause_starts_over_once_a_child_ran_a_while():
+    backoff = Backoff(first_s=1, most_s=30, stable_s=60)
+
+    assert [backoff.after_exit(ran_s=2) for _ in range(3)] == [1, 2, 4]
+    assert backoff.after_exit(ran_s=3600) == 1  # an hour up: not a crash loop
+    assert backoff.after_exit(ran_s=2) == 2

@@ -19,6 +19,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from contracts import broker
+from contracts.host_samples import parse_gpu, parse_sample
 from contracts.protocol import (
     HOST_SAMPLES,
     METRICS_FLUSH_S,
@@ -148,6 +149,7 @@ def test_a_sample_of_this_cpu_host(start_sampler, sent):
     assert sample["gpus"] == []
     assert sample["gpu_error"].startswith("no GPU")
     json.dumps(sample)  # it travels as JSON
+    assert parse_sample(sample) == sample  # and passes the ingest's check as it is
 
 
 # At 0.1 s, a batch holds at most what fits in METRICS_FLUSH_S after its first sample: 2 when every tick is on time,
@@ -199,6 +201,7 @@ def test_gpu_fields_are_read_one_by_one_and_an_unsupported_one_is_null(caplog):
         55.0,
     )  # ... and everything else still read
     assert a10["processes"] == []
+    assert [parse_gpu(g) for g in gpus] == gpus  # what the ingest stores, as it was read
     unreadable = [r for r in caplog.records if "cannot read" in r.getMessage()]
     assert len(unreadable) == 1 and "GPU 1: cannot read temperature" in unreadable[0].getMessage()  # once, not per tick
     assert nvml.calls == ["init", "shutdown"]

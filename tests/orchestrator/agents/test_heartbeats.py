@@ -106,7 +106,7 @@ def test_each_host_of_a_batch_is_converged_on_its_own_report(alice, monkeypatch)
         beat(other, token_o, TaskReport(running=confused, events_upto=10)),
     ]
     killed: list[int] = []
-    monkeypatch.setattr(reconcile.dispatch, "kill_tasks", lambda tasks, reason: killed.extend(t.pk for t in tasks))
+    monkeypatch.setattr(reconcile.dispatch, "kill_tasks", lambda tasks, reason, **_: killed.extend(t.pk for t in tasks))
 
     assert heartbeats.apply_batch(batch) == 2
 

@@ -175,7 +175,7 @@ def orders(monkeypatch):
     sent: dict[str, list] = {"launch": [], "kill": [], "ack": []}
     monkeypatch.setattr(reconcile.dispatch, "launch_tasks", sent["launch"].extend)
     monkeypatch.setattr(
-        reconcile.dispatch, "kill_tasks", lambda tasks, reason: sent["kill"].extend(t.pk for t in tasks)
+        reconcile.dispatch, "kill_tasks", lambda tasks, reason, **_: sent["kill"].extend(t.pk for t in tasks)
     )
     monkeypatch.setattr(reconcile.dispatch, "acknowledge_exits", lambda host, keys: sent["ack"].extend(keys))
     return sent

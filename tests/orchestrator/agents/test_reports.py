@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, HostFacts, HostReport
-from orchestrator.agents import reports
+from orchestrator import counters
+from orchestrator.agents import heartbeats, reports
 from orchestrator.models import Host, HostStatus
 from tests import factories
 from tests.support.wire import sealed
@@ -66,3 +69,30 @@ def test_a_liar_keeps_the_capacity_it_had_and_handling_the_lie_allocates_nothing
     assert peak < 4 * 1024 * 1024
     [state] = host_states([Host.objects.get(pk=host.pk)])
     assert state.device_ids == (0, 1)  # what it honestly reported before, not what it claimed
+
+
+def test_a_late_older_facts_report_leaves_the_newer_facts(settings):
+    host, token = factories.host("late-0")
+    now = time.time()
+    timeout = settings.TFDASH_HEARTBEAT_TIMEOUT_S = 100.0  # reports up to a minute old are fresh enough here
+
+    def report(name: str, at: float, cpus: int) -> dict:
+        return sealed(host.name, token, name, HostReport(facts=HostFacts(cpus, 4096)).to_body(), now=at)
+
+    outdated = counters.get(reports.FACTS_OUTDATED)
+    assert reports.handle_report(report(AGENT_HEARTBEAT, now - timeout * 0.3, cpus=8), hello=False)
+    # Sealed before the one stored (a hello that waited in the queue, a beat held back): its facts are older news.
+    assert reports.handle_report(report(AGENT_HELLO, now - timeout * 0.6, cpus=2), hello=True)
+    assert Host.objects.get(pk=host.pk).cpu_count == 8
+    # Through the heartbeat stream's batches too: the steady beat moves the stored facts' time on, so a beat
+    # sealed between the two is older news as well.
+    assert heartbeats.apply_batch([report(AGENT_HEARTBEAT, now - timeout * 0.1, cpus=8)]) == 1
+    assert heartbeats.apply_batch([report(AGENT_HEARTBEAT, now - timeout * 0.2, cpus=4)]) == 1
+
+    host = Host.objects.get(pk=host.pk)
+    assert (host.cpu_count, host.status) == (8, HostStatus.ONLINE)
+    assert host.facts_at == pytest.approx(now - timeout * 0.1, abs=1e-3)
+    assert counters.get(reports.FACTS_OUTDATED) - outdated == 2
+    # A newer report's facts are stored as ever.
+    assert reports.handle_report(report(AGENT_HEARTBEAT, time.time(), cpus=4), hello=False)
+    assert Host.objects.get(pk=host.pk).cpu_count == 4

@@ -7,11 +7,14 @@ import time
 import pytest
 from rest_framework.test import APIClient
 
+from contracts.protocol import TASK_METRICS
+from orchestrator import counters
 from orchestrator.api import job_views
 from orchestrator.metrics import ingest
 from orchestrator.models import Job, MetricPoint, Task
 from tests.orchestrator.metrics.conftest import envelope
 from tests.support.streaming import streamed
+from tests.support.wire import sealed
 
 pytestmark = pytest.mark.django_db
 
@@ -45,6 +48,27 @@ def test_facts_from_worker_0_become_the_jobs_facts(running):
     ingest.handle_task_metrics(envelope(host, token, {"task_id": task.pk, "attempt": 1, "events": [facts]}))
 
     assert Job.objects.get(pk=job.pk).facts == {"global_batch": 64, "effective_learning_rate": 0.002}
+
+
+def test_a_replayed_older_facts_report_leaves_the_newer_facts(running):
+    _owner, host, token, job, task = running
+    now = time.time()
+
+    def facts_report(at: float, **facts: object) -> dict:
+        body = {"task_id": task.pk, "attempt": 1, "events": [{"kind": "facts", "ts": at, "facts": facts}]}
+        return sealed(host.name, token, TASK_METRICS, body, now=at)
+
+    older, newer = facts_report(now - 60, resumed_from_epoch=0), facts_report(now - 30, resumed_from_epoch=4)
+    outdated = counters.get(ingest.FACTS_OUTDATED)
+
+    ingest.store_reports([(TASK_METRICS, older)])
+    ingest.store_reports([(TASK_METRICS, newer)])
+    ingest.store_reports([(TASK_METRICS, older)])  # the stream entry again, replayed
+    ingest.store_reports([(TASK_METRICS, newer), (TASK_METRICS, older)])  # and both in one read, the older last
+
+    assert Task.objects.get(pk=task.pk).facts == {"resumed_from_epoch": 4}
+    assert Job.objects.get(pk=job.pk).facts == {"resumed_from_epoch": 4}
+    assert counters.get(ingest.FACTS_OUTDATED) - outdated == 1
 
 
 @pytest.mark.parametrize(

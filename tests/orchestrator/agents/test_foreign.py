@@ -30,7 +30,8 @@ from contracts.protocol import (
     agent_queue,
 )
 from orchestrator import counters
-from orchestrator.agents import events, foreign, heartbeats, reconcile, reports
+from orchestrator.agents import events, heartbeats, reconcile, reports
+from orchestrator.identity import foreign
 from orchestrator.metrics import lookups
 from orchestrator.models import Host, HostStatus, Job, JobState, Task, TaskState
 from tests import factories

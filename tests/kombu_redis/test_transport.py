@@ -22,13 +22,15 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
 from config.celery import app
-from contracts.protocol import ORCHESTRATOR_QUEUE, agent_queue
+from contracts import broker
+from contracts.protocol import MAX_ENTRY_BYTES, ORCHESTRATOR_QUEUE, TASK_EVENT, agent_queue
 from kombu_redis import transport
-from orchestrator import counters
-from orchestrator.models import Host, HostStatus, Job
+from orchestrator import counters, streams
+from orchestrator.models import Host, HostStatus, Job, TaskLogLine
 from orchestrator.tasks import BROKER_MESSAGES_DROPPED
 from tests import factories
 from tests.support.processes import wait_until
+from tests.support.wire import sealed
 
 
 def _envelope(**changes: Any) -> dict[str, Any]:
@@ -115,7 +117,9 @@ def _drained(conn: kombu.Connection, received: list[Any]) -> bool:
 
 # --- the real processes ----------------------------------------------------------------------------------------------
 @pytest.mark.django_db(transaction=True)
-def test_junk_on_the_orchestrator_and_agent_queues_stops_nobody(orchestrator, start_agent, alice, redis_url):
+def test_junk_on_every_queue_and_stream_the_control_plane_reads_stops_nobody(
+    orchestrator, start_agent, alice, redis_url
+):
     host, token = factories.host("junk-0", port_min=27800)
     Host.objects.filter(pk=host.pk).update(port_max=27809, cpu_slots=2)
     agent = start_agent(host.name, token)
@@ -127,6 +131,21 @@ def test_junk_on_the_orchestrator_and_agent_queues_stops_nobody(orchestrator, st
     for queue in (ORCHESTRATOR_QUEUE, agent_queue(host.name)):
         for junk in [*JUNK, huge]:
             client.lpush(queue, junk)
+    # And the host's own streams, which the orchestrator's readers and the ingest read (orchestrator/streams.py):
+    # not JSON, the wrong shape, a name no reader knows, another host's envelope, over the bound.
+    other = sealed("junk-other", "tfa_x", TASK_EVENT, {})
+    stream_junk = [
+        {"name": TASK_EVENT, "envelope": "{not json"},
+        {"name": TASK_EVENT, "envelope": "[1, 2]"},
+        {"envelope": "{}"},
+        {"name": "orchestrator.launch", "envelope": json.dumps(sealed(host.name, token, "orchestrator.launch", [1]))},
+        {"name": TASK_EVENT, "envelope": json.dumps(other)},
+        {"name": TASK_EVENT, "envelope": b"x" * (MAX_ENTRY_BYTES + 1)},
+    ]
+    dead_before = sum(counters.get(streams.dead_letter_counter(kind)) for kind in broker.STREAM_KINDS)
+    for kind in broker.STREAM_KINDS:
+        for junk in stream_junk:
+            client.xadd(broker.stream(host.name, kind), junk)
 
     def all_dropped() -> bool:
         assert orchestrator.proc.poll() is None, "the orchestrator exited"
@@ -134,6 +153,16 @@ def test_junk_on_the_orchestrator_and_agent_queues_stops_nobody(orchestrator, st
         return counters.get(BROKER_MESSAGES_DROPPED) - before >= len(JUNK) + 1
 
     wait_until(all_dropped, timeout=30, what="the orchestrator to drop every junk message")
+    wait_until(
+        lambda: (
+            sum(counters.get(streams.dead_letter_counter(kind)) for kind in broker.STREAM_KINDS) - dead_before
+            # All but three: "[1, 2]" on the events and metrics streams and a report name the ingest does not know reach
+            # a handler that refuses them as it refuses any bad message (logged, counted), without a dead letter.
+            >= len(stream_junk) * len(broker.STREAM_KINDS) - 3
+        ),
+        timeout=30,
+        what="the readers to set the stream junk aside",
+    )
     agent.wait_for_line(
         rf"dropped a malformed message from queue {agent_queue(host.name)} .*; {len(JUNK) + 1} dropped", 30
     )
@@ -155,6 +184,8 @@ def test_junk_on_the_orchestrator_and_agent_queues_stops_nobody(orchestrator, st
         lambda: (j := Job.objects.get(pk=response.json()["id"])).is_terminal and j, timeout=60, what="the job to end"
     )
     assert job.state == "succeeded", job.reason
+    # Its line stored: the ingest read past the junk too.
+    wait_until(lambda: TaskLogLine.objects.filter(task__job=job, text="after the junk").exists(), 30, what="its line")
     assert orchestrator.proc.poll() is None
     assert agent.proc.poll() is None
     # Nor does `celery control` reach them (`shutdown` from anyone who can write the broker): nobody answers a ping.

@@ -90,9 +90,10 @@ def password(mac_key: bytes, host: str) -> str:
     return hkdf.derive(mac_key).hex()
 
 
-def acl_rules(host: str, host_password: str) -> list[str]:
+def acl_rules(host: str, host_password: str, *, client_setinfo: bool = True) -> list[str]:
     """The `ACL SETUSER <username(host)>` arguments: from nothing (`reset`), on, the password's SHA-256 (what Redis
-    keeps of it anyway), the host's keys, no channel, only AGENT_COMMANDS."""
+    keeps of it anyway), the host's keys, no channel, only AGENT_COMMANDS. `client_setinfo` False: for a Redis older
+    than 7.2, which has no CLIENT SETINFO and refuses a rule naming it (redis-py then ignores the refusal it gets)."""
     prefix = key_prefix(host)
     digest = hashlib.sha256(host_password.encode("ascii")).hexdigest()
     return [
@@ -104,7 +105,7 @@ def acl_rules(host: str, host_password: str) -> list[str]:
         # Kombu keeps the bindings of an exchange (named like the queue) in `_kombu.binding.<exchange>`.
         f"~_kombu.binding.{prefix}*",
         "-@all",
-        *(f"+{command}" for command in AGENT_COMMANDS),
+        *(f"+{command}" for command in AGENT_COMMANDS if client_setinfo or command != "client|setinfo"),
     ]
 
 

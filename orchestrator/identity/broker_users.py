@@ -56,6 +56,26 @@ def _digest(rules: list[str]) -> str:
     return hashlib.sha256("\x00".join(rules).encode()).hexdigest()
 
 
+def rules_for(client: redis.Redis, name: str, password: str) -> list[str]:
+    """The host's rules as this Redis takes them: without CLIENT SETINFO on a Redis older than 7.2."""
+    return broker.acl_rules(name, password, client_setinfo=_knows_client_setinfo(client))
+
+
+def _knows_client_setinfo(client: redis.Redis) -> bool:
+    key = id(client.connection_pool)
+    if key not in _setinfo_known:
+        try:
+            client.execute_command("ACL", "DRYRUN", "default", "CLIENT", "SETINFO", "LIB-NAME", "x")
+            _setinfo_known[key] = True
+        except redis.ResponseError as exc:
+            # "Command 'client|setinfo' not found" (Redis 7.0/7.1); a refusal for `default` still means it exists.
+            _setinfo_known[key] = "not found" not in str(exc).lower() and "unknown" not in str(exc).lower()
+    return _setinfo_known[key]
+
+
+_setinfo_known: dict[int, bool] = {}
+
+
 def _set_user(client: redis.Redis, name: str, rules: list[str], *, disconnect: bool) -> None:
     user = broker.username(name)
     client.execute_command("ACL", "SETUSER", user, *rules)
@@ -79,7 +99,7 @@ def apply(name: str, client: redis.Redis | None = None, using: str | None = None
     if password is None:
         _delete_user(client, broker.username(name))
         return False
-    _set_user(client, name, broker.acl_rules(name, password), disconnect=True)
+    _set_user(client, name, rules_for(client, name, password), disconnect=True)
     log.info("broker user %s set", broker.username(name))
     return True
 
@@ -119,7 +139,7 @@ def sync(client: redis.Redis | None = None) -> Synced:
             continue
         user = broker.username(host.name)
         wanted.add(user)
-        rules = broker.acl_rules(host.name, password)
+        rules = rules_for(client, host.name, password)
         if user not in present or applied.get(user) != _digest(rules):
             _set_user(client, host.name, rules, disconnect=user in present)
             done.set += 1

@@ -258,6 +258,8 @@ TFDASH_MESSAGE_MAX_SKEW_S = env_float("TFDASH_MESSAGE_MAX_SKEW_S", 30.0)
 # one stores nothing new (every row has a unique key), so they are accepted for a week: an ingest down over a long
 # weekend loses nothing.
 TFDASH_STREAM_MAX_AGE_S = env_float("TFDASH_STREAM_MAX_AGE_S", 7 * 24 * 3600.0)
+# GET /metrics for a scraper without a session: `Authorization: Bearer <this>` (empty: staff sessions only).
+TFDASH_METRICS_TOKEN = env_str("TFDASH_METRICS_TOKEN", "")
 
 CELERY_BEAT_SCHEDULE = {
     "host-watchdog": {

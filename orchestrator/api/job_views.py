@@ -28,8 +28,8 @@ from orchestrator.api.job_serializers import (
 )
 from orchestrator.control import lifecycle, submission
 from orchestrator.metrics import history, log_reader
-from orchestrator.metrics import tensorboard as tensorboard_export
 from orchestrator.metrics import hosts as host_load
+from orchestrator.metrics import tensorboard as tensorboard_export
 from orchestrator.models import Job, JobArtifact, MetricPoint, Task
 
 METRICS_PAGE = 10_000

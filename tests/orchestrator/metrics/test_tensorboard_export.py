@@ -1,4 +1,4 @@
-"""The TensorBoard export: a finished job's points, read back by TensorBoard's own event reader, are the metrics API's."""
+"""The TensorBoard export: a finished job's points, read back by TensorBoard's own reader, are the metrics API's."""
 
 from __future__ import annotations
 
@@ -94,9 +94,7 @@ def test_it_reads_back_as_the_metrics_api_gives_them(alice, finished, tmp_path, 
     for _id, task, phase, name, step, _epoch, value, ts in api["points"]:
         expected.setdefault((f"{tasks[task]}/{phase}", name), []).append((step, ts, value))
     got = {
-        (run.removeprefix(f"{root}/"), tag): series
-        for run in runs
-        for tag, series in read_back(tmp_path / run).items()
+        (run.removeprefix(f"{root}/"), tag): series for run in runs for tag, series in read_back(tmp_path / run).items()
     }
     assert got.keys() == expected.keys()
     for key, series in expected.items():

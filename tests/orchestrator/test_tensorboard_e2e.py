@@ -36,10 +36,12 @@ def scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar tag of a run as TensorBoard's reader sees it (tf.summary writes tensors, Keras too)."""
     accumulator = event_accumulator.EventAccumulator(str(run), size_guidance={event_accumulator.TENSORS: 0})
     accumulator.Reload()
-    return {
-        tag: [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in accumulator.Tensors(tag)]
-        for tag in accumulator.Tags()["tensors"]
-    }
+    found: dict[str, list[tuple[int, float]]] = {}
+    for tag in accumulator.Tags()["tensors"]:
+        values = [(e.step, tensor_util.make_ndarray(e.tensor_proto)) for e in accumulator.Tensors(tag)]
+        if all(value.dtype.kind == "f" and value.size == 1 for _, value in values):  # not Keras's model config text
+            found[tag] = [(step, float(value)) for step, value in values]
+    return found
 
 
 def test_a_ps_scripts_summaries_are_collected_and_the_export_matches_the_api(api, orchestrator, start_agent, tmp_path):

@@ -214,22 +214,41 @@ def _experiment_for(request: HttpRequest, experiment_id: int) -> Experiment:
 
 
 @require_GET
-def experiment_detail(request: HttpRequest, experiment_id: int) -> HttpResponse:
-    """The experiment page: per variant the numbers, the curves and the verdict (the API's `summary`, the same dict)."""
-    experiment = _experiment_for(request, experiment_id)
-    summary = experiment_summary.summarize(experiment)
+def experiment_list(request: HttpRequest) -> HttpResponse:
+    """The person's experiments (staff: everyone's), newest first, each with its state and verdict."""
+    shown = list(Experiment.objects.visible_to(request.user).order_by("-pk")[: JOB_LIST_LIMIT + 1])
+    rows = [(e, experiments.state_of(e)) for e in shown[:JOB_LIST_LIMIT]]
     return render(
         request,
-        "dashboard/experiment.html",
-        {
-            "experiment": experiment,
-            "summary": summary,
-            "rows": experiment_rows(summary),
-            "jobs": list(experiment.jobs.order_by("pk")),
-            "ended": summary["state"] in ENDED,
-            "script": experiments.script_of(experiment),
-        },
+        "dashboard/experiments.html",
+        {"rows": rows, "truncated": len(shown) > JOB_LIST_LIMIT, "limit": JOB_LIST_LIMIT},
     )
+
+
+def _experiment_context(request: HttpRequest, experiment_id: int) -> dict[str, Any]:
+    experiment = _experiment_for(request, experiment_id)
+    summary = experiment_summary.summarize(experiment)
+    return {
+        "experiment": experiment,
+        "summary": summary,
+        "rows": experiment_rows(summary),
+        "jobs": list(experiment.jobs.order_by("pk")),
+        "ended": summary["state"] in ENDED,
+        "script": experiments.script_of(experiment),
+    }
+
+
+@require_GET
+def experiment_detail(request: HttpRequest, experiment_id: int) -> HttpResponse:
+    """The experiment page: per variant the numbers, the curves and the verdict (the API's `summary`, the same dict);
+    its live part follows the runs until the experiment ends (experiment_summary)."""
+    return render(request, "dashboard/experiment.html", _experiment_context(request, experiment_id))
+
+
+@require_GET
+def experiment_summary(request: HttpRequest, experiment_id: int) -> HttpResponse:
+    """The experiment page's live part alone (state, verdict, table, chart data), polled while it runs."""
+    return render(request, "dashboard/_experiment_live.html", _experiment_context(request, experiment_id))
 
 
 @require_POST

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import PROGRAM_KEYS, SCRIPT_ENV
-from dashboard import calculator, compare, page_data
+from dashboard import calculator, compare, job_rows, page_data
 from dashboard.experiment_page import experiment_rows
 from dashboard.forms import (
     CONFIG_FIELDS,
@@ -90,6 +90,13 @@ def job_list(request: HttpRequest) -> HttpResponse:
     compared, and any can be run again through a pre-filled form."""
     shown, filters = _filter_jobs(request, Job.objects.visible_to(request.user))
     rows = list(shown[: JOB_LIST_LIMIT + 1])
+    listed = job_rows.rows(rows[:JOB_LIST_LIMIT])
+    if request.GET.get("rows"):  # the table's body alone: polled while a listed job is live
+        return render(
+            request,
+            "dashboard/_job_rows.html",
+            {"rows": listed, "filters": filters, "filtered": any(filters.values()), "live": job_rows.any_live(rows)},
+        )
     owners: list[str] = []
     if request.user.is_staff:
         users = get_user_model().objects.filter(jobs__isnull=False).distinct().order_by("username")
@@ -98,7 +105,8 @@ def job_list(request: HttpRequest) -> HttpResponse:
         request,
         "dashboard/jobs.html",
         {
-            "jobs": rows[:JOB_LIST_LIMIT],
+            "rows": listed,
+            "live": job_rows.any_live(rows),
             "truncated": len(rows) > JOB_LIST_LIMIT,
             "limit": JOB_LIST_LIMIT,
             "filters": filters,
@@ -128,7 +136,10 @@ def _filter_jobs(request: HttpRequest, visible: QuerySet[Job]) -> tuple[QuerySet
     owner = request.GET.get("owner", "").strip()[:150]
     if owner:
         visible = visible.filter(owner__username=owner)  # within what the person may see anyway
-    return visible, {"state": state, "strategy": strategy, "owner": owner}
+    name = request.GET.get("q", "").strip()[:200]
+    if name:
+        visible = visible.filter(name__icontains=name)
+    return visible, {"state": state, "strategy": strategy, "owner": owner, "q": name}
 
 
 @require_GET

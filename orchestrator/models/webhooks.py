@@ -92,9 +92,7 @@ class WebhookDelivery(models.Model):
         ordering = ["-id"]
         constraints = [models.UniqueConstraint(fields=["webhook", "change"], name="one_delivery_per_hook_change")]
         indexes = [
-            models.Index(
-                fields=["next_attempt_at"], name="webhook_delivery_due", condition=models.Q(state="pending")
-            )
+            models.Index(fields=["next_attempt_at"], name="webhook_delivery_due", condition=models.Q(state="pending"))
         ]
 
     def __str__(self) -> str:

@@ -25,9 +25,7 @@ def secret_of(hook: Webhook) -> bytes | None:
     return keys.open_host_key(_label(hook), hook.secret_sealed)
 
 
-def problems(
-    user: Any, url: str, events: list[str] | None, cluster: Cluster | None, allow_private: bool
-) -> Errors:
+def problems(user: Any, url: str, events: list[str] | None, cluster: Cluster | None, allow_private: bool) -> Errors:
     """What is wrong with a registration, by field."""
     errors: Errors = {}
     if cluster is not None and not user.is_staff:

@@ -43,9 +43,7 @@ def sweep() -> tuple[int, int]:
 def fan_out() -> int:
     made = 0
     with transaction.atomic():
-        changes = list(
-            JobStateChange.objects.select_for_update(skip_locked=True).order_by("id")[:FAN_OUT_BATCH]
-        )
+        changes = list(JobStateChange.objects.select_for_update(skip_locked=True).order_by("id")[:FAN_OUT_BATCH])
         if not changes:
             return 0
         jobs = Job.objects.select_related("owner", "cluster", "failed_task").in_bulk({c.job_id for c in changes})

@@ -9,8 +9,8 @@ import hmac
 import http.client
 import socket
 import ssl
-from urllib.parse import urlsplit
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from orchestrator.webhooks import addresses
 

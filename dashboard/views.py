@@ -105,6 +105,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
         request,
         "dashboard/jobs.html",
         {
+            "jobs": rows[:JOB_LIST_LIMIT],
             "rows": listed,
             "live": job_rows.any_live(rows),
             "truncated": len(rows) > JOB_LIST_LIMIT,
@@ -257,7 +258,7 @@ def experiment_detail(request: HttpRequest, experiment_id: int) -> HttpResponse:
 
 
 @require_GET
-def experiment_summary(request: HttpRequest, experiment_id: int) -> HttpResponse:
+def experiment_live(request: HttpRequest, experiment_id: int) -> HttpResponse:
     """The experiment page's live part alone (state, verdict, table, chart data), polled while it runs."""
     return render(request, "dashboard/_experiment_live.html", _experiment_context(request, experiment_id))
 

@@ -41,7 +41,6 @@ def sweep() -> tuple[int, int]:
 
 # --- fan out --------------------------------------------------------------------------------------------------------
 def fan_out() -> int:
-    made = 0
     with transaction.atomic():
         changes = list(JobStateChange.objects.select_for_update(skip_locked=True).order_by("id")[:FAN_OUT_BATCH])
         if not changes:
@@ -63,8 +62,7 @@ def fan_out() -> int:
                     deliveries.append(delivery)
         WebhookDelivery.objects.bulk_create(deliveries, ignore_conflicts=True)
         JobStateChange.objects.filter(pk__in=[c.pk for c in changes]).delete()
-        made = len(deliveries)
-    return made
+    return len(deliveries)
 
 
 def _hears_of(hook: Webhook, job: Job) -> bool:

@@ -158,3 +158,13 @@ def test_only_staff_or_the_scrape_token_may_read_it(alice, settings):
     assert "tfdash_jobs" in {f.name for f in text_string_to_metric_families(response.content.decode())}
     settings.TFDASH_METRICS_TOKEN = ""
     assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 401
+
+
+def test_the_grafana_dashboard_charts_only_families_the_scrape_has():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json").read_text()
+    used = {re.sub(r"_(total|sum|count)$", "", name) for name in re.findall(r"tfdash_[a-z_]+", text)}
+    used -= {"tfdash_control_plane"}  # the dashboard's own uid
+    assert used and used <= FAMILIES, used - FAMILIES

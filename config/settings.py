@@ -258,12 +258,29 @@ TFDASH_MESSAGE_MAX_SKEW_S = env_float("TFDASH_MESSAGE_MAX_SKEW_S", 30.0)
 # one stores nothing new (every row has a unique key), so they are accepted for a week: an ingest down over a long
 # weekend loses nothing.
 TFDASH_STREAM_MAX_AGE_S = env_float("TFDASH_STREAM_MAX_AGE_S", 7 * 24 * 3600.0)
+# GET /metrics for a scraper without a session: `Authorization: Bearer <this>` (empty: staff sessions only).
+TFDASH_METRICS_TOKEN = env_str("TFDASH_METRICS_TOKEN", "")
+# Webhooks (orchestrator/webhooks/): how often the outbox is swept, a sweep's time for POSTs, one POST's timeouts,
+# the retries' backoff (doubling from BASE up to MAX) and how many tries before a delivery is marked failed.
+TFDASH_WEBHOOK_SWEEP_S = env_float("TFDASH_WEBHOOK_SWEEP_S", 2.0)
+TFDASH_WEBHOOK_SWEEP_BUDGET_S = env_float("TFDASH_WEBHOOK_SWEEP_BUDGET_S", 20.0)
+TFDASH_WEBHOOK_TIMEOUT_S = env_float("TFDASH_WEBHOOK_TIMEOUT_S", 5.0)
+TFDASH_WEBHOOK_RETRY_BASE_S = env_float("TFDASH_WEBHOOK_RETRY_BASE_S", 5.0)
+TFDASH_WEBHOOK_RETRY_MAX_S = env_float("TFDASH_WEBHOOK_RETRY_MAX_S", 600.0)
+TFDASH_WEBHOOK_MAX_ATTEMPTS = env_int("TFDASH_WEBHOOK_MAX_ATTEMPTS", 15, minimum=1)
+# The dashboard's address as receivers should link to it (webhook payloads); empty: links are paths only.
+TFDASH_PUBLIC_URL = env_str("TFDASH_PUBLIC_URL", "")
 
 CELERY_BEAT_SCHEDULE = {
     "host-watchdog": {
         "task": "orchestrator.watchdog",
         "schedule": TFDASH_WATCHDOG_INTERVAL_S,
         "options": {"expires": TFDASH_WATCHDOG_INTERVAL_S * 2},
+    },
+    "webhooks": {
+        "task": "orchestrator.webhooks",
+        "schedule": TFDASH_WEBHOOK_SWEEP_S,
+        "options": {"expires": TFDASH_WEBHOOK_SWEEP_S * 2},
     },
     "retention": {
         "task": "orchestrator.retention",

@@ -324,6 +324,9 @@ class TaskLogBatch:
 # once; nothing waits longer than METRICS_FLUSH_S in the agent (the host sampler batches only below that interval).
 METRICS_FD_ENV = "TFDASH_METRICS_FD"
 JOB_DIR_ENV = "TFDASH_JOB_DIR"
+# A folder of the task's own (under its job folder) for TensorBoard summaries it writes itself (tf.summary, the Keras
+# TensorBoard callback); when the task ends the agent sends its files as the artifact tensorboard-<type>-<index>.tar.gz.
+TENSORBOARD_DIR_ENV = "TFDASH_TENSORBOARD_DIR"
 METRICS_FLUSH_S = 0.2
 TASK_METRICS = "orchestrator.task_metrics"
 TASK_ARTIFACT = "orchestrator.task_artifact"

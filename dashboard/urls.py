@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import path
 from django.views.generic import RedirectView
 
-from dashboard import views
+from dashboard import views, webhook_views
 
 app_name = "dashboard"
 
@@ -19,7 +19,11 @@ urlpatterns = [
     path("jobs/<int:job_id>/", views.job_detail, name="job"),
     path("jobs/<int:job_id>/live/", views.job_live, name="job-live"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
+    path("experiments/", views.experiment_list, name="experiments"),
     path("experiments/<int:experiment_id>/", views.experiment_detail, name="experiment"),
+    path("experiments/<int:experiment_id>/summary/", views.experiment_live, name="experiment-summary"),
+    path("webhooks/", webhook_views.webhooks, name="webhooks"),
+    path("webhooks/<int:webhook_id>/delete/", webhook_views.webhook_delete, name="webhook-delete"),
     path("experiments/<int:experiment_id>/cancel/", views.experiment_cancel, name="experiment-cancel"),
     path("experiments/<int:experiment_id>/target/", views.experiment_target, name="experiment-target"),
     path("jobs/<int:job_id>/tasks/<int:task_id>/log/", views.task_log, name="task-log"),

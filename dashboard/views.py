@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import PROGRAM_KEYS, SCRIPT_ENV
-from dashboard import calculator, compare, page_data
+from dashboard import calculator, compare, job_rows, page_data
 from dashboard.experiment_page import experiment_rows
 from dashboard.forms import (
     CONFIG_FIELDS,
@@ -90,6 +90,13 @@ def job_list(request: HttpRequest) -> HttpResponse:
     compared, and any can be run again through a pre-filled form."""
     shown, filters = _filter_jobs(request, Job.objects.visible_to(request.user))
     rows = list(shown[: JOB_LIST_LIMIT + 1])
+    listed = job_rows.rows(rows[:JOB_LIST_LIMIT])
+    if request.GET.get("rows"):  # the table's body alone: polled while a listed job is live
+        return render(
+            request,
+            "dashboard/_job_rows.html",
+            {"rows": listed, "filters": filters, "filtered": any(filters.values()), "live": job_rows.any_live(rows)},
+        )
     owners: list[str] = []
     if request.user.is_staff:
         users = get_user_model().objects.filter(jobs__isnull=False).distinct().order_by("username")
@@ -99,6 +106,8 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "dashboard/jobs.html",
         {
             "jobs": rows[:JOB_LIST_LIMIT],
+            "rows": listed,
+            "live": job_rows.any_live(rows),
             "truncated": len(rows) > JOB_LIST_LIMIT,
             "limit": JOB_LIST_LIMIT,
             "filters": filters,
@@ -128,7 +137,10 @@ def _filter_jobs(request: HttpRequest, visible: QuerySet[Job]) -> tuple[QuerySet
     owner = request.GET.get("owner", "").strip()[:150]
     if owner:
         visible = visible.filter(owner__username=owner)  # within what the person may see anyway
-    return visible, {"state": state, "strategy": strategy, "owner": owner}
+    name = request.GET.get("q", "").strip()[:200]
+    if name:
+        visible = visible.filter(name__icontains=name)
+    return visible, {"state": state, "strategy": strategy, "owner": owner, "q": name}
 
 
 @require_GET
@@ -214,22 +226,41 @@ def _experiment_for(request: HttpRequest, experiment_id: int) -> Experiment:
 
 
 @require_GET
-def experiment_detail(request: HttpRequest, experiment_id: int) -> HttpResponse:
-    """The experiment page: per variant the numbers, the curves and the verdict (the API's `summary`, the same dict)."""
-    experiment = _experiment_for(request, experiment_id)
-    summary = experiment_summary.summarize(experiment)
+def experiment_list(request: HttpRequest) -> HttpResponse:
+    """The person's experiments (staff: everyone's), newest first, each with its state and verdict."""
+    shown = list(Experiment.objects.visible_to(request.user).order_by("-pk")[: JOB_LIST_LIMIT + 1])
+    rows = [(e, experiments.state_of(e)) for e in shown[:JOB_LIST_LIMIT]]
     return render(
         request,
-        "dashboard/experiment.html",
-        {
-            "experiment": experiment,
-            "summary": summary,
-            "rows": experiment_rows(summary),
-            "jobs": list(experiment.jobs.order_by("pk")),
-            "ended": summary["state"] in ENDED,
-            "script": experiments.script_of(experiment),
-        },
+        "dashboard/experiments.html",
+        {"rows": rows, "truncated": len(shown) > JOB_LIST_LIMIT, "limit": JOB_LIST_LIMIT},
     )
+
+
+def _experiment_context(request: HttpRequest, experiment_id: int) -> dict[str, Any]:
+    experiment = _experiment_for(request, experiment_id)
+    summary = experiment_summary.summarize(experiment)
+    return {
+        "experiment": experiment,
+        "summary": summary,
+        "rows": experiment_rows(summary),
+        "jobs": list(experiment.jobs.order_by("pk")),
+        "ended": summary["state"] in ENDED,
+        "script": experiments.script_of(experiment),
+    }
+
+
+@require_GET
+def experiment_detail(request: HttpRequest, experiment_id: int) -> HttpResponse:
+    """The experiment page: per variant the numbers, the curves and the verdict (the API's `summary`, the same dict);
+    its live part follows the runs until the experiment ends (experiment_summary)."""
+    return render(request, "dashboard/experiment.html", _experiment_context(request, experiment_id))
+
+
+@require_GET
+def experiment_live(request: HttpRequest, experiment_id: int) -> HttpResponse:
+    """The experiment page's live part alone (state, verdict, table, chart data), polled while it runs."""
+    return render(request, "dashboard/_experiment_live.html", _experiment_context(request, experiment_id))
 
 
 @require_POST

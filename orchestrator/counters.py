@@ -32,6 +32,27 @@ def get(name: str) -> int:
     return int(value) if value else 0
 
 
+def observe(name: str, seconds: float) -> None:
+    """One more timing of `name`: its count and its sum (a Prometheus summary without quantiles)."""
+    with contextlib.suppress(redis.RedisError):
+        pipe = _client().pipeline(transaction=False)
+        pipe.incr(f"{_PREFIX}{name}:count")
+        pipe.incrbyfloat(f"{_PREFIX}{name}:sum", seconds)
+        pipe.execute()
+
+
+def observed(name: str) -> tuple[int, float]:
+    """(count, sum) of the timings of `name`."""
+    count, total = _client().mget(f"{_PREFIX}{name}:count", f"{_PREFIX}{name}:sum")
+    return (int(count) if count else 0, float(total) if total else 0.0)
+
+
+def get_many(names: list[str]) -> dict[str, int]:
+    """Several counters in one round trip."""
+    values = _client().mget([_PREFIX + name for name in names]) if names else []
+    return {name: int(value) if value else 0 for name, value in zip(names, values, strict=True)}
+
+
 _READINGS_PREFIX = "tfdash:readings:"
 
 

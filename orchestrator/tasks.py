@@ -29,6 +29,7 @@ from orchestrator.control.scheduling import WAITING_STATES
 from orchestrator.identity import broker_users
 from orchestrator.models import Job
 from orchestrator.retention import thin_host_samples
+from orchestrator.webhooks import outbox as webhook_outbox
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,12 @@ def watchdog() -> None:
     experiments.advance_all()  # level-triggered: no experiment waits on a message that was lost
     for cluster_id in set(Job.objects.filter(state__in=WAITING_STATES).values_list("cluster_id", flat=True)):
         scheduling.schedule_cluster(cluster_id, wait=False)
+
+
+@entry("orchestrator.webhooks")
+def webhooks() -> None:
+    """Every TFDASH_WEBHOOK_SWEEP_S: job state changes fanned out to webhooks, due deliveries POSTed (bounded)."""
+    webhook_outbox.sweep()
 
 
 @entry("orchestrator.retention")

@@ -35,11 +35,14 @@ from django.db.models import Q
 from django.utils import timezone
 
 from contracts.protocol import RecordedExit, TaskReport
+from orchestrator import counters
 from orchestrator.control import dispatch, lifecycle
 from orchestrator.identity import foreign
 from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task, TaskState
 
 log = logging.getLogger(__name__)
+
+ORDERS_RESENT = "orders_resent"  # launch and kill orders sent again (GET /metrics)
 
 Key = tuple[int, int]  # (task_id, attempt)
 
@@ -179,6 +182,8 @@ def _send_orders(host: Host, result: Converged, relaunch: list[Task], rekill: li
     if rekill:
         dispatch.kill_tasks(rekill, "stopping (order sent again)")
     result.resent = [t.pk for t in relaunch + rekill]
+    if result.resent:
+        counters.incr(ORDERS_RESENT, len(result.resent))
     if strays:
         # Unstamped: a stray may be an old attempt of a task placed elsewhere now, or named by a forged report.
         dispatch.kill_tasks(strays, "not an active task of this host", stamp=False)

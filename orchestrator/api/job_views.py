@@ -29,6 +29,7 @@ from orchestrator.api.job_serializers import (
 from orchestrator.control import lifecycle, submission
 from orchestrator.metrics import history, log_reader
 from orchestrator.metrics import hosts as host_load
+from orchestrator.metrics import tensorboard as tensorboard_export
 from orchestrator.models import Job, JobArtifact, MetricPoint, Task
 
 METRICS_PAGE = 10_000
@@ -185,6 +186,23 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
 
         response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="job{job.pk}-metrics.csv"'
+        return response
+
+    @extend_schema(
+        responses={(200, "application/gzip"): bytes},
+        description=(
+            "The job's stored metric points as a TensorBoard logdir, a .tar.gz streamed as it is written: "
+            "`job<id>/<task>/<phase>/events.out.tfevents.*`, one run per task (`worker-0`, `chief-0`, "
+            "`worker-0.attempt2`, `worker-1.restart1`) and phase (`train`, `epoch_end`, `custom`), one scalar tag "
+            "per metric name, each point with its step and wall time (float64 values). "
+            "`tar xzf` it and run `tensorboard --logdir job<id>`."
+        ),
+    )
+    @action(detail=True, methods=["get"])
+    def tensorboard(self, request: Request, pk: str | None = None) -> StreamingHttpResponse:
+        job = self.get_object()
+        response = StreamingHttpResponse(tensorboard_export.archive(job.pk), content_type="application/gzip")
+        response["Content-Disposition"] = f'attachment; filename="job{job.pk}-tensorboard.tar.gz"'
         return response
 
     @extend_schema(responses={200: ArtifactSerializer(many=True)})

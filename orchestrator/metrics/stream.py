@@ -25,7 +25,7 @@ import redis
 
 from contracts import broker
 from contracts.protocol import METRICS_GROUP
-from orchestrator import streams
+from orchestrator import counters, streams
 from orchestrator.metrics import ingest
 
 READ_COUNT = 500
@@ -35,6 +35,9 @@ IDLE_S = 0.02
 
 DEAD_LETTERS = streams.dead_letter_stream(broker.METRICS)
 DEAD_LETTERED = streams.dead_letter_counter(broker.METRICS)  # the counter
+# What the ingest stored, counted once per batch (GET /metrics: their rate is the ingest rate).
+POINTS_STORED = "ingest_points_stored"
+ENTRIES_HANDLED = "ingest_entries_handled"
 
 
 def latest_dead_letters(client: redis.Redis, count: int = 5) -> list[dict[str, str]]:
@@ -90,4 +93,6 @@ class MetricsConsumer:
         refused += [(stored_from[index], exc) for index, exc in stored.failed]
         for name in ("points", "samples", "artifacts", "dropped", "lines"):
             setattr(self.stored, name, getattr(self.stored, name) + getattr(stored, name))
+        counters.incr(POINTS_STORED, stored.points)
+        counters.incr(ENTRIES_HANDLED, len(entries) - len(refused))
         return refused

@@ -19,11 +19,13 @@ from orchestrator.models.jobs import (
     TaskState,
     TaskType,
 )
+from orchestrator.models.webhooks import DeliveryState, JobStateChange, Webhook, WebhookDelivery
 
 __all__ = [
     "ACTIVE_TASK_STATES",
     "TERMINAL_JOB_STATES",
     "Cluster",
+    "DeliveryState",
     "Experiment",
     "ExperimentMode",
     "Host",
@@ -33,6 +35,7 @@ __all__ = [
     "Job",
     "JobArtifact",
     "JobState",
+    "JobStateChange",
     "MetricPoint",
     "ProgramKind",
     "RestartPolicy",
@@ -42,4 +45,6 @@ __all__ = [
     "TaskLogLine",
     "TaskState",
     "TaskType",
+    "Webhook",
+    "WebhookDelivery",
 ]

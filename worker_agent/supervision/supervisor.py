@@ -14,6 +14,8 @@ gives the heartbeat the agent's whole truth in one consistent snapshot.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
 import signal
 import subprocess
@@ -25,14 +27,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contracts import broker
 from contracts.protocol import (
     JOB_DIR_ENV,
     METRICS_FD_ENV,
+    TASK_ARTIFACT,
     TASK_EVENT,
+    TENSORBOARD_DIR_ENV,
     KillOrder,
     LaunchSpec,
     RecordedExit,
     RunningTask,
+    TaskArtifact,
     TaskEvent,
     TaskEventKind,
     TaskReport,
@@ -40,7 +46,7 @@ from contracts.protocol import (
 from worker_agent import records
 from worker_agent.ledger import Ledger
 from worker_agent.metrics_pipe import MetricsPipe, SendFn
-from worker_agent.supervision import identity, programs
+from worker_agent.supervision import identity, programs, tensorboard_dir
 from worker_agent.supervision.launch import Refused, check_port, child_env, validate
 from worker_agent.supervision.output import LogLine, TaskLogs, read_lines
 from worker_agent.supervision.processes import killpg, tree_listens_on, wait_for_exit
@@ -72,6 +78,7 @@ class _Child:
     uid: int | None = None  # the job's own user id (--task-uids), released when the task is over
     flusher: threading.Thread | None = None
     watcher: threading.Thread | None = None
+    tensorboard: Path | None = None  # the task's TFDASH_TENSORBOARD_DIR, packed as an artifact when it ends
 
 
 class Supervisor:
@@ -245,14 +252,18 @@ class Supervisor:
         # The attempt is in the name, so a restart gets a new folder; exist_ok only for a retried refused launch.
         cwd = home / f"{spec.task_type}-{spec.task_index}-a{spec.attempt}"
         job_dir = programs.job_dir(spec, self.workdir)  # shared by the job's tasks on this host and by its attempts
+        summaries = tensorboard_dir.folder(job_dir, spec)
         env = child_env(spec)
         as_user: dict[str, Any] = {}
         if self.task_uids is None:
             cwd.mkdir(parents=True, exist_ok=True)
             job_dir.mkdir(parents=True, exist_ok=True)
+            summaries.mkdir(parents=True, exist_ok=True)
         else:
             try:
-                child.uid = self.task_uids.acquire(spec.job_id, [home, cwd, job_dir, home / "tmp"])
+                child.uid = self.task_uids.acquire(
+                    spec.job_id, [home, cwd, job_dir, home / "tmp", summaries.parent, summaries]
+                )
             except (identity.Unusable, OSError) as exc:
                 raise Refused(TaskEventKind.LAUNCH_FAILED, f"cannot give the job its own user: {exc}") from None
             env.update(identity.task_env(child.uid, home))
@@ -262,6 +273,8 @@ class Supervisor:
         try:
             env[METRICS_FD_ENV] = str(metrics.write_fd)
             env[JOB_DIR_ENV] = str(job_dir)
+            env[TENSORBOARD_DIR_ENV] = str(summaries)
+            child.tensorboard = summaries
             proc = subprocess.Popen(
                 argv,
                 cwd=cwd,
@@ -329,6 +342,7 @@ class Supervisor:
         if child.metrics is not None:
             # The group is dead, so EOF is due at once; the last epoch's metrics go out before EXITED.
             child.metrics.finish(READER_JOIN_S)
+        self._collect_summaries(child)
         child.logs.close()
         if child.flusher is not None:
             child.flusher.join()
@@ -342,6 +356,27 @@ class Supervisor:
         # After the exit is in the ledger: an agent killed in between finds both and reports the recorded exit.
         self.records.remove(child.spec.task_id, child.spec.attempt)
         child.done.set()
+
+    def _collect_summaries(self, child: _Child) -> None:
+        """What the task wrote under its TFDASH_TENSORBOARD_DIR, as one artifact (before its EXITED goes out)."""
+        if child.tensorboard is None:
+            return
+        spec = child.spec
+        try:
+            content = tensorboard_dir.pack(child.tensorboard, child.uid)
+            if content is None:
+                return
+            artifact = TaskArtifact(
+                task_id=spec.task_id,
+                attempt=spec.attempt,
+                name=tensorboard_dir.artifact_name(spec),
+                sha256=hashlib.sha256(content).hexdigest(),
+                content_b64=base64.b64encode(content).decode("ascii"),
+            )
+            self._send(TASK_ARTIFACT, asdict(artifact), queue=broker.METRICS)
+            log.info("task %s attempt %s: summaries collected (%d bytes)", spec.task_id, spec.attempt, len(content))
+        except Exception:  # never expected; the exit must go out whatever happens here
+            log.exception("task %s attempt %s: could not collect its summaries", spec.task_id, spec.attempt)
 
     def _forget(self, child: _Child, pid: int, returncode: int) -> RecordedExit:
         spec = child.spec

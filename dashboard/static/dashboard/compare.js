@@ -13,7 +13,7 @@
 
   const COLORS = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#1b7c83", "#bf3989", "#6e7781"];
   const AXIS_LABEL = { epoch: "epoch", elapsed: "seconds since start" };
-  const data = JSON.parse(dataEl.textContent);
+  let data = JSON.parse(dataEl.textContent);
   const charts = [];
   const state = { axis: "epoch", charts: 0, draws: 0, resizes: 0 };
 
@@ -101,6 +101,17 @@
       state.resizes += 1;
     }, 100);
   }).observe(chartsEl);
+
+  // The experiment page's live part (htmx, every few seconds while it runs) brings the curves' data anew: redrawn
+  // only when it changed.
+  document.body.addEventListener("htmx:afterSettle", () => {
+    const liveEl = document.getElementById("experiment-chart-data");
+    if (!liveEl || liveEl.textContent === JSON.stringify(data)) return;
+    const fresh = JSON.parse(liveEl.textContent);
+    if (JSON.stringify(fresh) === JSON.stringify(data)) return;
+    data = fresh;
+    draw();
+  });
 
   const checked = document.querySelector('input[name="x-axis"]:checked');
   if (checked) state.axis = checked.value;

@@ -145,7 +145,9 @@ def start_agent(redis_url: str, open_tmp: Path) -> Iterator[Callable[..., Manage
     """Start real `python -m worker_agent` processes; every one is killed at the end of the test.
 
     As an operator should: the token in a 0600 file, the broker URL in the environment (a command line is readable
-    by every local user), and, as root, tasks under their own uids (TASK_UIDS)."""
+    by every local user), and, as root, tasks under their own uids (TASK_UIDS). `open_tmp` is their shared root
+    (--shared-root): it holds the clusters' shared folders and what tests read of a task's, and, as root, a task's
+    /tmp is its own, so it reaches nothing else under /tmp."""
     started: list[ManagedProcess] = []
 
     from orchestrator.agents.keys import control_public_key
@@ -164,7 +166,7 @@ def start_agent(redis_url: str, open_tmp: Path) -> Iterator[Callable[..., Manage
         proc = ManagedProcess(
             f"agent-{host}",
             [sys.executable, "-m", "worker_agent", "--host", host, "--token-file", str(token_file), *uids,
-             "--control-key", control_public_key(),
+             "--control-key", control_public_key(), "--shared-root", str(open_tmp),
              "--heartbeat-interval", str(AGENT_HEARTBEAT_S), "--workdir", str(workdir), *extra],
             env,
         )  # fmt: skip

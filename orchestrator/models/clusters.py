@@ -158,7 +158,9 @@ class Host(models.Model):
     def agent_command(self, server: str, token_file: str = "tfdash-agent.token") -> list[str]:  # noqa: S107 - a file name
         """How to start this host's agent. The token goes into `token_file` (mode 0600), never onto the command line
         (a flag shows in `ps`); `--control-key` is the control plane's public key, which the agent pins to check
-        every order."""
+        every order; `--shared-root` the cluster's shared folder, the only place besides its workdir where the agent
+        makes a job's folder."""
+        shared = ["--shared-root", self.cluster.shared_dir] if self.cluster.shared_dir else []
         return [
             "python",
             "-m",
@@ -173,6 +175,7 @@ class Host(models.Model):
             keys.control_public_key(),
             "--port-range",
             f"{self.port_min}-{self.port_max}",
+            *shared,
         ]
 
     # --- state changes driven by agents and the watchdog ---

@@ -249,7 +249,7 @@ SHOW_ENV = """
 
 @pytest.mark.parametrize("given", [True, False])
 def test_the_task_gets_its_job_dir_and_metrics_fd(supervisor, sent, tmp_path, given):
-    job_dir = tmp_path / "nfs" / "job-11"  # does not exist yet: the supervisor creates it
+    job_dir = tmp_path / "nfs" / "jobs" / "11"  # under the shared root, not there yet: the supervisor creates it
     spec = script_spec(SHOW_ENV, job_dir=str(job_dir) if given else "")
 
     supervisor.launch(spec)
@@ -263,14 +263,30 @@ def test_the_task_gets_its_job_dir_and_metrics_fd(supervisor, sent, tmp_path, gi
     assert METRICS_FD_ENV == "TFDASH_METRICS_FD" and JOB_DIR_ENV == "TFDASH_JOB_DIR"
 
 
-def test_a_relative_job_dir_is_refused(supervisor, sent):
-    spec = script_spec(SHOW_ENV, job_dir="relative/dir")
+@pytest.mark.parametrize(
+    ("job_dir", "why"),
+    [
+        ("relative/dir", "must be empty or an absolute path"),
+        ("{outside}/jobs/11", "is not under"),  # signed or not, the agent's own roots bound what it acts on
+        ("{nfs}/../outside/jobs/11", "contains '..'"),
+        ("{nfs}/planted/11", "is not a folder (a link or a file)"),  # a link below the root is never followed
+    ],
+)
+def test_a_job_dir_outside_the_agents_folders_is_refused_and_nothing_is_made_there(
+    supervisor, sent, tmp_path, job_dir, why
+):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "nfs" / "planted").symlink_to(outside)
+    spec = script_spec(SHOW_ENV, job_dir=job_dir.format(outside=outside, nfs=tmp_path / "nfs"))
 
     supervisor.launch(spec)
 
     [event] = sent.events(spec.task_id)
     assert event["kind"] == TaskEventKind.LAUNCH_FAILED
-    assert "job_dir" in event["detail"]
+    assert "job_dir" in event["detail"] and why in event["detail"], event["detail"]
+    assert list(outside.iterdir()) == []
+    assert supervisor.report().running == []
 
 
 # --- exits ----------------------------------------------------------------------------------------------------------

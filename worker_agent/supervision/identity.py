@@ -26,6 +26,7 @@ from pathlib import Path
 
 from worker_agent import folders
 from worker_agent.folders import Place
+from worker_agent.supervision import reaping
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +194,8 @@ def check_task_can_run(uids: UidRange, workdir: Path, env: dict[str, str]) -> No
     uid = uids.low
     interpreter = Path(sys.executable)
     reachable = [workdir / "jobs"]
+    # Held as for a job: another agent of this machine, starting meanwhile, must not take the probe for a leftover.
+    lock = reaping.UidLock.shared(uid)
     try:
         result = subprocess.run(
             [sys.executable, "-c", PROBE, *map(str, reachable)],
@@ -208,6 +211,8 @@ def check_task_can_run(uids: UidRange, workdir: Path, env: dict[str, str]) -> No
         )
     except (OSError, subprocess.SubprocessError) as exc:
         raise Unusable(_advice(uid, interpreter, workdir, f"it could not be started: {exc}")) from None
+    finally:
+        lock.close()
     if result.returncode != 0:
         said = result.stderr.decode(errors="replace").strip().splitlines()
         raise Unusable(_advice(uid, interpreter, workdir, said[-1] if said else f"exit status {result.returncode}"))

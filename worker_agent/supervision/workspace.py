@@ -1,11 +1,11 @@
 """A task's place on this host, made ready before its process starts and cleared when its job leaves the host.
 
 Its folders: the job's home `<workdir>/jobs/<id>` (HOME), the task's own folder in it (its working directory, where
-its script is written), the job folder (the order's `job_dir`, which must lie under the agent's roots: its workdir or
-a `--shared-root`; anything else is refused, signed or not) and, when the agent is root, a private /tmp and /dev/shm
-(private_tmp.py). With `--task-uids` all of them belong to the job's own uid (uid_pool.py). When the job's last task
-here is over, its uid is emptied (every process it still owns killed) and its private /tmp and /dev/shm removed; a
-task of the same job that arrives meanwhile waits for that.
+its script is written), the job folder (the order's `job_dir`, which must lie under `jobs/<its job id>` of the
+agent's roots: its workdir or a `--shared-root`; anything else is refused, signed or not) and, when the agent is
+root, a private /tmp and /dev/shm (private_tmp.py). With `--task-uids` all of them belong to the job's own uid
+(uid_pool.py). When the job's last task here is over, its uid is emptied (every process it still owns killed) and
+its private /tmp and /dev/shm removed; a task of the same job that arrives meanwhile waits for that.
 """
 
 from __future__ import annotations
@@ -66,12 +66,14 @@ class Workspace:
     def prepare(self, spec: LaunchSpec, program: programs.Program) -> Prepared:
         """Make the task's place (refusing a job_dir outside the agent's roots); the caller must `leave` once the
         task is over (or did not start). Raises Refused."""
+        # Below jobs/<its id> of the workdir or a shared root: not the agent's own state, nor another job's folder.
+        own = Roots(base.child("jobs", str(spec.job_id)) for base in self.roots.bases)
         try:
-            job_dir = self.roots.place(programs.job_dir(spec, self.workdir))
+            job_dir = own.place(programs.job_dir(spec, self.workdir))
         except folders.Outside as exc:
             raise Refused(
                 TaskEventKind.LAUNCH_FAILED,
-                f"job_dir refused: {exc} (this agent's folders; a cluster's shared folder needs --shared-root)",
+                f"job_dir refused: {exc} (this job's folders here; a cluster's shared folder needs --shared-root)",
             ) from None
         home = self.jobs.child(str(spec.job_id))  # this host's folder of the job: its tasks' folders, HOME
         # The attempt is in the name, so a restart gets a new folder; a retried refused launch finds it again.

@@ -16,6 +16,7 @@ task's /tmp, so the task still reaches them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -150,6 +151,12 @@ class PrivateTmp:
                 folders.remove_tree(place)
             except OSError as exc:
                 log.warning("could not remove %s: %s", place, exc)
+
+    def close(self) -> None:
+        """The agent stops with no task left: its folder in the host's /dev/shm goes too, when empty."""
+        # Not there, or a job's folder is left (a task that would not die): the agent's next start sweeps it.
+        with contextlib.suppress(OSError):
+            os.rmdir(self.shm_root.path)
 
     def sweep(self, jobs: Place) -> None:
         """At start-up (no task runs): what jobs left in their /tmp and /dev/shm when an earlier agent died."""

@@ -171,6 +171,7 @@ class Supervisor:
                 log.warning(
                     "task %s attempt %s did not report its exit in time", child.spec.task_id, child.spec.attempt
                 )
+        self.workspace.close()
 
     def reclaim(self) -> list[records.ReclaimedTask]:
         """Kill what a previous agent with this workdir left running (see records.py) and record each such task as

@@ -123,6 +123,11 @@ class Workspace:
         if self.private_tmp is not None and self.private:
             self.private_tmp.sweep(self.jobs)
 
+    def close(self) -> None:
+        """The agent stops and no task is left: what it keeps outside its workdir goes."""
+        if self.private_tmp is not None and self.private:
+            self.private_tmp.close()
+
     # --- steps ------------------------------------------------------------------------------------------------------
     def _enter(self, job_id: int) -> None:
         with self._cond:

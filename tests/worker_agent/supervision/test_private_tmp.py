@@ -126,3 +126,5 @@ def test_the_same_script_runs_as_one_job_after_another(isolated, sent, open_tmp,
         isolated.launch(task)
         assert_private(isolated, reported(sent, task.task_id), job_id)
     assert_nothing_left(isolated, [103, 104])
+    isolated.kill_all("the agent stops")
+    assert not isolated.workspace.private_tmp.shm_root.path.exists()  # its folder in the host's /dev/shm too

@@ -155,7 +155,7 @@ class Stack:
             [PY, "-m", "worker_agent", "--server", without_credentials(self.env["REDIS_URL"]), "--host", host,
              "--control-key", self.control_key, "--port-range",
              agent["port_range"], "--heartbeat-interval", str(AGENT_HEARTBEAT_S), "--workdir",
-             str(self.var / "agents" / host)],
+             str(self.var / "agents" / host), "--shared-root", str(self.var / "shared")],
             env,
             {},
         )  # fmt: skip
@@ -464,7 +464,9 @@ def main() -> int:
     rng = random.Random(seed)
     var = Path(tempfile.mkdtemp(prefix="tfdash-chaos-"))
     os.chmod(var, 0o755)  # noqa: S103 - the embedded PostgreSQL runs as its own user when we are root
-    truth = var / "truth"
+    # In the cluster's shared folder: as root, a task's /tmp is its own, and the agents' shared root is what it sees.
+    (var / "shared").mkdir()
+    truth = var / "shared" / "truth"
     truth.mkdir(mode=0o777)
     os.chmod(truth, 0o777)  # noqa: S103 - task processes write their ground truth here
     stack = Stack(var)

@@ -319,7 +319,8 @@ class TaskLogBatch:
 #   {"kind": "facts", "ts": ..., "facts": {"replicas_in_sync": int, "global_batch": int, "per_replica_batch": int,
 #    "machine_batch": int, "per_device_batch": int, "base_learning_rate": float, "effective_learning_rate": float,
 #    "warmup_epochs": float, "keras": "tf_keras" | "keras3", "checkpoint_dir": str, "resumed_from_epoch": int, ...}}
-#   {"kind": "artifact", "ts": ..., "name": "model.keras", "path": absolute path of a file the agent uploads}
+#   {"kind": "artifact", "ts": ..., "name": "model.keras", "path": absolute path of a file the agent uploads; it
+#    must lie in the job's folders (its JOB_DIR_ENV, or its HOME under the agent's workdir) and be the task's own}
 # The agent adds the task's identity and forwards what one read of the pipe returned as one batch (TASK_METRICS) at
 # once; nothing waits longer than METRICS_FLUSH_S in the agent (the host sampler batches only below that interval).
 METRICS_FD_ENV = "TFDASH_METRICS_FD"
@@ -327,6 +328,9 @@ JOB_DIR_ENV = "TFDASH_JOB_DIR"
 # A folder of the task's own (under its job folder) for TensorBoard summaries it writes itself (tf.summary, the Keras
 # TensorBoard callback); when the task ends the agent sends its files as the artifact tensorboard-<type>-<index>.tar.gz.
 TENSORBOARD_DIR_ENV = "TFDASH_TENSORBOARD_DIR"
+
+# A builtin program's config (JSON) reaches `python -m worker_agent.runtime` in its environment, not its command line.
+PROGRAM_CONFIG_ENV = "TFDASH_PROGRAM_CONFIG"
 METRICS_FLUSH_S = 0.2
 TASK_METRICS = "orchestrator.task_metrics"
 TASK_ARTIFACT = "orchestrator.task_artifact"

@@ -308,13 +308,15 @@ class Stack:
         # The one consumer of the metric stream (point ids then grow in commit order).
         self.start("ingest", [PY, "manage.py", "ingest_metrics"])
         agent_env = self.agent_env()
+        shared = self.var / "shared"  # the local cluster's shared folder: the agents make job folders only there
+        shared.mkdir(exist_ok=True)
         for host in cluster["hosts"]:
             # The token by environment (the agent drops it from its own at once), never by flag (`ps` shows flags).
             self.start(
                 f"agent-{host['host']}",
                 [PY, "-m", "worker_agent", "--host", host["host"], "--control-key", cluster["control_key"],
                  "--port-range", host["port_range"], "--heartbeat-interval", "2",
-                 "--workdir", str(self.var / "agents" / host["host"])],
+                 "--workdir", str(self.var / "agents" / host["host"]), "--shared-root", str(shared)],
                 {**agent_env, "TFDASH_AGENT_TOKEN": host["token"]},
             )  # fmt: skip
         url = f"http://{'127.0.0.1' if bind in ('0.0.0.0', '::') else bind}:{port}/"  # noqa: S104

@@ -148,7 +148,9 @@ def start_agent(redis_url: str, open_tmp: Path) -> Iterator[Callable[..., Manage
     """Start real `python -m worker_agent` processes; every one is killed at the end of the test.
 
     As an operator should: the token in a 0600 file, the broker URL in the environment (a command line is readable
-    by every local user), and, as root, tasks under their own uids (TASK_UIDS)."""
+    by every local user), and, as root, tasks under their own uids (TASK_UIDS). Their shared roots (--shared-root):
+    `open_tmp/shared`, the clusters' shared folder (tests/orchestrator/conftest.py), and `open_tmp` itself, where tests
+    read what a task wrote: as root a task's /tmp is its own, so it reaches nothing else of the host's /tmp."""
     started: list[ManagedProcess] = []
 
     from orchestrator.identity.keys import control_public_key
@@ -156,6 +158,7 @@ def start_agent(redis_url: str, open_tmp: Path) -> Iterator[Callable[..., Manage
     def start(host: str, token: str, *extra: str) -> ManagedProcess:
         workdir = open_tmp / f"agent-{host}"
         workdir.mkdir(exist_ok=True)
+        (open_tmp / "shared").mkdir(exist_ok=True)
         token_file = workdir / "token"
         token_file.touch(mode=0o600)
         token_file.write_text(token)
@@ -169,6 +172,7 @@ def start_agent(redis_url: str, open_tmp: Path) -> Iterator[Callable[..., Manage
             f"agent-{host}",
             [sys.executable, "-m", "worker_agent", "--host", host, "--token-file", str(token_file), *uids,
              "--control-key", control_public_key(),
+             "--shared-root", str(open_tmp / "shared"), "--shared-root", str(open_tmp),
              "--heartbeat-interval", str(AGENT_HEARTBEAT_S), "--workdir", str(workdir), *extra],
             env,
         )  # fmt: skip

@@ -150,13 +150,14 @@ class Agent:
         heartbeat_interval_s: float = 3.0,
         sample_interval_s: float = DEFAULT_INTERVAL_S,
         task_uids: UidRange | None = None,
+        shared_roots: list[Path] | None = None,
     ) -> None:
         self.host = host
         # The supervisor reports through the outbox, which needs the app, which needs the supervisor: the
         # supervisor gets a forwarding function, used only once the worker consumes launches.
         # `mac_key` seals every message (contracts.signing.agent_mac_key: the token stays out of this process's memory
         # once derived); `control_key` checks every order.
-        self.supervisor = Supervisor(self._report, workdir, task_uids)
+        self.supervisor = Supervisor(self._report, workdir, task_uids, shared_roots)
         self.app = make_app(server, host, OrderGate(control_key, host, workdir), self.supervisor)
         self.outbox = Outbox(self.app, host, mac_key)
         self.heartbeat = Heartbeat(

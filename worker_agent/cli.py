@@ -1,5 +1,5 @@
 """`python -m worker_agent --server REDIS_URL --host NAME --token-file FILE --control-key KEY [--port-range A-B]
-[--workdir DIR] [--task-uids A-B]`.
+[--workdir DIR] [--task-uids A-B] [--shared-root DIR ...]`.
 
 The token comes from a file (mode 0600) or env TFDASH_AGENT_TOKEN, never a flag (a flag shows in `ps`); the variable
 is removed from this process's environment at once, so no child inherits it, and only the key derived from the token
@@ -26,6 +26,7 @@ from worker_agent import __version__
 from worker_agent.app import Agent
 from worker_agent.sampler import DEFAULT_INTERVAL_S, MAX_INTERVAL_S, MIN_INTERVAL_S
 from worker_agent.supervision import identity
+from worker_agent.supervision.workspace import SHARED_ROOT_ENV
 
 log = logging.getLogger("worker_agent")
 
@@ -122,6 +123,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="agent running as root: run each job's processes under its own user id from this range, e.g. "
         f"20000-29999, used by no account of this machine (env {identity.TASK_UIDS_ENV})",
     )
+    parser.add_argument(
+        "--shared-root",
+        dest="shared_roots",
+        action="append",
+        type=Path,
+        default=None,
+        help="the cluster's shared folder (repeatable): a job folder an order names must lie under it or under the "
+        f"workdir, else the launch is refused (env {SHARED_ROOT_ENV}, several separated by ':')",
+    )
     parser.add_argument("--heartbeat-interval", type=float, default=3.0, help="seconds between heartbeats")
     parser.add_argument(
         "--sample-interval",
@@ -167,6 +177,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.workdir is None:
         args.workdir = Path.home() / ".cache" / "tfdash-agent" / args.host
     args.workdir = Path(args.workdir).expanduser()
+    if args.shared_roots is None:
+        args.shared_roots = [Path(p) for p in os.environ.get(SHARED_ROOT_ENV, "").split(os.pathsep) if p]
+    for root in args.shared_roots:
+        if not root.is_absolute():
+            parser.error(f"--shared-root {root}: must be an absolute path")
     return args
 
 
@@ -179,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("cannot create the work directory %s: %s", args.workdir, exc.strerror)
         return 2
     try:
-        identity.prepare(args.task_uids, args.workdir.resolve(), args.token_file)
+        identity.prepare(args.task_uids, args.workdir.resolve(), args.token_file, args.shared_roots)
     except (identity.Unusable, OSError) as exc:
         log.error("refusing to start: %s", exc)
         return 2
@@ -193,6 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         heartbeat_interval_s=args.heartbeat_interval,
         sample_interval_s=args.sample_interval,
         task_uids=args.task_uids,
+        shared_roots=args.shared_roots,
     )
     log.info("agent %s work directory: %s", __version__, args.workdir)
     return agent.run(loglevel=args.log_level)

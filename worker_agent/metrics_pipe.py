@@ -19,7 +19,6 @@ import logging
 import math
 import os
 import select
-import stat
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from contracts.protocol import (
     TaskArtifact,
     TaskMetricsBatch,
 )
+from worker_agent.folders import Outside, Roots, read_file
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +53,22 @@ class MetricsPipe:
     """One task attempt's pipe and its reader. Lifecycle: create, pass `write_fd` to Popen, `child_started()`,
     `start()`, and at the child's exit `finish(timeout)`; `discard()` instead when the child never started."""
 
-    def __init__(self, task_id: int, attempt: int, send: SendFn, owner: int | None = None) -> None:
+    def __init__(
+        self,
+        task_id: int,
+        attempt: int,
+        send: SendFn,
+        owner: int | None = None,
+        artifacts_from: Roots | None = None,
+    ) -> None:
         self.task_id = task_id
         self.attempt = attempt
         self._send = send
-        # The task's own uid (--task-uids): the agent, root, reads an artifact only if the task owns it, or a script
-        # could name the agent's token file or another job's checkpoint and have it uploaded.
+        # The agent (root) reads an artifact only from the job's own folders (`artifacts_from`), reached without
+        # following a link, and only a file the task's uid owns (`owner`, with --task-uids): or a script could name
+        # the agent's token file or another job's checkpoint and have it uploaded.
         self.owner = owner
+        self.artifacts_from = artifacts_from
         # os.pipe() fds are non-inheritable: only the child gets the write end (Popen's pass_fds), no sibling task.
         self._read_fd, self.write_fd = os.pipe()
         # Closing the wake pipe's write end tells a reader blocked in poll() to stop: no fd is closed under a thread
@@ -223,7 +232,7 @@ class MetricsPipe:
         if problem:
             self._drop(f"artifact {str(name)[:100]!r}: {problem}")
             return
-        content = _read_artifact(path, self.owner)
+        content = read_artifact(path, self.artifacts_from, self.owner)
         if isinstance(content, str):
             self._drop(f"artifact {name!r} ({str(path)[:300]!r}): {content}")
             return
@@ -288,32 +297,15 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _read_artifact(path: Any, owner: int | None = None) -> bytes | str:
-    """The content of the regular file at `path` (owned by `owner` when given), or why it cannot be sent."""
+def read_artifact(path: Any, artifacts_from: Roots | None, owner: int | None = None) -> bytes | str:
+    """The content of the regular file at `path`, below one of `artifacts_from` (owned by `owner` when given), or
+    why it cannot be sent. Checked before it is opened and after, never through a link (folders.read_file)."""
     if not isinstance(path, str) or not os.path.isabs(path):
         return "the path must be an absolute path"
+    if artifacts_from is None:
+        return "this task has no folder to send artifacts from"
     try:
-        # O_NONBLOCK: opening a FIFO for reading must not wait for a writer (it has no effect on a regular file).
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        return f"cannot open it: {exc}"
-    try:
-        info = os.fstat(fd)  # of what was opened, not of the path again: no swap in between
-        if not stat.S_ISREG(info.st_mode):
-            return "not a regular file"
-        if owner is not None and info.st_uid != owner:
-            return f"owned by uid {info.st_uid}, not by the task's uid {owner}"
-        if info.st_size > MAX_ARTIFACT_BYTES:
-            return f"{info.st_size} bytes, more than {MAX_ARTIFACT_BYTES}"
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := os.read(fd, min(1 << 20, MAX_ARTIFACT_BYTES + 1 - size)):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > MAX_ARTIFACT_BYTES:  # it grew after the fstat
-                return f"more than {MAX_ARTIFACT_BYTES} bytes"
-        return b"".join(chunks)
-    except OSError as exc:
-        return f"cannot read it: {exc}"
-    finally:
-        os.close(fd)
+        place = artifacts_from.place(path)
+    except Outside as exc:
+        return f"not in the job's folders: {exc}"
+    return read_file(place, owner=owner, max_bytes=MAX_ARTIFACT_BYTES)

@@ -115,7 +115,7 @@ def launch_tasks(task_ids: list[int]) -> None:
             job = task.job
             env = tf_config.environment(task.tf_config, Strategy(job.strategy), legacy_keras=job.legacy_keras)
             if job.program_kind == ProgramKind.SCRIPT:
-                env.update(script_env(job.builtin_config or {}))  # a builtin gets its config as --config-json instead
+                env.update(script_env(job.builtin_config or {}))  # a builtin gets it in TFDASH_PROGRAM_CONFIG
             if job.pk not in programs:
                 programs[job.pk] = program_spec(job)
             spec = launch_spec(task, env, programs[job.pk])

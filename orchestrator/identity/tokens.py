@@ -59,7 +59,9 @@ def agent_command(host: Host, server: str, token_file: str = "tfdash-agent.token
     """How to start this host's agent. The token goes into `token_file` (mode 0600), never onto the command line
     (a flag shows in `ps`); `--server` names the broker with no credentials (the agent signs in as its host's own
     user, with a password derived from the token); `--control-key` is the control plane's public key, which the
-    agent pins to check every order."""
+    agent pins to check every order; `--shared-root` the cluster's shared folder, the only place besides its workdir
+    where the agent makes a job's folder."""
+    shared = ["--shared-root", host.cluster.shared_dir] if host.cluster.shared_dir else []
     return [
         "python",
         "-m",
@@ -74,4 +76,5 @@ def agent_command(host: Host, server: str, token_file: str = "tfdash-agent.token
         keys.control_public_key(),
         "--port-range",
         f"{host.port_min}-{host.port_max}",
+        *shared,
     ]

@@ -96,6 +96,13 @@ def test_the_runtime_exits_2_with_one_line_before_importing_tensorflow() -> None
     assert "bad arguments: unrecognized arguments: --epochs 3" in extra.stderr
 
 
+def test_the_runtime_reads_its_config_from_its_environment_not_its_command_line() -> None:
+    # The agent hands a builtin its config in TFDASH_PROGRAM_CONFIG: a command line is readable by other local users.
+    bad = _runtime(["--program", "digits_mlp"], env={"TFDASH_PROGRAM_CONFIG": json.dumps({"epochs": 0})})
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == ["tfdash runtime: epochs must be between 1 and 100000, not 0"]
+
+
 def test_keras3_is_refused_for_multi_worker_strategies() -> None:
     cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
     tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}})

@@ -83,7 +83,7 @@ class Deployment:
                 f"agent-{host}",
                 [py, "-m", "worker_agent", "--server", without_credentials(self.redis_url), "--host", host,
                  *control_key_flags(), "--heartbeat-interval", str(AGENT_HEARTBEAT_S),
-                 "--workdir", str(self.workdir / f"agent-{host}")],
+                 "--workdir", str(self.workdir / f"agent-{host}"), "--shared-root", str(self.workdir / "shared")],
                 agent_env,
             )  # fmt: skip
         self.procs["orchestrator"].wait_for_line(r"orchestrator-restart@\S+ ready", timeout=60)
@@ -174,6 +174,7 @@ def deployment(private_redis: RedisServer, tmp_path: Path, artifacts_dir: Path) 
 @pytest.fixture
 def two_hosts(tmp_path: Path) -> dict[str, str]:
     """Two registered hosts of one CPU slot each (so MultiWorkerMirrored puts one worker on each): name -> token."""
+    (tmp_path / "shared").mkdir()  # the cluster's shared folder: each agent's --shared-root
     cluster = Cluster.objects.using(DB).create(name="restart-lab", shared_dir=str(tmp_path / "shared"))
     tokens = {}
     for i in range(2):

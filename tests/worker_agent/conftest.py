@@ -17,7 +17,17 @@ def sent() -> Recorder:
 
 
 @pytest.fixture
-def supervisor(sent: Recorder, tmp_path: Path) -> Iterator[Supervisor]:
-    sup = Supervisor(sent, tmp_path / "agent")
+def shared(tmp_path: Path) -> Path:
+    """The cluster's shared folder (the supervisor's --shared-root): where a task and the test both reach a file.
+    (As root a task has a /tmp of its own, so tmp_path itself is out of its sight.)"""
+    folder = tmp_path / "nfs"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+def supervisor(sent: Recorder, tmp_path: Path, shared: Path) -> Iterator[Supervisor]:
+    """Its workdir is tmp_path/agent, its shared root `shared`."""
+    sup = Supervisor(sent, tmp_path / "agent", shared_roots=[shared])
     yield sup
     sup.kill_all("test over", timeout=10)

@@ -4,6 +4,7 @@ only from a file or the environment (then gone from the environment), keeping ju
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -32,6 +33,7 @@ def token_file(tmp_path):
         (["--host", "a", "--heartbeat-interval", "0"], "--heartbeat-interval must be between"),
         (["--host", "a", "--control-key", "not-a-key"], "--control-key: not a base64 Ed25519 public key"),
         (["--host", "a", "--control-key", ""], "the control plane's public key is required"),
+        (["--host", "a", "--shared-root", "mnt/shared"], "--shared-root mnt/shared: must be an absolute path"),
     ],
 )
 def test_it_rejects_bad_arguments(argv, message, capsys, monkeypatch, token_file):
@@ -84,3 +86,14 @@ def test_it_reads_the_token_and_control_key_from_files(monkeypatch, token_file, 
 
     assert args.mac_key == agent_mac_key("tfa_from_file", "gpu-1")
     assert public_key_text(args.control_key) == CONTROL_KEY
+
+
+def test_the_shared_roots_come_from_the_flag_or_the_environment(monkeypatch, token_file):
+    monkeypatch.setenv("TFDASH_SHARED_ROOT", "/mnt/a:/mnt/b")
+    common = ["--host", "a", "--control-key", CONTROL_KEY, "--token-file", str(token_file)]
+
+    assert parse_args(common).shared_roots == [Path("/mnt/a"), Path("/mnt/b")]
+    flagged = parse_args([*common, "--shared-root", "/nfs/one", "--shared-root", "/nfs/two"])
+    assert flagged.shared_roots == [Path("/nfs/one"), Path("/nfs/two")]  # the flag wins over the environment
+    monkeypatch.delenv("TFDASH_SHARED_ROOT")
+    assert parse_args(common).shared_roots == []

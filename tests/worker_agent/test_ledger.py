@@ -15,8 +15,8 @@ from worker_agent.ledger import Ledger
 from worker_agent.supervision import Supervisor
 
 
-def test_a_launch_sent_again_runs_once_even_after_the_agent_restarts(supervisor, sent, tmp_path):
-    marker = tmp_path / "runs"
+def test_a_launch_sent_again_runs_once_even_after_the_agent_restarts(supervisor, sent, shared):
+    marker = shared / "runs"
     spec = spec_for("once.py", str(marker))
 
     supervisor.launch(spec)
@@ -33,8 +33,8 @@ def test_a_launch_sent_again_runs_once_even_after_the_agent_restarts(supervisor,
     assert successor.running() == []
 
 
-def test_an_exit_rides_on_every_report_until_acknowledged_and_survives_a_restart(supervisor, sent, tmp_path):
-    spec = spec_for("once.py", str(tmp_path / "runs"))
+def test_an_exit_rides_on_every_report_until_acknowledged_and_survives_a_restart(supervisor, sent, shared):
+    spec = spec_for("once.py", str(shared / "runs"))
     supervisor.launch(spec)
     event = sent.wait_for(spec.task_id, TaskEventKind.EXITED)
 
@@ -70,8 +70,8 @@ def test_a_running_task_is_listed_until_its_exit_is_recorded(supervisor, sent):
     assert report.running == [] and [e.task_id for e in report.exits] == [spec.task_id]
 
 
-def test_a_kill_that_overtook_its_launch_ends_the_attempt_and_the_launch_never_runs(supervisor, sent, tmp_path):
-    marker = tmp_path / "runs"
+def test_a_kill_that_overtook_its_launch_ends_the_attempt_and_the_launch_never_runs(supervisor, sent, shared):
+    marker = shared / "runs"
     spec = spec_for("once.py", str(marker))
 
     supervisor.kill(KillOrder(job_id=spec.job_id, task_id=spec.task_id, attempt=spec.attempt, reason="cancelled"))
@@ -96,8 +96,8 @@ def test_an_attempt_taken_but_never_started_is_reported_lost_by_the_next_life(tm
     assert "before the task's process started" in lost.detail
 
 
-def test_a_refused_launch_is_judged_again_when_sent_again(supervisor, sent, tmp_path):
-    spec = spec_for("once.py", str(tmp_path / "runs"))
+def test_a_refused_launch_is_judged_again_when_sent_again(supervisor, sent, shared):
+    spec = spec_for("once.py", str(shared / "runs"))
     bad = replace(spec, program=replace(spec.program, script_sha256="0" * 64))  # content and hash disagree
 
     supervisor.launch(bad)

@@ -29,6 +29,7 @@ from contracts.protocol import (
 )
 from tests.support.processes import wait_until
 from tests.worker_agent.recording import Recorder, gone
+from worker_agent.folders import Roots
 from worker_agent.supervision import programs
 from worker_agent.supervision import supervisor as supervisor_module
 from worker_agent.supervision.supervisor import READER_JOIN_S
@@ -249,7 +250,7 @@ SHOW_ENV = """
 
 @pytest.mark.parametrize("given", [True, False])
 def test_the_task_gets_its_job_dir_and_metrics_fd(supervisor, sent, tmp_path, given):
-    job_dir = tmp_path / "nfs" / "job-11"  # does not exist yet: the supervisor creates it
+    job_dir = tmp_path / "nfs" / "jobs" / "11"  # under the shared root, not there yet: the supervisor creates it
     spec = script_spec(SHOW_ENV, job_dir=str(job_dir) if given else "")
 
     supervisor.launch(spec)
@@ -263,14 +264,37 @@ def test_the_task_gets_its_job_dir_and_metrics_fd(supervisor, sent, tmp_path, gi
     assert METRICS_FD_ENV == "TFDASH_METRICS_FD" and JOB_DIR_ENV == "TFDASH_JOB_DIR"
 
 
-def test_a_relative_job_dir_is_refused(supervisor, sent):
-    spec = script_spec(SHOW_ENV, job_dir="relative/dir")
+@pytest.mark.parametrize(
+    ("job_dir", "why"),
+    [
+        ("relative/dir", "must be empty or an absolute path"),
+        ("{outside}/jobs/11", "is not under"),  # signed or not, the agent's own roots bound what it acts on
+        ("{nfs}/../outside/jobs/11", "contains '..'"),
+        ("{nfs}/jobs/12", "is not under"),  # another job's folder
+        ("{agent}/ledger", "is not under"),  # the agent's own state
+        ("{nfs}", "is not under"),  # the whole shared folder
+        ("{linked}/jobs/11", "is not a folder (a link or a file)"),  # a link below the root is never followed
+    ],
+)
+def test_a_job_dir_outside_the_jobs_folders_is_refused_and_nothing_is_made_there(
+    supervisor, sent, tmp_path, job_dir, why
+):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    linked = tmp_path / "linked"  # a second shared root, whose jobs/ a task swapped for a link
+    linked.mkdir()
+    (linked / "jobs").symlink_to(outside)
+    supervisor.workspace.roots = Roots.agent(supervisor.workdir, [tmp_path / "nfs", linked])
+    where = {"outside": outside, "nfs": tmp_path / "nfs", "agent": supervisor.workdir, "linked": linked}
+    spec = script_spec(SHOW_ENV, job_dir=job_dir.format(**where))
 
     supervisor.launch(spec)
 
     [event] = sent.events(spec.task_id)
     assert event["kind"] == TaskEventKind.LAUNCH_FAILED
-    assert "job_dir" in event["detail"]
+    assert "job_dir" in event["detail"] and why in event["detail"], event["detail"]
+    assert list(outside.iterdir()) == []
+    assert supervisor.report().running == []
 
 
 # --- exits ----------------------------------------------------------------------------------------------------------

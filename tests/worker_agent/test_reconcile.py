@@ -95,8 +95,8 @@ def test_it_drops_unreadable_records_and_temp_leftovers(tmp_path):
 
 
 # --- reclaiming ----------------------------------------------------------------------------------------------------
-def test_a_new_supervisor_kills_what_a_dead_one_left_running_and_reports_it(supervisor, sent, tmp_path):
-    pidfile = tmp_path / "pids"
+def test_a_new_supervisor_kills_what_a_dead_one_left_running_and_reports_it(supervisor, sent, shared):
+    pidfile = shared / "pids"
     spec = spec_for("stubborn.py", "--pidfile", str(pidfile))
     supervisor.launch(spec)
     leader, grandchild = read_pids(pidfile)

@@ -31,6 +31,7 @@ from contracts.signing import public_key_text
 from tests.support.processes import wait_until
 from worker_agent.app import Agent
 from worker_agent.cli import parse_args
+from worker_agent.folders import Roots
 from worker_agent.metrics_pipe import MetricsPipe
 from worker_agent.outbox import Outbox
 from worker_agent.sampler import MIB, GpuReader, Sampler
@@ -296,9 +297,11 @@ def test_the_cli_takes_the_sample_interval_from_flag_env_or_default(monkeypatch,
     assert "invalid float value: 'often'" in capsys.readouterr().err
 
 
-def run_pipe(send: Any, lines: list[dict[str, Any]]) -> MetricsPipe:
-    """Feed `lines` through a metrics pipe (as a task would), then close it as at the task's exit."""
-    pipe = MetricsPipe(task_id=31, attempt=2, send=send)
+def run_pipe(send: Any, lines: list[dict[str, Any]], folder: Path | None = None) -> MetricsPipe:
+    """Feed `lines` through a metrics pipe (as a task would, its artifacts in `folder`), then close it as at the
+    task's exit."""
+    artifacts_from = None if folder is None else Roots.agent(folder)
+    pipe = MetricsPipe(task_id=31, attempt=2, send=send, artifacts_from=artifacts_from)
     pipe.start("test")
     os.write(pipe.write_fd, b"".join(json.dumps(line).encode() + b"\n" for line in lines))
     pipe.child_started()  # closes our write end: EOF
@@ -316,6 +319,7 @@ def test_task_metrics_and_artifacts_go_to_the_metrics_queue(sent, tmp_path: Path
             {"kind": "metric", "ts": 1.0, "step": 1, "metrics": {"loss": 0.5}},
             {"kind": "artifact", "ts": 2.0, "name": "model.keras", "path": str(model)},
         ],
+        tmp_path,
     )
 
     assert [(name, queue) for name, _, queue, _ in sent.messages] == [

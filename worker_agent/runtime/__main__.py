@@ -1,4 +1,4 @@
-"""`python -m worker_agent.runtime --program NAME --config-json JSON`: see worker_agent/runtime/train.py."""
+"""`python -m worker_agent.runtime --program NAME [--config-json JSON]`: see worker_agent/runtime/train.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""`python -m worker_agent.runtime --program NAME --config-json JSON`: train a builtin program under the strategy
+"""`python -m worker_agent.runtime --program NAME [--config-json JSON]`: train a builtin program under the strategy
 that TF_CONFIG describes, with metrics to the agent's pipe, backups for resuming, and the final model as an artifact.
+The agent hands the config in env TFDASH_PROGRAM_CONFIG (a command line is readable by other local users);
+`--config-json`, for a run by hand, wins over it.
 
 Exit codes: 0 trained (or, for a ParameterServer worker/ps, never: they serve until killed); 2 refused before
 training (bad arguments or config, a malformed TF_CONFIG, Keras 3 with MultiWorkerMirrored or ParameterServer);
@@ -22,6 +24,7 @@ from contracts.batching import (
     plan_batches,
     plan_learning_rate,
 )
+from contracts.protocol import PROGRAM_CONFIG_ENV
 from contracts.run_config import ConfigError, RunConfig, parse_config
 from contracts.strategies import Strategy
 from worker_agent.runtime import checkpoints, data, models
@@ -49,8 +52,15 @@ def _refuse(message: str) -> NoReturn:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = _Parser(prog="python -m worker_agent.runtime", description=__doc__.split("\n\n")[0])
     parser.add_argument("--program", required=True, help="a builtin program (contracts.programs.BUILTIN_PROGRAMS)")
-    parser.add_argument("--config-json", default="{}", help="the program's config as a JSON object")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--config-json",
+        default=None,
+        help=f"the program's config as a JSON object (default: env {PROGRAM_CONFIG_ENV}, else {{}})",
+    )
+    args = parser.parse_args(argv)
+    if args.config_json is None:
+        args.config_json = os.environ.get(PROGRAM_CONFIG_ENV) or "{}"
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,11 @@
-"""What a task runs: its command line (an uploaded script, cached by content hash, or a built-in program) and its
-job folder."""
+"""What a task runs: its command line, its program's files and configuration, and its job folder.
+
+An uploaded script is checked against its hash and written into the task's own folder (0700, owned by the job's uid,
+see workspace.py): no other job's uid can read it, nor learn where it is. A builtin program's config goes into its
+environment (PROGRAM_CONFIG_ENV: /proc/<pid>/environ is readable by its own uid alone), not onto its command line,
+which /proc shows every local user unless /proc hides other uids' processes. A script's arguments stay on its command
+line (scripts read sys.argv).
+"""
 
 from __future__ import annotations
 
@@ -7,34 +13,53 @@ import base64
 import binascii
 import hashlib
 import json
-import os
 import sys
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from contracts.protocol import LaunchSpec, ProgramSpec, TaskEventKind
+from contracts.protocol import PROGRAM_CONFIG_ENV, LaunchSpec, ProgramSpec, TaskEventKind
 from worker_agent.supervision.launch import Refused
 
-SCRIPT_MODE = 0o444
+SCRIPT_MODE = 0o400  # its owner (the job's uid, or the agent's user) reads it; nobody changes it by mistake
 
 
-def argv(program: ProgramSpec, workdir: Path) -> list[str]:
-    """The task's command line (never a shell string)."""
+@dataclass(frozen=True)
+class Program:
+    """A checked program: the script's content and file name when it is one."""
+
+    spec: ProgramSpec
+    script: bytes | None = None
+
+    @property
+    def script_name(self) -> str:
+        return f"{self.spec.script_sha256.lower()}.py"
+
+    def argv(self, folder: Path) -> list[str]:
+        """The task's command line (never a shell string); a script is at `folder / script_name`."""
+        if self.script is not None:
+            return [sys.executable, "-u", str(folder / self.script_name), *self.spec.args]
+        return [sys.executable, "-u", "-m", "worker_agent.runtime", "--program", self.spec.builtin, *self.spec.args]
+
+    def env(self) -> dict[str, str]:
+        if self.script is not None:
+            return {}
+        return {PROGRAM_CONFIG_ENV: json.dumps(self.spec.builtin_config)}
+
+
+def load(program: ProgramSpec) -> Program:
+    """The program checked (a script against its hash); raises Refused with the reason."""
     if program.kind == "script":
-        return [sys.executable, "-u", str(script_path(program, workdir)), *program.args]
+        return Program(program, _script(program))
     if program.kind == "builtin":
-        if not program.builtin:
+        if not program.builtin or not isinstance(program.builtin, str):
             raise Refused(TaskEventKind.LAUNCH_FAILED, "builtin program without a name")
-        config = json.dumps(program.builtin_config)
-        return [
-            sys.executable, "-u", "-m", "worker_agent.runtime",
-            "--program", program.builtin, "--config-json", config, *program.args,
-        ]  # fmt: skip
+        if not isinstance(program.builtin_config, dict):
+            raise Refused(TaskEventKind.LAUNCH_FAILED, "a builtin program's config must be a JSON object")
+        return Program(program)
     raise Refused(TaskEventKind.LAUNCH_FAILED, f"unknown program kind {program.kind!r}")
 
 
-def script_path(program: ProgramSpec, workdir: Path) -> Path:
-    """The uploaded script, checked against its hash, as a file under the workdir."""
+def _script(program: ProgramSpec) -> bytes:
     try:
         content = base64.b64decode(program.script_b64, validate=True)
     except (binascii.Error, ValueError, TypeError) as exc:
@@ -45,30 +70,12 @@ def script_path(program: ProgramSpec, workdir: Path) -> Path:
             TaskEventKind.LAUNCH_FAILED,
             f"script sha256 mismatch: expected {program.script_sha256!r}, content has {digest}",
         )
-    return cache_script(workdir, digest, content)
-
-
-def cache_script(workdir: Path, digest: str, content: bytes) -> Path:
-    """Content-addressed: written once, atomically (temp file + rename), read-only, shared by every task running it."""
-    path = workdir / "scripts" / f"{digest}.py"
-    if path.exists():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{digest}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(content)
-        # Read-only for everyone: tasks under their own uid (--task-uids) run it, none may change it for the others.
-        os.chmod(tmp, SCRIPT_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return content
 
 
 def job_dir(spec: LaunchSpec, workdir: Path) -> Path:
-    """Where the task keeps checkpoints and artifacts: the spec's folder, or one per job under the workdir."""
+    """Where the task keeps checkpoints and artifacts: the spec's folder (it must lie under the agent's roots: the
+    workspace refuses any other), or one per job under the workdir."""
     if spec.job_dir:
         return Path(spec.job_dir)
     return workdir / "jobs" / str(spec.job_id) / "shared"

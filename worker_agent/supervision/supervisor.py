@@ -29,11 +29,9 @@ from typing import Any
 
 from contracts import broker
 from contracts.protocol import (
-    JOB_DIR_ENV,
     METRICS_FD_ENV,
     TASK_ARTIFACT,
     TASK_EVENT,
-    TENSORBOARD_DIR_ENV,
     KillOrder,
     LaunchSpec,
     RecordedExit,
@@ -47,9 +45,10 @@ from worker_agent import records
 from worker_agent.ledger import Ledger
 from worker_agent.metrics_pipe import MetricsPipe, SendFn
 from worker_agent.supervision import identity, programs, tensorboard_dir
-from worker_agent.supervision.launch import Refused, check_port, child_env, validate
+from worker_agent.supervision.launch import Refused, check_port, validate
 from worker_agent.supervision.output import LogLine, TaskLogs, read_lines
 from worker_agent.supervision.processes import killpg, tree_listens_on, wait_for_exit
+from worker_agent.supervision.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +74,7 @@ class _Child:
     signal_lock: threading.Lock = field(default_factory=threading.Lock)
     readers: list[threading.Thread] = field(default_factory=list)
     metrics: MetricsPipe | None = None
+    placed: bool = False  # the task has a place in the workspace: left once, when it is over
     uid: int | None = None  # the job's own user id (--task-uids), released when the task is over
     flusher: threading.Thread | None = None
     watcher: threading.Thread | None = None
@@ -82,7 +82,13 @@ class _Child:
 
 
 class Supervisor:
-    def __init__(self, outbox_send: SendFn, workdir: Path, task_uids: identity.UidRange | None = None) -> None:
+    def __init__(
+        self,
+        outbox_send: SendFn,
+        workdir: Path,
+        task_uids: identity.UidRange | None = None,
+        shared_roots: list[Path] | None = None,
+    ) -> None:
         # Events go out as (name, body), for the host's events stream; logs and metrics pipes add queue=broker.METRICS.
         self._send = outbox_send
         self.workdir = Path(workdir).expanduser().resolve()
@@ -92,8 +98,8 @@ class Supervisor:
         self._closing = False
         self.records = records.TaskRecords(self.workdir)
         self.ledger = Ledger(self.workdir)
-        # None: tasks run as the agent's user. Else each job's tasks run under a uid of their own (identity.py).
-        self.task_uids = None if task_uids is None else identity.TaskUids(task_uids, self.workdir / "jobs")
+        # Each task's folders, uid and private /tmp (workspace.py): a job_dir outside workdir and shared roots refused.
+        self.workspace = Workspace(self.workdir, [Path(p) for p in shared_roots or ()], task_uids)
 
     # --- public API -------------------------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> None:
@@ -171,11 +177,13 @@ class Supervisor:
                 log.warning(
                     "task %s attempt %s did not report its exit in time", child.spec.task_id, child.spec.attempt
                 )
+        self.workspace.close()
 
     def reclaim(self) -> list[records.ReclaimedTask]:
         """Kill what a previous agent with this workdir left running (see records.py) and record each such task as
         lost, like every attempt the previous life took but never started; call before any launch."""
         reclaimed = records.reclaim(self.records)
+        self.workspace.sweep()  # what those tasks (or ones before) left running under their uid, and in their /tmp
         for task in reclaimed:
             self.ledger.record_exit(
                 task.job_id, task.task_id, task.attempt, pid=task.pid, detail=task.detail, lost=True
@@ -236,55 +244,37 @@ class Supervisor:
         with self._lock:
             self._children.pop((child.spec.task_id, child.spec.attempt), None)
             self.ledger.forget(child.spec.task_id, child.spec.attempt)
-        self._release_uid(child)
+        self._leave(child)
         child.done.set()
 
-    def _release_uid(self, child: _Child) -> None:
-        if self.task_uids is not None and child.uid is not None:
-            self.task_uids.release(child.uid)
-            child.uid = None
+    def _leave(self, child: _Child) -> None:
+        """The task's place goes (after the job's last task here: its uid emptied, its private /tmp removed)."""
+        if child.placed:
+            child.placed = False
+            self.workspace.leave(child.spec.job_id, child.uid)
 
     def _start(self, spec: LaunchSpec, child: _Child) -> tuple[subprocess.Popen[bytes], MetricsPipe]:
-        argv = programs.argv(spec.program, self.workdir)
+        program = programs.load(spec.program)
         if spec.port is not None:
             check_port(spec.port)
-        home = self.workdir / "jobs" / str(spec.job_id)  # this host's folder of the job: its tasks' folders, HOME
-        # The attempt is in the name, so a restart gets a new folder; exist_ok only for a retried refused launch.
-        cwd = home / f"{spec.task_type}-{spec.task_index}-a{spec.attempt}"
-        job_dir = programs.job_dir(spec, self.workdir)  # shared by the job's tasks on this host and by its attempts
-        summaries = tensorboard_dir.folder(job_dir, spec)
-        env = child_env(spec)
-        as_user: dict[str, Any] = {}
-        if self.task_uids is None:
-            cwd.mkdir(parents=True, exist_ok=True)
-            job_dir.mkdir(parents=True, exist_ok=True)
-            summaries.mkdir(parents=True, exist_ok=True)
-        else:
-            try:
-                child.uid = self.task_uids.acquire(
-                    spec.job_id, [home, cwd, job_dir, home / "tmp", summaries.parent, summaries]
-                )
-            except (identity.Unusable, OSError) as exc:
-                raise Refused(TaskEventKind.LAUNCH_FAILED, f"cannot give the job its own user: {exc}") from None
-            env.update(identity.task_env(child.uid, home))
-            # setgid/setgroups/setuid in the child between fork and exec (no shell), and files private by default.
-            as_user = dict(user=child.uid, group=child.uid, extra_groups=[], umask=identity.TASK_UMASK)
-        metrics = MetricsPipe(spec.task_id, spec.attempt, self._send, owner=child.uid)
+        prepared = self.workspace.prepare(spec, program)
+        child.placed, child.uid = True, prepared.uid
+        metrics = MetricsPipe(
+            spec.task_id, spec.attempt, self._send, owner=prepared.uid, artifacts_from=prepared.artifacts_from
+        )
         try:
-            env[METRICS_FD_ENV] = str(metrics.write_fd)
-            env[JOB_DIR_ENV] = str(job_dir)
-            env[TENSORBOARD_DIR_ENV] = str(summaries)
-            child.tensorboard = summaries
+            prepared.env[METRICS_FD_ENV] = str(metrics.write_fd)
+            child.tensorboard = prepared.tensorboard
             proc = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
+                prepared.argv,
+                cwd=prepared.cwd,
+                env=prepared.env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 pass_fds=(metrics.write_fd,),
                 start_new_session=True,  # its own process group: one killpg stops it and everything it spawned
-                **as_user,
+                **prepared.popen,
             )
         except BaseException:
             metrics.discard()
@@ -337,6 +327,9 @@ class Supervisor:
             killpg(proc.pid, signal.SIGKILL)
             returncode = proc.wait()
             child.reaped = True
+        # Before the pipes are drained: after the job's last task here, nothing its uid runs (a setsid grandchild
+        # holding the pipes) survives, and the uid is free before EXITED goes out.
+        self._leave(child)
         for reader in child.readers:
             reader.join(READER_JOIN_S)
         if child.metrics is not None:
@@ -350,7 +343,6 @@ class Supervisor:
         if child.watcher is not None:
             child.watcher.join()  # no LISTENING may follow EXITED
         ended = self._forget(child, proc.pid, returncode)
-        self._release_uid(child)
         log.info("task %s attempt %s exited: %s", child.spec.task_id, child.spec.attempt, returncode)
         self._send_exit(ended)
         # After the exit is in the ledger: an agent killed in between finds both and reports the recorded exit.

@@ -103,6 +103,18 @@ def test_staff_registers_a_host_and_gets_its_token_once(staff):
     assert "agent_token" not in client.get(f"/api/clusters/{cluster.pk}/hosts/{host.pk}/").json()
 
 
+def test_the_agent_command_of_a_cluster_with_a_shared_folder_names_it_as_the_agents_shared_root(staff):
+    cluster = factories.cluster()
+    cluster.shared_dir = "/mnt/lab-shared"
+    cluster.save()
+    payload = {"name": "gpu-3", "address": "gpu-3.lab.example", "port_min": 23000, "port_max": 23099}
+
+    body = client_for(staff).post(f"/api/clusters/{cluster.pk}/hosts/", payload, format="json").json()
+
+    # The agent makes a job's folder only under its workdir and this root: the folder jobs are dispatched with.
+    assert body["agent_command"].endswith("--port-range 23000-23099 --shared-root /mnt/lab-shared")
+
+
 @pytest.mark.parametrize(
     ("payload", "field", "message"),
     [

@@ -17,8 +17,10 @@ from contracts.protocol import TaskEventKind
 from tests.support.wire import control_key_flags
 from tests.worker_agent.recording import Recorder
 from tests.worker_agent.test_metrics_pipe import artifacts, script_spec
-from worker_agent.supervision import Supervisor, identity
-from worker_agent.supervision.identity import TaskUids, UidRange
+from worker_agent.folders import Place, Roots
+from worker_agent.supervision import Supervisor, identity, uid_pool
+from worker_agent.supervision.identity import UidRange
+from worker_agent.supervision.uid_pool import TaskUids
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="task uids need root (CI runs as root)")
 
@@ -32,38 +34,52 @@ def owner_and_mode(path: Path) -> tuple[int, int]:
 
 # --- the uid rule ---------------------------------------------------------------------------------------------------
 def test_a_job_gets_low_plus_its_id_modulo_the_size_and_its_tasks_share_it(tmp_path):
-    uids = TaskUids(UidRange(20000, 20009), tmp_path / "jobs")
+    uids = TaskUids(UidRange(20000, 20009), Roots.agent(tmp_path))
     home = tmp_path / "jobs" / "13"
+    place = Place(tmp_path, ("jobs", "13"))
 
-    first = uids.acquire(13, [home, home / "worker-0-a0"])
-    second = uids.acquire(13, [home, home / "worker-1-a0"])
+    first = uids.acquire(13, [place, place.child("worker-0-a0")])
+    second = uids.acquire(13, [place, place.child("worker-1-a0")])
 
     assert first == second == 20003 == identity.preferred_uid(13, uids.uids)
     assert owner_and_mode(home) == (20003, 0o700)
     assert owner_and_mode(home / "worker-1-a0") == (20003, 0o700)
 
 
+def job_folder(root: Path, job_id: int) -> Place:
+    return Place(root, ("jobs", str(job_id)))
+
+
 def test_two_running_jobs_never_share_a_uid_and_an_earlier_jobs_folder_goes_back_to_root(tmp_path):
-    uids = TaskUids(UidRange(20000, 20001), tmp_path / "jobs")
-    jobs = tmp_path / "jobs"
-    a = uids.acquire(2, [jobs / "2"])
+    shared = tmp_path / "shared"
+    for root in (shared, tmp_path / "agent"):
+        root.mkdir()
+    uids = TaskUids(UidRange(20000, 20001), Roots.agent(tmp_path / "agent", [shared]))
+    jobs = tmp_path / "agent" / "jobs"
+    a = uids.acquire(2, [job_folder(tmp_path / "agent", 2), job_folder(shared, 2)])
     (jobs / "2" / "ckpt").write_text("job 2's weights")
     os.chown(jobs / "2" / "ckpt", a, a)
+    (shared / "jobs" / "2" / "model.keras").write_text("job 2's model")
+    os.chown(shared / "jobs" / "2" / "model.keras", a, a)
 
-    b = uids.acquire(4, [jobs / "4"])  # 4 % 2 == 2 % 2, but job 2 still runs here
+    b = uids.acquire(4, [job_folder(tmp_path / "agent", 4)])  # 4 % 2 == 2 % 2, but job 2 still runs here
     assert (a, b) == (20000, 20001)
     uids.release(a)
-    c = uids.acquire(6, [jobs / "6"])  # job 2 is over: its uid serves job 6, which must not inherit its files
+    c = uids.acquire(6, [job_folder(tmp_path / "agent", 6)])  # job 2 is over: its uid serves job 6, not its files
 
     assert c == a
     assert owner_and_mode(jobs / "2")[0] == 0 and owner_and_mode(jobs / "2" / "ckpt")[0] == 0
+    # Its folder on the shared folder too.
+    assert (
+        owner_and_mode(shared / "jobs" / "2")[0] == 0 and owner_and_mode(shared / "jobs" / "2" / "model.keras")[0] == 0
+    )
     assert owner_and_mode(jobs / "6") == (c, 0o700)
     with pytest.raises(identity.Unusable, match="held by a running job"):
-        uids.acquire(8, [jobs / "8"])  # both uids are busy
+        uids.acquire(8, [job_folder(tmp_path / "agent", 8)])  # both uids are busy
     uids.release(b)
     uids.release(c)
     # Job 2 comes back (a restart): its folder, and what it held, become its new uid's again.
-    again = uids.acquire(2, [jobs / "2"])
+    again = uids.acquire(2, [job_folder(tmp_path / "agent", 2)])
     assert owner_and_mode(jobs / "2" / "ckpt")[0] == again
 
 
@@ -74,7 +90,7 @@ def test_a_hard_link_to_a_file_the_task_does_not_own_keeps_its_owner(tmp_path):
     outside.write_text("root's")
     os.link(outside, folder / "link")  # what a task could plant where protected_hardlinks is off
 
-    identity.own_folder(folder, 20003)
+    uid_pool.own_folder(Place(tmp_path, ("jobs", "3")), 20003)
 
     assert owner_and_mode(folder)[0] == 20003
     assert outside.stat().st_uid == 0
@@ -97,6 +113,7 @@ def test_a_task_runs_as_its_jobs_uid_at_home_in_its_folder_and_uploads_only_its_
     spec = script_spec(f"""
         home = os.environ["HOME"]
         print(os.getuid(), os.getgid(), os.getgroups(), home, os.environ["TMPDIR"], os.environ["USER"], flush=True)
+        print(sys.argv[0], flush=True)
         mine = os.path.join(os.environ["TFDASH_JOB_DIR"], "model.keras")
         with open(mine, "wb") as out:
             out.write(b"weights")
@@ -113,14 +130,18 @@ def test_a_task_runs_as_its_jobs_uid_at_home_in_its_folder_and_uploads_only_its_
     assert exited["exit_code"] == 0, sent.texts(spec.task_id, "stderr")
     uid = identity.preferred_uid(spec.job_id, RANGE)
     home = isolated.workdir / "jobs" / str(spec.job_id)
-    assert sent.texts(spec.task_id) == [f"{uid} {uid} [] {home} {home / 'tmp'} tfdash-task-{uid}"]
+    tmp = "/tmp" if isolated.workspace.private else home / "tmp"
+    script = home / "worker-0-a3" / f"{spec.program.script_sha256}.py"
+    assert sent.texts(spec.task_id) == [f"{uid} {uid} [] {home} {tmp} tfdash-task-{uid}", str(script)]
     assert [a["name"] for a in artifacts(sent, spec.task_id)] == ["model.keras"]  # the metrics pipe crossed the switch
-    assert caplog.text.count(f"not by the task's uid {uid}") == 2
+    assert "'stolen.keras'" in caplog.text and f"{secret} is not under" in caplog.text  # outside the job's folders
+    assert "'linked.keras'" in caplog.text and "not a regular file" in caplog.text  # a link is never followed
     assert owner_and_mode(home) == (uid, 0o700)
     assert owner_and_mode(isolated.workdir) == (0, 0o711)
     assert owner_and_mode(isolated.workdir / "ledger") == (0, 0o700)
-    [script] = (isolated.workdir / "scripts").glob("*.py")
-    assert owner_and_mode(script) == (0, 0o444)
+    # The script it ran lives in its own folder, its uid's alone: no shared cache another job could read.
+    assert owner_and_mode(script) == (uid, 0o400)
+    assert not (isolated.workdir / "scripts").exists()
 
 
 # --- start-up -------------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from contracts.protocol import (
 )
 from tests.support.processes import wait_until
 from tests.worker_agent.recording import Recorder
-from tests.worker_agent.supervision.specs import free_port, spec_for
+from tests.worker_agent.supervision.specs import PROGRAMS, free_port, spec_for
 from worker_agent.supervision import programs
 from worker_agent.supervision.launch import HOOKS_DIR, PACKAGE_ROOT
 
@@ -36,12 +37,12 @@ def test_it_reports_listening_once_a_process_of_the_task_listens_on_its_port(sup
     assert listening["pid"] == sent.events(spec.task_id)[0]["pid"]
 
 
-def test_it_reports_a_port_conflict_and_starts_nothing(supervisor, sent, tmp_path):
+def test_it_reports_a_port_conflict_and_starts_nothing(supervisor, sent, shared):
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        spec = spec_for("stubborn.py", "--pidfile", str(tmp_path / "pids"), port=port)
+        spec = spec_for("stubborn.py", "--pidfile", str(shared / "pids"), port=port)
 
         supervisor.launch(spec)
 
@@ -49,7 +50,7 @@ def test_it_reports_a_port_conflict_and_starts_nothing(supervisor, sent, tmp_pat
     assert event["kind"] == TaskEventKind.PORT_CONFLICT
     assert "Address already in use" in event["detail"]
     assert supervisor.running() == []
-    assert not (tmp_path / "pids").exists()
+    assert not (shared / "pids").exists()
 
 
 def test_it_refuses_a_port_another_of_its_tasks_holds(supervisor, sent):
@@ -97,8 +98,8 @@ def test_it_launches_on_a_port_held_only_by_time_wait_leftovers(supervisor, sent
         ({"kind": "docker"}, "unknown program kind 'docker'"),
     ],
 )
-def test_it_refuses_a_bad_program(supervisor, sent, change, detail, tmp_path):
-    spec = spec_for("stubborn.py", "--pidfile", str(tmp_path / "pids"))
+def test_it_refuses_a_bad_program(supervisor, sent, change, detail, shared):
+    spec = spec_for("stubborn.py", "--pidfile", str(shared / "pids"))
     spec = replace(spec, program=replace(spec.program, **change))
 
     supervisor.launch(spec)
@@ -107,7 +108,7 @@ def test_it_refuses_a_bad_program(supervisor, sent, change, detail, tmp_path):
     assert event["kind"] == TaskEventKind.LAUNCH_FAILED
     assert detail in event["detail"]
     assert supervisor.running() == []
-    assert not (tmp_path / "pids").exists()
+    assert not (shared / "pids").exists()
 
 
 @pytest.mark.parametrize(
@@ -174,8 +175,8 @@ def test_a_gpu_task_sees_only_its_devices(supervisor, sent):
     assert "TFDASH_LOGICAL_CPU_DEVICES" not in env
 
 
-def test_the_hook_runs_a_sitecustomize_it_shadows(supervisor, sent, tmp_path):
-    other = tmp_path / "other"
+def test_the_hook_runs_a_sitecustomize_it_shadows(supervisor, sent, shared):
+    other = shared / "other"
     other.mkdir()
     (other / "sitecustomize.py").write_text("import sys\nsys.tfdash_test_chained = True\n")
     spec = spec_for("show_env.py", env={"PYTHONPATH": str(other)})
@@ -185,24 +186,25 @@ def test_the_hook_runs_a_sitecustomize_it_shadows(supervisor, sent, tmp_path):
     assert child_report(sent, spec.task_id)["chained"] is True
 
 
-def test_scripts_are_cached_by_content(supervisor, sent, tmp_path):
-    first, second = spec_for("chatty.py", "0"), spec_for("chatty.py", "0")
+def test_each_task_runs_its_own_copy_of_its_script_from_its_own_folder(supervisor, sent, tmp_path):
+    first, second = spec_for("chatty.py", "0"), spec_for("chatty.py", "0", task_index=1)
     for spec in (first, second):
         supervisor.launch(spec)
         sent.wait_for(spec.task_id, TaskEventKind.EXITED)
 
-    assert [p.name for p in (tmp_path / "agent" / "scripts").iterdir()] == [f"{first.program.script_sha256}.py"]
+    home = tmp_path / "agent" / "jobs" / str(first.job_id)
+    name = f"{first.program.script_sha256}.py"
+    copies = [home / "worker-0-a0" / name, home / "worker-1-a0" / name]
+    assert [path.read_bytes() for path in copies] == [(PROGRAMS / "chatty.py").read_bytes()] * 2
+    assert not (tmp_path / "agent" / "scripts").exists()  # no cache shared by every job
 
 
-def test_a_builtin_program_runs_the_runtime_module(supervisor):
-    argv = programs.argv(
-        ProgramSpec(kind="builtin", builtin="mlp", builtin_config={"epochs": 2}, args=["-v"]), supervisor.workdir
-    )
+def test_a_builtin_program_runs_the_runtime_module_with_its_config_in_its_environment():
+    program = programs.load(ProgramSpec(kind="builtin", builtin="mlp", builtin_config={"epochs": 2}, args=["-v"]))
+    argv = program.argv(Path("/anywhere"))
 
-    assert argv == [
-        sys.executable, "-u", "-m", "worker_agent.runtime",
-        "--program", "mlp", "--config-json", '{"epochs": 2}', "-v",
-    ]  # fmt: skip
+    assert argv == [sys.executable, "-u", "-m", "worker_agent.runtime", "--program", "mlp", "-v"]
+    assert program.env() == {"TFDASH_PROGRAM_CONFIG": '{"epochs": 2}'}
 
 
 def test_a_tensorflow_task_on_two_cpu_devices_sees_two_logical_cpus(supervisor, sent):

@@ -73,11 +73,19 @@ def test_files_of_another_owner_and_summaries_over_the_limit_are_left_out(tmp_pa
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to give the folder to a task uid")
-def test_with_task_uids_the_folder_is_the_jobs_own(tmp_path):
-    from worker_agent.supervision import identity
+def test_with_task_uids_the_folder_is_the_jobs_own_and_named_in_the_tasks_environment(tmp_path):
+    from worker_agent.supervision import identity, programs
+    from worker_agent.supervision.workspace import Workspace
 
-    uids = identity.TaskUids(identity.parse_range("21000-21009"), tmp_path / "jobs")
-    job_dir = tmp_path / "jobs" / "7" / "shared"
-    folder = tensorboard_dir.folder(job_dir, spec_for("chatty.py"))
-    uid = uids.acquire(7, [job_dir, folder.parent, folder])
-    assert folder.stat().st_uid == uid and folder.parent.stat().st_uid == uid
+    workdir = tmp_path / "agent"
+    workdir.mkdir()
+    workspace = Workspace(workdir, [], identity.parse_range("21000-21009"))
+    spec = spec_for("chatty.py")
+    prepared = workspace.prepare(spec, programs.load(spec.program))
+    try:
+        folder = prepared.tensorboard
+        assert folder == tensorboard_dir.folder(folder.parent.parent, spec)
+        assert prepared.env["TFDASH_TENSORBOARD_DIR"] == str(folder)
+        assert folder.stat().st_uid == prepared.uid and folder.parent.stat().st_uid == prepared.uid
+    finally:
+        workspace.leave(spec.job_id, prepared.uid)

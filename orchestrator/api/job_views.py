@@ -240,7 +240,7 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         if not _CURSOR.match(raw):
             return Response({"since": [f"{raw[:20]!r} is not a line number."]}, status=status.HTTP_400_BAD_REQUEST)
         since = int(raw)
-        page = log_reader.page_after(task.pk, since)
+        page = log_reader.page_after(task.pk, since, log_reader.PAGE_LINES)
         return Response(
             {
                 "lines": [{"seq": seq, "stream": stream, "text": text} for seq, stream, text in page],

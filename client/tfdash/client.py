@@ -255,20 +255,28 @@ class Client:
                 if not page["more"]:
                     break
 
-    def follow_logs(self, job_id: int, *, task: str | None = None, poll_s: float = 1.0) -> Iterator[LogLine]:
-        """The job's lines as they are stored, until it has ended and everything is read (a restarted job's new
-        tasks are followed too): polls each task's cursor, so nothing is missed or repeated."""
+    def follow_logs(
+        self, job_id: int, *, task: str | None = None, poll_s: float = 1.0, settle_s: float = 2.0
+    ) -> Iterator[LogLine]:
+        """The job's lines as they are stored, until it has ended and its last lines are in (a restarted job's new
+        tasks are followed too). Polls each task's cursor, so nothing is missed or repeated. A task's last lines may
+        be stored a moment after the job ends (they travel apart from its state): after the end it keeps reading
+        until a round brings nothing new and `settle_s` has passed."""
         cursors: dict[int, int] = {}
+        ended_at: float | None = None
         while True:
-            ended = self.job(job_id).get("state") in TERMINAL_STATES
+            if ended_at is None and self.job(job_id).get("state") in TERMINAL_STATES:
+                ended_at = time.monotonic()
+            new = 0
             for t in self._select_tasks(job_id, task):
                 while True:
                     page = self.log_page(job_id, t["id"], since=cursors.get(t["id"], -1))
+                    new += len(page["lines"])
                     yield from (_line(t, line) for line in page["lines"])
                     cursors[t["id"]] = page["next"]
                     if not page["more"]:
                         break
-            if ended:  # read once more after the end was seen: nothing stored before it is left out
+            if ended_at is not None and not new and time.monotonic() - ended_at >= settle_s:
                 return
             time.sleep(poll_s)
 

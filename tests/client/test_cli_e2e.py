@@ -112,6 +112,8 @@ def test_cli_answers_with_exit_codes_a_shell_script_can_test(web, alice, laptop)
     assert stat.S_IMODE(laptop.config_file.parent.stat().st_mode) == 0o700
     assert json.loads(laptop.run("ls", "--json").stdout) == []
     assert laptop.run("status", "999999").returncode == 4
+    assert laptop.run("artifacts", "999999", "--download").returncode == 4
+    assert json.loads(laptop.run("experiment", "show", "--json").stdout) == []
     assert laptop.run("status", "abc").returncode == 2
     reserved = laptop.run("submit", str(PROGRAMS / "exits_3.py"), "--env", "LD_PRELOAD=/tmp/x.so")
     assert (

@@ -11,6 +11,7 @@ COPY contracts ./contracts
 COPY orchestrator ./orchestrator
 COPY dashboard ./dashboard
 COPY worker_agent ./worker_agent
+COPY client ./client
 COPY scripts ./scripts
 COPY manage.py ./
 

@@ -277,6 +277,9 @@ class LaunchSpec:
     # Where the job keeps checkpoints and artifacts on this host (the cluster's shared folder when it has one);
     # empty: the agent picks a folder under its own work directory.
     job_dir: str = ""
+    # The job's own variables (Job.env), apart from `env` so the agent can check them against contracts/job_env.py
+    # before it starts anything; `env` and the agent's own variables are set after them and win.
+    user_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

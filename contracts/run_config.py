@@ -34,7 +34,40 @@ DEFAULT_HIDDEN = (256, 256)
 
 
 class ConfigError(ValueError):
-    """A config the runtime refuses; the message is one line meant for the user."""
+    """A config the runtime refuses; the message is one line meant for the user, `field` the config key it is about
+    (None: the config as a whole, e.g. not JSON or an unknown key)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A number's range; `low_open`: it must be greater than `low`, not equal to it."""
+
+    low: float
+    high: float
+    low_open: bool = False
+
+
+# Every numeric key's bounds, once: the checks below, the job form, the REST API and the CLI read them here
+# (orchestrator/control/job_fields.py).
+BOUNDS: dict[str, Bound] = {
+    "per_replica_batch": Bound(1, MAX_BATCH),
+    "epochs": Bound(1, MAX_EPOCHS),
+    "learning_rate": Bound(0.0, 10.0, low_open=True),
+    "warmup_epochs": Bound(0.0, float(MAX_EPOCHS)),
+    "momentum": Bound(0.0, 0.999),
+    "seed": Bound(0, 2**31 - 1),
+    "steps_per_epoch": Bound(1, 10_000_000),
+    "examples": Bound(16, 10_000_000),
+    "features": Bound(1, 100_000),
+    "classes": Bound(2, 100_000),
+}
+MAX_HIDDEN_LAYERS = 16
+MAX_LAYER_WIDTH = 65_536
+MAX_PATH_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -133,9 +166,11 @@ def parse_config(program: str, raw: str | dict[str, Any] | None) -> RunConfig:
     config = RunConfig(program=program, **checked)
     if program == "npz":
         if not config.data_path:
-            raise ConfigError("npz needs data_path: a .npz file with x_train, y_train (optional x_val, y_val)")
+            raise ConfigError(
+                "npz needs data_path: a .npz file with x_train, y_train (optional x_val, y_val)", "data_path"
+            )
         if not os.path.isfile(config.data_path):
-            raise ConfigError(f"data_path {config.data_path!r} is not a readable file")
+            raise ConfigError(f"data_path {config.data_path!r} is not a readable file", "data_path")
     return config
 
 
@@ -153,65 +188,85 @@ def _load(raw: str | dict[str, Any] | None) -> dict[str, Any]:
 
 
 # --- value checks -----------------------------------------------------------------------------------------------
-def _int(key: str, value: Any, low: int, high: int) -> int:
+def number_text(value: float) -> str:
+    """A bound as people write it: 100000, not 100000.0 or 1e+05; 0.999 as it is."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _int(key: str, value: Any, low: float, high: float) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{key} must be an integer, not {value!r}")
+        raise ConfigError(f"{key} must be an integer, not {value!r}", key)
     if not low <= value <= high:
-        raise ConfigError(f"{key} must be between {low} and {high}, not {value}")
+        raise ConfigError(f"{key} must be between {number_text(low)} and {number_text(high)}, not {value}", key)
     return value
 
 
-def _float(key: str, value: Any, low: float, high: float, *, low_open: bool = False) -> float:
+def _float(key: str, value: Any, bound: Bound) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"{key} must be a finite number, not {value!r}")
-    if value < low or value > high or (low_open and value == low):
-        bound = f"greater than {low}" if low_open else f"at least {low}"
-        raise ConfigError(f"{key} must be {bound} and at most {high}, not {value}")
+        raise ConfigError(f"{key} must be a finite number, not {value!r}", key)
+    if value < bound.low or value > bound.high or (bound.low_open and value == bound.low):
+        low = f"greater than {number_text(bound.low)}" if bound.low_open else f"at least {number_text(bound.low)}"
+        raise ConfigError(f"{key} must be {low} and at most {number_text(bound.high)}, not {value}", key)
     return float(value)
+
+
+def _bounded_int(key: str, value: Any) -> int:
+    return _int(key, value, BOUNDS[key].low, BOUNDS[key].high)
+
+
+def _bounded_float(key: str, value: Any) -> float:
+    return _float(key, value, BOUNDS[key])
 
 
 def _choice(key: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
-        raise ConfigError(f"{key} must be one of {', '.join(choices)}, not {value!r}")
+        raise ConfigError(f"{key} must be one of {', '.join(choices)}, not {value!r}", key)
     return str(value)
 
 
 def _bool(key: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ConfigError(f"{key} must be true or false, not {value!r}")
+        raise ConfigError(f"{key} must be true or false, not {value!r}", key)
     return value
 
 
 def _hidden(key: str, value: Any) -> tuple[int, ...]:
-    if not isinstance(value, list) or not 1 <= len(value) <= 16:
-        raise ConfigError(f"{key} must be a list of 1 to 16 layer widths, not {value!r}")
-    return tuple(_int(f"{key}[{i}]", width, 1, 65_536) for i, width in enumerate(value))
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_HIDDEN_LAYERS:
+        raise ConfigError(f"{key} must be a list of 1 to {MAX_HIDDEN_LAYERS} layer widths, not {value!r}", key)
+    widths = []
+    for i, width in enumerate(value):
+        if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_LAYER_WIDTH:
+            raise ConfigError(f"{key}[{i}] must be an integer between 1 and {MAX_LAYER_WIDTH}, not {width!r}", key)
+        widths.append(width)
+    return tuple(widths)
 
 
 def _path(key: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{key} must be a non-empty path, not {value!r}")
+        raise ConfigError(f"{key} must be a non-empty path, not {value!r}", key)
+    if len(value) > MAX_PATH_CHARS:
+        raise ConfigError(f"{key} is limited to {MAX_PATH_CHARS} characters, not {len(value)}", key)
     return os.path.abspath(os.path.expanduser(value))
 
 
 def _steps(key: str, value: Any) -> int | None:
-    return None if value is None else _int(key, value, 1, 10_000_000)
+    return None if value is None else _bounded_int(key, value)
 
 
 _CHECKS = {
-    "per_replica_batch": lambda k, v: _int(k, v, 1, MAX_BATCH),
-    "epochs": lambda k, v: _int(k, v, 1, MAX_EPOCHS),
-    "learning_rate": lambda k, v: _float(k, v, 0.0, 10.0, low_open=True),
+    "per_replica_batch": _bounded_int,
+    "epochs": _bounded_int,
+    "learning_rate": _bounded_float,
     "scale_lr": lambda k, v: _choice(k, v, SCALE_RULES),
-    "warmup_epochs": lambda k, v: _float(k, v, 0.0, float(MAX_EPOCHS)),
+    "warmup_epochs": _bounded_float,
     "optimizer": lambda k, v: _choice(k, v, OPTIMIZERS),
-    "momentum": lambda k, v: _float(k, v, 0.0, 0.999),
-    "seed": lambda k, v: _int(k, v, 0, 2**31 - 1),
+    "momentum": _bounded_float,
+    "seed": _bounded_int,
     "steps_per_epoch": _steps,
     "checkpoint": _bool,
     "hidden": _hidden,
-    "examples": lambda k, v: _int(k, v, 16, 10_000_000),
-    "features": lambda k, v: _int(k, v, 1, 100_000),
-    "classes": lambda k, v: _int(k, v, 2, 100_000),
+    "examples": _bounded_int,
+    "features": _bounded_int,
+    "classes": _bounded_int,
     "data_path": _path,
 }

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-import re
 import shlex
 from dataclasses import dataclass
 from typing import Any
 
 from django import forms
 
+from contracts import job_env
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import PROGRAM_KEYS
 from contracts.strategies import STRATEGY_HINTS
@@ -32,8 +32,23 @@ def _form_field(spec: JobField) -> forms.Field:
     if spec.kind is float:
         field = forms.FloatField(min_value=spec.min, max_value=spec.max, required=False, **common)
         field.widget.attrs["step"] = "any"  # a rate like 0.0005 is no multiple of a step
+        if spec.min_exclusive:
+            field.validators.append(_greater_than(spec.min))
         return field
     return forms.CharField(max_length=spec.max_length, required=spec.required, **common)
+
+
+def _greater_than(low: float | None) -> Any:
+    def check(value: float) -> None:
+        if value is not None and low is not None and value <= low:
+            raise forms.ValidationError(f"Ensure this value is greater than {low:g}.")
+
+    return check
+
+
+def env_text(env: dict[str, str]) -> str:
+    """A job's variables as the form's text: NAME=value, one a line."""
+    return "\n".join(f"{name}={value}" for name, value in env.items())
 
 
 class _JobForm(forms.Form):
@@ -55,6 +70,15 @@ class _JobForm(forms.Form):
         max_length=submission.MAX_ARGS_CHARS,
         help_text="passed to the program, e.g. --out .",
     )
+    env = forms.CharField(
+        required=False,
+        label="Environment variables",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+        # Every line at its longest, with its name and "=": the bounds themselves are job_env's, checked in clean_env.
+        max_length=job_env.MAX_VARS * (job_env.MAX_NAME_CHARS + job_env.MAX_VALUE_CHARS + 2),
+        help_text="NAME=value, one a line; every task of the job gets them (e.g. DATA=/shared/digits.npz). Shown on "
+        "the job's page: no secrets. Reserved: TF_CONFIG, TFDASH_*, PYTHONPATH, LD_PRELOAD, CUDA_VISIBLE_DEVICES, ...",
+    )
 
     def __init__(self, *args: Any, user: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -67,6 +91,12 @@ class _JobForm(forms.Form):
         for name, field in self.fields.items():
             if field.help_text:  # the hint is read with its input, by screen readers too
                 field.widget.attrs["aria-describedby"] = f"hint-{name}"
+
+    def clean_env(self) -> dict[str, str]:
+        env, problems = job_env.parse_assignments((self.cleaned_data.get("env") or "").splitlines())
+        if problems:
+            raise forms.ValidationError([f"{problem}." for problem in problems])
+        return env
 
     def clean_hidden(self) -> list[int] | None:
         text = (self.cleaned_data.get("hidden") or "").strip()
@@ -106,17 +136,13 @@ class _JobForm(forms.Form):
             job.script = earlier
         return job, upload
 
-    def add_job_errors(self, errors: dict[str, list[str]]) -> None:
-        for key, messages in errors.items():
-            for message in messages:
-                field = _config_field(message) if key == "builtin_config" else {"builtin": "program"}.get(key, key)
-                self.add_error(field if field in self.fields else None, message)
-
-
-def _config_field(message: str) -> str:
-    """The form field a run_config message is about: the first config key it names ("epochs must be ...", "npz needs
-    data_path: ...")."""
-    return next((word for word in re.findall(r"[a-z_]+", message) if word in CONFIG_FIELDS), "builtin_config")
+    def add_job_errors(self, pairs: list[tuple[str, str]]) -> None:
+        """submission.JobInvalid's (field, message) pairs, each next to its input: a key of the run's config
+        (`builtin_config.<key>`) on that key's own input, the builtin program on the Program choice."""
+        for field, message in pairs:
+            prefix, _, key = field.partition(".")
+            name = key if prefix == submission.CONFIG and key else {"builtin": "program"}.get(field, field)
+            self.add_error(name if name in self.fields else None, message)
 
 
 CONFIG_FIELDS = {f.name for f in (*job_fields.HYPERPARAMETERS, *job_fields.PROGRAM_FIELDS)}
@@ -132,7 +158,7 @@ JobForm = type(
 JobForm.base_fields["restart_policy"].widget = forms.RadioSelect(choices=job_fields.BY_NAME["restart_policy"].choices)
 # Sections in the order people decide; the template renders each section's fields in this order.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("What to train", ("name", "program", "script", "earlier_script", "args", *PROGRAM_KEYS)),
+    ("What to train", ("name", "program", "script", "earlier_script", "args", *PROGRAM_KEYS, "env")),
     ("Strategy and shape", ("cluster", "strategy", "workers", "ps", "devices_per_worker", "labels")),
     ("Hyperparameters", tuple(f.name for f in job_fields.HYPERPARAMETERS)),
     (
@@ -153,6 +179,7 @@ def initial_from(job: Job) -> dict[str, Any]:
         "name": f"{job.name} (again)"[: job_fields.MAX_NAME_CHARS],
         "cluster": job.cluster_id,
         "args": shlex.join(str(a) for a in job.args) if isinstance(job.args, list) else "",
+        "env": env_text(job.env) if isinstance(job.env, dict) else "",
         "program": job.builtin if job.program_kind == ProgramKind.BUILTIN else SCRIPT,
         **({"earlier_script": job.script_id} if job.script_id else {}),
         **{key: value for key, value in config.items() if key in CONFIG_FIELDS},

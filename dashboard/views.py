@@ -182,7 +182,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
                 _run_program_of(source, job, chosen=form.chose_program())
             submission.submit(job, upload)
         except submission.JobInvalid as exc:
-            form.add_job_errors(exc.errors)
+            form.add_job_errors(exc.pairs)
         else:
             return redirect(job)
     if source is not None:
@@ -210,14 +210,13 @@ def _new_experiment(
             target_accuracy=options.cleaned_data["target_accuracy"],
         )
     except submission.JobInvalid as exc:
-        for key, messages_ in exc.errors.items():
-            if key in options.fields:
-                for message in messages_:
-                    options.add_error(key, message)
-            elif key == "mode":
-                options.add_error("experiment_mode", messages_)
+        for field, message in exc.pairs:
+            if field in options.fields:
+                options.add_error(field, message)
+            elif field == "mode":
+                options.add_error("experiment_mode", message)
             else:
-                form.add_job_errors({key: messages_})
+                form.add_job_errors([(field, message)])
         return None
 
 
@@ -349,7 +348,7 @@ def job_preview(request: HttpRequest) -> HttpResponse:
             job, upload = form.build(request.user)
             submission.validate(job, upload, require_program=False)
         except submission.JobInvalid as exc:
-            form.add_job_errors(exc.errors)
+            form.add_job_errors(exc.pairs)
         else:
             plan = submission.describe_plan(job)
             for task in plan["tasks"]:

@@ -53,6 +53,12 @@ class ObjectField(serializers.Field):
         return value
 
 
+@extend_schema_field(serializers.DictField(child=serializers.CharField()))
+class EnvField(ObjectField):
+    """The job's own environment variables: an object of names to string values (JSON text in a multipart form).
+    Which names and how much: contracts/job_env.py, checked with the rest of the job (submission.validate)."""
+
+
 class _JobInput(serializers.Serializer):
     """What a user sends to create (or plan) a job: multipart with a `script` file, or JSON naming a `builtin`."""
 
@@ -66,6 +72,12 @@ class _JobInput(serializers.Serializer):
         required=False,
         default=list,
         help_text='a list ["--epochs", "3"] or one string "--epochs 3" (split like a shell)',
+    )
+    env = EnvField(
+        required=False,
+        default=dict,
+        help_text="environment variables every task of the job gets, name -> value; reserved names (TF_CONFIG, "
+        "TFDASH_*, LD_PRELOAD, PYTHONPATH, ...) are refused",
     )
 
     def validate_script(self, value: Any) -> Any:
@@ -116,6 +128,12 @@ class LogLineSerializer(serializers.Serializer):
     seq = serializers.IntegerField()
     stream = serializers.CharField()
     text = serializers.CharField()
+
+
+class LogPageSerializer(serializers.Serializer):
+    lines = LogLineSerializer(many=True)
+    next = serializers.IntegerField(help_text="the cursor to pass as `since` for what comes after")
+    more = serializers.BooleanField(help_text="true when this page was full: ask again at once")
 
 
 class TaskSerializer(serializers.ModelSerializer):
@@ -184,6 +202,7 @@ class JobSerializer(serializers.ModelSerializer):
             "builtin",
             "builtin_config",
             "args",
+            "env",
             "workers",
             "ps",
             "devices_per_worker",

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,6 +23,7 @@ from orchestrator.api.job_serializers import (
     HostSamplesSerializer,
     JobInputSerializer,
     JobSerializer,
+    LogPageSerializer,
     MetricsPageSerializer,
     PlanSerializer,
     TaskSerializer,
@@ -33,6 +35,7 @@ from orchestrator.metrics import tensorboard as tensorboard_export
 from orchestrator.models import Job, JobArtifact, MetricPoint, Task
 
 METRICS_PAGE = 10_000
+_CURSOR = re.compile(r"^-?[0-9]{1,12}$")  # ASCII digits only: int() takes "²" and "٣" too
 CSV_PAGE = 5000
 
 
@@ -236,3 +239,30 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
             filename = f"job{job.pk}-{task.type}{task.index}-attempt{task.attempt}.log"
         body = log_reader.chunks(task.pk, lambda lines: "".join(f"{text}\n" for _seq, _stream, text in lines))
         return log_reader.streaming(body, "text/plain; charset=utf-8", filename)
+
+    @extend_schema(
+        responses={200: LogPageSerializer},
+        parameters=[
+            OpenApiParameter("since", int, description="return lines with seq greater than this cursor (default -1)"),
+        ],
+        description=(
+            "The task's log lines after a cursor, at most 2,000 a page, as JSON; pass `next` back as `since` to "
+            "continue (what `tfdash logs -f` polls)."
+        ),
+    )
+    @action(detail=True, methods=["get"], url_path=r"logs/(?P<task_id>\d+)/lines")
+    def log_lines(self, request: Request, pk: str | None = None, task_id: str | None = None) -> Response:
+        job = self.get_object()
+        task = get_object_or_404(Task, pk=task_id, job=job)
+        raw = request.query_params.get("since", "-1")
+        if not _CURSOR.match(raw):
+            return Response({"since": [f"{raw[:20]!r} is not a line number."]}, status=status.HTTP_400_BAD_REQUEST)
+        since = int(raw)
+        page = log_reader.page_after(task.pk, since, log_reader.PAGE_LINES)
+        return Response(
+            {
+                "lines": [{"seq": seq, "stream": stream, "text": text} for seq, stream, text in page],
+                "next": page[-1][0] if page else since,
+                "more": len(page) == log_reader.PAGE_LINES,
+            }
+        )

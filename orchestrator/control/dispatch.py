@@ -75,7 +75,17 @@ def launch_spec(task: Task, env: dict[str, str], program: ProgramSpec | None = N
         program=program or program_spec(task.job),
         kill_grace_s=KILL_GRACE_S,
         job_dir=job_dir(task.job),
+        user_env=dict(task.job.env or {}),
     )
+
+
+def launch_body(spec: LaunchSpec) -> dict[str, Any]:
+    """The order's body. `user_env` goes only when the job sets variables: an agent from before it (which refuses an
+    unknown key) still runs every job that sets none while a fleet is upgraded."""
+    body = asdict(spec)
+    if not body["user_env"]:
+        del body["user_env"]
+    return body
 
 
 def job_dir(job: Job) -> str:
@@ -119,7 +129,7 @@ def launch_tasks(task_ids: list[int]) -> None:
             if job.pk not in programs:
                 programs[job.pk] = program_spec(job)
             spec = launch_spec(task, env, programs[job.pk])
-            _send(AGENT_LAUNCH, asdict(spec), task.host.name, producer)
+            _send(AGENT_LAUNCH, launch_body(spec), task.host.name, producer)
 
 
 def kill_tasks(tasks: list[Task], reason: str, *, stamp: bool = True) -> None:

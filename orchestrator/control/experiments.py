@@ -37,7 +37,7 @@ _COMMON_FIELDS = tuple(f for f in job_fields.SHAPE_FIELDS if f not in (*VARIANT_
 
 
 class ExperimentInvalid(submission.JobInvalid):
-    """Field -> messages, as for a job; variant problems are under `variants`."""
+    """(field, message) pairs, as for a job; variant problems are on `variants`."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Variant:
 def parse_variants(raw: Any) -> list[Variant]:
     """Variants from a list of {"strategy", "workers", "ps", "devices_per_worker"}; raises ExperimentInvalid."""
     if not isinstance(raw, list):
-        raise ExperimentInvalid({"variants": ["Give a list of variants (strategy, workers, ps, devices_per_worker)."]})
+        raise ExperimentInvalid([("variants", "Give a list of variants (strategy, workers, ps, devices_per_worker).")])
     variants: list[Variant] = []
     problems: list[str] = []
     for n, item in enumerate(raw, start=1):
@@ -86,7 +86,7 @@ def parse_variants(raw: Any) -> list[Variant]:
         else:
             variants.append(Variant(strategy=str(strategy), **numbers))
     if problems:
-        raise ExperimentInvalid({"variants": problems})
+        raise ExperimentInvalid(("variants", p) for p in problems)
     check_count(variants)
     return variants
 
@@ -95,12 +95,12 @@ def check_count(variants: Sequence[Variant]) -> None:
     """From MIN_VARIANTS to MAX_VARIANTS variants, each once."""
     if not MIN_VARIANTS <= len(variants) <= MAX_VARIANTS:
         raise ExperimentInvalid(
-            {"variants": [f"Choose from {MIN_VARIANTS} to {MAX_VARIANTS} variants ({len(variants)} given)."]}
+            [("variants", f"Choose from {MIN_VARIANTS} to {MAX_VARIANTS} variants ({len(variants)} given).")]
         )
     labels = [v.label for v in variants]
     twice = sorted({label for label in labels if labels.count(label) > 1})
     if twice:
-        raise ExperimentInvalid({"variants": [f"Each variant once: {', '.join(twice)} is given more than once."]})
+        raise ExperimentInvalid([("variants", f"Each variant once: {', '.join(twice)} is given more than once.")])
 
 
 def template_of(job: Job) -> dict[str, Any]:
@@ -111,6 +111,7 @@ def template_of(job: Job) -> dict[str, Any]:
         "builtin": job.builtin,
         "builtin_config": job.builtin_config,
         "args": job.args,
+        "env": job.env,
         "script": job.script_id,
     }
 
@@ -143,38 +144,38 @@ def create(
     with. `base` is an unsaved job (owner, cluster, name, program, hyperparameters); its shape is ignored."""
     check_count(variants)
     if mode not in ExperimentMode.values:
-        raise ExperimentInvalid({"mode": [f"Choose one of: {', '.join(ExperimentMode.values)}."]})
+        raise ExperimentInvalid([("mode", f"Choose one of: {', '.join(ExperimentMode.values)}.")])
     if not 0 < target_accuracy <= 1:
-        raise ExperimentInvalid({"target_accuracy": ["The target accuracy is a fraction above 0, at most 1."]})
+        raise ExperimentInvalid([("target_accuracy", "The target accuracy is a fraction above 0, at most 1.")])
     problems: list[str] = []
-    common: dict[str, list[str]] = {}  # the program's problems, the same under every variant: once, on their field
+    common: list[tuple[str, str]] = []  # the program's problems, the same under every variant: once, on their field
     for variant in variants:
         probe = _probe(base, variant)
         try:
             submission.validate(probe, upload)
         except submission.JobInvalid as exc:
-            for key, messages in exc.errors.items():
-                if key in (*VARIANT_SHAPE, "non_field_errors"):
-                    problems += [f"{variant.label}: {m}" for m in messages]
-                else:
-                    common.setdefault(key, [])
-                    common[key] += [m for m in messages if m not in common[key]]
+            for field, message in exc.pairs:
+                if field in (*VARIANT_SHAPE, "non_field_errors"):
+                    problems.append(f"{variant.label}: {message}")
+                elif (field, message) not in common:
+                    common.append((field, message))
     if common:
         raise ExperimentInvalid(common)
     if problems:
-        raise ExperimentInvalid({"variants": problems})
+        raise ExperimentInvalid(("variants", p) for p in problems)
     if mode == ExperimentMode.PARALLEL:
         # Side by side only where the cluster has room for every variant at once (else they would run one after
         # another anyway, behind each other in the queue, and say nothing of it).
         crowded = scheduling.fits_together([_probe(base, v) for v in variants], base.cluster)
         if crowded:
             raise ExperimentInvalid(
-                {
-                    "mode": [
+                [
+                    (
+                        "mode",
                         f"These variants cannot run side by side on cluster {base.cluster.name}, even idle "
-                        f"({crowded} once the others are placed); run them one after another."
-                    ]
-                }
+                        f"({crowded} once the others are placed); run them one after another.",
+                    )
+                ]
             )
     needed = 1 if mode == ExperimentMode.SEQUENTIAL else len(variants)
     with transaction.atomic():
@@ -183,18 +184,19 @@ def create(
             problem = limits.active_jobs_problem(active)
             if problem:
                 raise ExperimentInvalid(
-                    {"non_field_errors": [f"This experiment cannot queue its first run: {problem}"]}
+                    [("non_field_errors", f"This experiment cannot queue its first run: {problem}")]
                 )
         else:
             problem = limits.jobs_at_once_problem(active, needed)
             if problem:
                 raise ExperimentInvalid(
-                    {
-                        "non_field_errors": [
+                    [
+                        (
+                            "non_field_errors",
                             f"This experiment cannot queue all {needed} variants side by side: {problem} Run them "
-                            "one after another (one job at a time), or wait for jobs to end."
-                        ]
-                    }
+                            "one after another (one job at a time), or wait for jobs to end.",
+                        )
+                    ]
                 )
         if upload is not None:
             base.script = submission.store_script(upload)
@@ -248,7 +250,7 @@ def advance(experiment_id: int) -> list[int]:
                 # It can never run (the cluster changed since): the variant ends failed, saying why, and the
                 # experiment goes on with the next.
                 job.state, job.finished_at = JobState.FAILED, timezone.now()
-                job.reason = "; ".join(m for messages in exc.errors.values() for m in messages)
+                job.reason = "; ".join(message for _field, message in exc.pairs)
                 job.save()
                 submitted.append(job.pk)
                 continue

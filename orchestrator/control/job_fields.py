@@ -14,7 +14,7 @@ from typing import Any
 
 from contracts.batching import SCALE_RULES
 from contracts.limits import MAX_DEVICES_PER_WORKER, MAX_PS, MAX_WORKERS
-from contracts.run_config import DEFAULT_HIDDEN, MAX_BATCH, MAX_EPOCHS, OPTIMIZERS, PROGRAM_KEYS, RunConfig
+from contracts.run_config import BOUNDS, DEFAULT_HIDDEN, MAX_PATH_CHARS, OPTIMIZERS, PROGRAM_KEYS, RunConfig
 from contracts.strategies import STRATEGY_LABELS, Strategy
 from orchestrator.core.restarts import EXIT_CODE, POLICIES
 
@@ -31,6 +31,7 @@ class JobField:
     help: str = ""
     min: float | None = None
     max: float | None = None
+    min_exclusive: bool = False  # the value must be greater than `min`
     max_length: int | None = None
     choices: tuple[tuple[str, str], ...] = ()
     required: bool = False  # no default applies: the person must give it
@@ -96,20 +97,26 @@ SHAPE_FIELDS = tuple(f.name for f in FIELDS)
 
 
 # A run's hyperparameters, as the New job form offers them. For a builtin program they become its config
-# (`Job.builtin_config`, checked by contracts/run_config.py, whose rules these bounds repeat for the browser only);
-# for a script, its TFDASH_* variables (run_config.SCRIPT_ENV). Left empty, the runtime's default applies.
+# (`Job.builtin_config`, checked by contracts/run_config.py, whose BOUNDS these fields read); for a script, its
+# TFDASH_* variables (run_config.SCRIPT_ENV). Left empty, the runtime's default applies.
 _RUN = RunConfig(program="synthetic")
+
+
+def _bounds(key: str) -> dict[str, Any]:
+    bound = BOUNDS[key]
+    return {"min": bound.low, "max": bound.high, "min_exclusive": bound.low_open}
+
+
 _SCALING = {"linear": "linear (× replicas in sync)", "none": "none"}
 HYPERPARAMETERS: tuple[JobField, ...] = (
-    JobField("epochs", int, "Epochs", _RUN.epochs, min=1, max=MAX_EPOCHS, optional_in_form=True),
+    JobField("epochs", int, "Epochs", _RUN.epochs, **_bounds("epochs"), optional_in_form=True),
     JobField(
         "per_replica_batch",
         int,
         "Per-replica batch",
         _RUN.per_replica_batch,
         help="examples each replica (device) computes per step",
-        min=1,
-        max=MAX_BATCH,
+        **_bounds("per_replica_batch"),
         optional_in_form=True,
     ),
     JobField(
@@ -118,8 +125,7 @@ HYPERPARAMETERS: tuple[JobField, ...] = (
         "Learning rate",
         _RUN.learning_rate,
         help="the base rate, before scaling",
-        min=0,
-        max=10,
+        **_bounds("learning_rate"),
         optional_in_form=True,
     ),
     JobField(
@@ -137,8 +143,7 @@ HYPERPARAMETERS: tuple[JobField, ...] = (
         "Warm-up epochs",
         _RUN.warmup_epochs,
         help="the rate rises from the base to the scaled rate over these epochs",
-        min=0,
-        max=MAX_EPOCHS,
+        **_bounds("warmup_epochs"),
         optional_in_form=True,
     ),
     JobField(
@@ -163,11 +168,11 @@ PROGRAM_FIELDS: tuple[JobField, ...] = (
         "Data file (.npz path)",
         "",
         help="a path every host can read: x_train, y_train (optional x_val, y_val)",
-        max_length=1000,
+        max_length=MAX_PATH_CHARS,
         optional_in_form=True,
     ),
-    JobField("examples", int, "Examples", _RUN.examples, min=16, max=10_000_000, optional_in_form=True),
-    JobField("features", int, "Features", _RUN.features, min=1, max=100_000, optional_in_form=True),
-    JobField("classes", int, "Classes", _RUN.classes, min=2, max=100_000, optional_in_form=True),
+    JobField("examples", int, "Examples", _RUN.examples, **_bounds("examples"), optional_in_form=True),
+    JobField("features", int, "Features", _RUN.features, **_bounds("features"), optional_in_form=True),
+    JobField("classes", int, "Classes", _RUN.classes, **_bounds("classes"), optional_in_form=True),
 )
 assert {f.name for f in PROGRAM_FIELDS} == set(PROGRAM_KEYS)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +15,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from contracts import job_env
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import ConfigError, parse_config, parse_script_config
 from orchestrator import limits
@@ -26,12 +27,30 @@ from orchestrator.models.validators import parse_labels
 MAX_ARGS_CHARS = 4000
 
 
-class JobInvalid(Exception):
-    """Field -> messages, in the shape forms and serializers report."""
+CONFIG = "builtin_config"
 
-    def __init__(self, errors: dict[str, list[str]]) -> None:
-        super().__init__(errors)
-        self.errors = errors
+
+def config_field(key: str | None) -> str:
+    """The field a problem with one key of the run's config is reported on: `builtin_config.<key>` (the form shows
+    it next to that key's own input, the CLI next to its option), or `builtin_config` for the config as a whole."""
+    return f"{CONFIG}.{key}" if key else CONFIG
+
+
+class JobInvalid(Exception):
+    """Every problem found, as (field, message) pairs: a job field's name, `builtin_config.<key>` for a key of the
+    run's config, or `non_field_errors`. `errors` groups them field -> messages, the shape forms and serializers
+    report."""
+
+    def __init__(self, pairs: Iterable[tuple[str, str]]) -> None:
+        self.pairs = list(pairs)
+        super().__init__(self.pairs)
+
+    @property
+    def errors(self) -> dict[str, list[str]]:
+        grouped: dict[str, list[str]] = {}
+        for field, message in self.pairs:
+            grouped.setdefault(field, []).append(message)
+        return grouped
 
 
 @dataclass(frozen=True)
@@ -47,11 +66,11 @@ def parse_args(value: str | list[str] | None) -> list[str]:
     if isinstance(value, list):
         return [str(v) for v in value]
     if len(value) > MAX_ARGS_CHARS:
-        raise JobInvalid({"args": [f"Arguments are limited to {MAX_ARGS_CHARS} characters."]})
+        raise JobInvalid([("args", f"Arguments are limited to {MAX_ARGS_CHARS} characters.")])
     try:
         return shlex.split(value)
     except ValueError as exc:
-        raise JobInvalid({"args": [f"Cannot split the arguments: {exc}."]}) from None
+        raise JobInvalid([("args", f"Cannot split the arguments: {exc}.")]) from None
 
 
 def new_job(owner: Any, cluster: Cluster, data: Mapping[str, Any], file: Any = None) -> tuple[Job, Upload | None]:
@@ -68,6 +87,7 @@ def new_job(owner: Any, cluster: Cluster, data: Mapping[str, Any], file: Any = N
         builtin=builtin,
         builtin_config=data.get("builtin_config") or {},
         args=parse_args(data.get("args")),
+        env=data.get("env") or {},
         **{field: data[field] for field in job_fields.SHAPE_FIELDS if data.get(field) is not None},
     )
     return job, upload
@@ -110,10 +130,10 @@ def validate(job: Job, upload: Upload | None, *, require_program: bool = True) -
 
     A plan may leave the program out (`require_program=False`): it is about shape and placement.
     """
-    errors: dict[str, list[str]] = {}
+    errors: list[tuple[str, str]] = []
 
     def add(field: str, message: str) -> None:
-        errors.setdefault(field, []).append(message)
+        errors.append((field, message))
 
     if job.strategy not in Strategy.values:
         add("strategy", f"Choose one of: {', '.join(Strategy.values)}.")
@@ -127,7 +147,7 @@ def validate(job: Job, upload: Upload | None, *, require_program: bool = True) -
             try:
                 parse_script_config(job.builtin_config)
             except ConfigError as exc:
-                add("builtin_config", f"{exc}.")
+                add(config_field(exc.field), f"{exc}.")
     elif job.program_kind == ProgramKind.BUILTIN:
         if job.builtin not in BUILTIN_PROGRAMS:
             available = ", ".join(sorted(BUILTIN_PROGRAMS)) or "none yet"
@@ -137,9 +157,11 @@ def validate(job: Job, upload: Upload | None, *, require_program: bool = True) -
             try:
                 parse_config(job.builtin, job.builtin_config)
             except ConfigError as exc:
-                add("builtin_config", f"{exc}.")
+                add(config_field(exc.field), f"{exc}.")
     else:
         add("program_kind", "Choose an uploaded script or a built-in program.")
+    for problem in job_env.problems(job.env):
+        add("env", f"{problem}.")
     if job.labels:
         try:
             job.labels = ", ".join(parse_labels(job.labels))
@@ -151,21 +173,12 @@ def validate(job: Job, upload: Upload | None, *, require_program: bool = True) -
     shape = scheduling.job_shape(job)
     shape_errors = placement.validate_shape(shape)
     if shape_errors:
-        for message in shape_errors:
-            add(_field_of(message), message)
+        errors += shape_errors
         raise JobInvalid(errors)
     ever = scheduling.plan_on_empty_cluster(job)
     if isinstance(ever, placement.Unplaceable):
         add("non_field_errors", f"This job can never run on cluster {job.cluster.name}: {ever.reason}.")
         raise JobInvalid(errors)
-
-
-def _field_of(message: str) -> str:
-    lowered = message.lower()
-    for field, words in (("ps", ("ps", "parameter server")), ("devices_per_worker", ("device",))):
-        if any(word in lowered for word in words):
-            return field
-    return "workers"
 
 
 def default_cluster() -> Cluster | None:
@@ -196,7 +209,7 @@ def _check_active_jobs(owner_id: int) -> None:
     """The per-user limit on queued and running jobs, staff included (limits.active_jobs_problem)."""
     problem = limits.active_jobs_problem(lock_owner_and_count_active(owner_id))
     if problem:
-        raise JobInvalid({"non_field_errors": [problem]})
+        raise JobInvalid([("non_field_errors", problem)])
 
 
 def describe_plan(job: Job) -> dict[str, Any]:

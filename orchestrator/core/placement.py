@@ -104,35 +104,42 @@ class Unplaceable:
     permanent: bool
 
 
-def validate_shape(shape: JobShape) -> list[str]:
-    errors: list[str] = []
+def validate_shape(shape: JobShape) -> list[tuple[str, str]]:
+    """What is wrong with the shape, as (field, message) pairs: the field is the job's (`workers`, `ps`, ...)."""
+    errors: list[tuple[str, str]] = []
     try:
         strategy = Strategy(shape.strategy)
     except ValueError:
-        return [f"unknown strategy {shape.strategy!r}; choose one of {', '.join(s.value for s in Strategy)}"]
+        choices = ", ".join(s.value for s in Strategy)
+        return [("strategy", f"unknown strategy {shape.strategy!r}; choose one of {choices}")]
     if strategy is Strategy.MIRRORED:
         if shape.workers != 1:
-            errors.append(f"mirrored runs exactly 1 worker, not {shape.workers}")
+            errors.append(("workers", f"mirrored runs exactly 1 worker, not {shape.workers}"))
         if shape.ps != 0:
-            errors.append("mirrored takes no parameter servers")
+            errors.append(("ps", "mirrored takes no parameter servers"))
     elif strategy is Strategy.MULTI_WORKER_MIRRORED:
         if shape.workers < 1:
-            errors.append("multi_worker_mirrored needs at least 1 worker")
+            errors.append(("workers", "multi_worker_mirrored needs at least 1 worker"))
         if shape.ps != 0:
-            errors.append("multi_worker_mirrored takes no parameter servers")
+            errors.append(("ps", "multi_worker_mirrored takes no parameter servers"))
     else:
         if shape.workers < 1:
-            errors.append("parameter_server needs at least 1 worker")
+            errors.append(("workers", "parameter_server needs at least 1 worker"))
         if shape.ps < 1:
-            errors.append("parameter_server needs at least 1 ps")
+            errors.append(("ps", "parameter_server needs at least 1 ps"))
     if shape.workers > MAX_WORKERS:
-        errors.append(f"at most {MAX_WORKERS} workers, not {shape.workers}")
+        errors.append(("workers", f"at most {MAX_WORKERS} workers, not {shape.workers}"))
     if shape.ps > MAX_PS:
-        errors.append(f"at most {MAX_PS} ps, not {shape.ps}")
+        errors.append(("ps", f"at most {MAX_PS} ps, not {shape.ps}"))
     if shape.devices_per_worker < 1:
-        errors.append("devices_per_worker must be at least 1")
+        errors.append(("devices_per_worker", "devices_per_worker must be at least 1"))
     elif shape.devices_per_worker > MAX_DEVICES_PER_WORKER:
-        errors.append(f"at most {MAX_DEVICES_PER_WORKER} devices per worker, not {shape.devices_per_worker}")
+        errors.append(
+            (
+                "devices_per_worker",
+                f"at most {MAX_DEVICES_PER_WORKER} devices per worker, not {shape.devices_per_worker}",
+            )
+        )
     return errors
 
 
@@ -154,7 +161,7 @@ def place(shape: JobShape, hosts: Iterable[HostState], *, fits_empty: bool = Fal
     shape fits these hosts when idle (it placed the same shape in the same pass), so that check is skipped."""
     errors = validate_shape(shape)
     if errors:
-        return Unplaceable("; ".join(errors), permanent=True)
+        return Unplaceable("; ".join(message for _field, message in errors), permanent=True)
     # Sorting first makes the result independent of the order the caller listed hosts in.
     all_hosts = sorted(hosts, key=attrgetter("name"))
     matching = [h for h in all_hosts if shape.labels <= h.labels]

@@ -78,6 +78,9 @@ class Job(models.Model):
     builtin = models.CharField(max_length=64, blank=True)
     builtin_config = models.JSONField(default=dict, blank=True)
     args = models.JSONField(default=list, blank=True, help_text="command-line arguments passed to the program")
+    env = models.JSONField(
+        default=dict, blank=True, help_text="the job's own environment variables, name -> value (contracts/job_env.py)"
+    )
 
     workers = models.PositiveIntegerField(default=1)
     ps = models.PositiveIntegerField("parameter servers", default=0)

@@ -95,6 +95,20 @@ ROWS = [
         "/api/jobs/{job}/tasks/?attempt=%C2%B2",
         says="is not an attempt number (or 'all').",
     ),
+    Row(
+        "log lines ?since=² (a digit int() refuses)",
+        "GET",
+        "/api/jobs/{job}/logs/{task}/lines/?since=%C2%B2",
+        says="is not a line number.",
+    ),
+    Row(
+        "env naming a reserved variable",
+        "POST",
+        "/api/jobs/",
+        job(builtin="digits_mlp", env={"LD_PRELOAD": "/tmp/x.so"}),
+        says="LD_PRELOAD is reserved",
+    ),
+    Row("env = [1]", "POST", "/api/jobs/", job(builtin="digits_mlp", env=[1]), says="Give a JSON object."),
     Row("job id 10**30", "GET", f"/api/jobs/{10**30}/", status=404, says="No Job matches the given query."),
     Row(
         "host port_min = 10**12 (staff)",
@@ -152,6 +166,7 @@ ROWS = [
             ("GET", "/api/jobs/{job}/"),
             ("GET", "/api/jobs/{job}/tasks/"),
             ("GET", "/api/jobs/{job}/logs/{task}/"),
+            ("GET", "/api/jobs/{job}/logs/{task}/lines/"),
             ("GET", "/api/jobs/{job}/metrics/"),
             ("GET", "/api/jobs/{job}/metrics-csv/"),
             ("GET", "/api/jobs/{job}/artifacts/"),

@@ -185,7 +185,7 @@ def test_a_builtin_program_runs_with_the_forms_hyperparameters_and_its_own_keys(
         ({"program": "npz", "data_path": ""}, "data_path", None),
         ({"program": "npz", "data_path": "/no/such/file.npz"}, "data_path", "is not a readable file"),
         ({"hidden": "wide"}, "hidden", "Give layer widths as whole numbers"),
-        ({"learning_rate": "0"}, "learning_rate", "learning_rate must be greater than 0"),
+        ({"learning_rate": "0"}, "learning_rate", "greater than 0"),  # run_config.BOUNDS: above 0
         ({"program": "script"}, "script", "Upload the training script"),
     ],
 )
@@ -327,3 +327,35 @@ def test_run_again_fills_the_program_and_its_hyperparameters_and_keeps_keys_the_
     assert again.builtin == "digits_mlp" and again.strategy == "multi_worker_mirrored"
     assert again.builtin_config["epochs"] == 4 and again.builtin_config["hidden"] == [32]
     assert (again.builtin_config["seed"], again.builtin_config["steps_per_epoch"]) == (7, 5)
+
+
+def test_a_jobs_variables_go_from_the_form_to_its_page_and_to_run_again(client, alice, bob):
+    cluster_id = hosts(2)[0].cluster_id
+    client.force_login(alice)
+    lines = "DATA=/shared/digits.npz\r\n\r\nGREETING=a = b\r\n"
+
+    assert client.post("/jobs/new/", builtin_post(cluster_id, env=lines)).status_code == 302
+
+    job = Job.objects.get()
+    assert job.env == {"DATA": "/shared/digits.npz", "GREETING": "a = b"}
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "<code>DATA</code></dt><dd><code>/shared/digits.npz</code>" in page
+    form = client.get(f"/jobs/new/?from={job.pk}").context["form"]
+    assert form["env"].value() == "DATA=/shared/digits.npz\nGREETING=a = b"
+    assert client.post(f"/jobs/new/?from={job.pk}", as_posted(form)).status_code == 302
+    assert Job.objects.exclude(pk=job.pk).get().env == job.env
+    client.force_login(bob)
+    assert client.get(f"/jobs/{job.pk}/").status_code == 404
+
+
+def test_a_reserved_variable_is_refused_next_to_the_env_field_naming_it(client, alice):
+    cluster_id = hosts(2)[0].cluster_id
+    client.force_login(alice)
+
+    page = client.post("/jobs/new/", builtin_post(cluster_id, env="DATA=x\nLD_PRELOAD=/tmp/x.so")).content.decode()
+
+    assert 'id="error-env"' in page
+    assert visible_errors(page) == [
+        "LD_PRELOAD is reserved: would load native code into every process of the task, tfdash&#x27;s runtime included."
+    ]
+    assert not Job.objects.exists()

@@ -10,6 +10,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from contracts import job_env
 from contracts.protocol import LaunchSpec, TaskEventKind
 
 HOOKS_DIR = Path(__file__).resolve().parent.parent / "hooks"
@@ -39,6 +40,7 @@ class Refused(Exception):
 def child_env(spec: LaunchSpec) -> dict[str, str]:
     """The allowed part of the agent's environment, plus the task's own variables and device selection."""
     env = {name: value for name, value in os.environ.items() if _inherited(name)}
+    env.update(spec.user_env)  # checked by validate(): no reserved name, so nothing below is overridden by it
     env.update(spec.env)
     env.update(
         PYTHONUNBUFFERED="1",
@@ -99,6 +101,9 @@ def _spec_problem(spec: LaunchSpec) -> str:
         return "gpu must be true or false"
     if not isinstance(spec.env, dict) or not all(_is_str(k) and _is_str(v) for k, v in spec.env.items()):
         return "env must map strings to strings"
+    env_problems = job_env.problems(spec.user_env)
+    if env_problems:
+        return f"the job's environment: {'; '.join(env_problems)}"
     if not isinstance(spec.program.args, list) or not all(isinstance(a, str) for a in spec.program.args):
         return "program args must be a list of strings"
     if not isinstance(spec.job_dir, str) or (spec.job_dir and not os.path.isabs(spec.job_dir)):

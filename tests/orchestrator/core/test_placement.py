@@ -263,27 +263,27 @@ def test_it_accepts_valid_shapes() -> None:
     assert validate_shape(JobShape(PS, 2, 1, 1)) == []
 
 
-def test_it_explains_invalid_shapes() -> None:
+def test_it_explains_invalid_shapes_on_their_fields() -> None:
     assert validate_shape(JobShape(PS, 0, 0, 1)) == [
-        "parameter_server needs at least 1 worker",
-        "parameter_server needs at least 1 ps",
+        ("workers", "parameter_server needs at least 1 worker"),
+        ("ps", "parameter_server needs at least 1 ps"),
     ]
     assert validate_shape(JobShape(Strategy.MIRRORED, 2, 1, 1)) == [
-        "mirrored runs exactly 1 worker, not 2",
-        "mirrored takes no parameter servers",
+        ("workers", "mirrored runs exactly 1 worker, not 2"),
+        ("ps", "mirrored takes no parameter servers"),
     ]
     assert validate_shape(JobShape(MWMS, 0, 1, 0)) == [
-        "multi_worker_mirrored needs at least 1 worker",
-        "multi_worker_mirrored takes no parameter servers",
-        "devices_per_worker must be at least 1",
+        ("workers", "multi_worker_mirrored needs at least 1 worker"),
+        ("ps", "multi_worker_mirrored takes no parameter servers"),
+        ("devices_per_worker", "devices_per_worker must be at least 1"),
     ]
     assert validate_shape(JobShape(PS, 257, 65, 65)) == [
-        "at most 256 workers, not 257",
-        "at most 64 ps, not 65",
-        "at most 64 devices per worker, not 65",
+        ("workers", "at most 256 workers, not 257"),
+        ("ps", "at most 64 ps, not 65"),
+        ("devices_per_worker", "at most 64 devices per worker, not 65"),
     ]
     assert validate_shape(JobShape("ring", 1, 0, 1)) == [  # type: ignore[arg-type]
-        "unknown strategy 'ring'; choose one of mirrored, multi_worker_mirrored, parameter_server"
+        ("strategy", "unknown strategy 'ring'; choose one of mirrored, multi_worker_mirrored, parameter_server")
     ]
 
 

@@ -165,6 +165,43 @@ def test_a_cpu_task_gets_its_tf_config_and_devices_but_not_the_agent_secrets(sup
     assert not report["tensorflow_loaded"]  # one device: the hook imports nothing
 
 
+def test_a_task_gets_its_jobs_own_variables_under_the_ones_tfdash_sets(supervisor, sent, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")  # inherited from the agent; the job's own value wins
+    tf_config = json.dumps({"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 0}})
+    user_env = {"DATA": "/shared/digits.npz", "OMP_NUM_THREADS": "2", "WITH_SPACES": " a = b "}
+    spec = spec_for("show_env.py", env={"TF_CONFIG": tf_config}, user_env=user_env)
+
+    supervisor.launch(spec)
+    env = child_report(sent, spec.task_id)["env"]
+
+    assert {k: env[k] for k in user_env} == user_env
+    assert env["TF_CONFIG"] == tf_config and env["TFDASH_JOB_ID"] == str(spec.job_id)
+
+
+@pytest.mark.parametrize(
+    ("user_env", "named"),
+    [
+        ({"TF_CONFIG": "{}"}, "TF_CONFIG is reserved"),
+        ({"LD_PRELOAD": "/tmp/evil.so"}, "LD_PRELOAD is reserved"),
+        ({"tfdash_job_id": "9"}, "tfdash_job_id is reserved"),  # any case
+        ({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, "CUDA_VISIBLE_DEVICES is reserved"),
+        ({"1BAD": "x"}, "'1BAD' is not a variable name"),
+        ({"OK": 3}, "OK's value must be a string"),
+    ],
+)
+def test_it_refuses_an_order_whose_job_variables_break_the_rules(supervisor, sent, user_env, named, tmp_path):
+    """An order is data: the agent checks the job's variables again (contracts/job_env.py), starting nothing."""
+    spec = spec_for("stubborn.py", "--pidfile", str(tmp_path / "pids"), user_env=user_env)
+
+    supervisor.launch(spec)
+
+    [event] = sent.events(spec.task_id)
+    assert event["kind"] == TaskEventKind.LAUNCH_FAILED
+    assert named in event["detail"]
+    assert supervisor.running() == []
+    assert not (tmp_path / "pids").exists()
+
+
 def test_a_gpu_task_sees_only_its_devices(supervisor, sent):
     spec = spec_for("show_env.py", gpu=True, devices=[2, 3])
 

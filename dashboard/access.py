@@ -99,8 +99,9 @@ def may_watch(scope: dict[str, Any], job_id: int) -> bool:
     return user is not None and Job.objects.visible_to(user).filter(pk=job_id).exists()
 
 
-def _tell(group: str, kind: str) -> None:
-    """After commit (the sockets read what was committed); a failure is logged, the periodic check still acts."""
+def _tell(group: str, kind: str, using: str | None = None) -> None:
+    """After commit of the database the change was made in (the sockets read what was committed); a failure is
+    logged, the periodic check still acts."""
 
     def send() -> None:
         layer = get_channel_layer()
@@ -111,7 +112,7 @@ def _tell(group: str, kind: str) -> None:
         except Exception as exc:  # Redis away: the sockets check again within TFDASH_SOCKET_RECHECK_S
             log.warning("could not tell the sockets of %s: %r", group, exc)
 
-    transaction.on_commit(send)
+    transaction.on_commit(send, using=using)
 
 
 @receiver(user_logged_out, dispatch_uid="tfdash-socket-signed-out")
@@ -126,12 +127,12 @@ def _session_deleted(sender: Any, instance: Session, **kwargs: Any) -> None:
     # A flush (sign-out, a sign-in over another user's session) deletes the row, whoever asked for it. An expired
     # session (`clearsessions`) authorises no socket already: nothing to tell.
     if instance.expire_date > timezone.now():
-        _tell(session_group(instance.session_key), SESSION_ENDED)
+        _tell(session_group(instance.session_key), SESSION_ENDED, kwargs.get("using"))
 
 
 def _user_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
     # Any save: deactivation, staff taken away, a new password; a check is a few queries per open socket.
-    _tell(user_group(instance.pk), ACCESS_CHANGED)
+    _tell(user_group(instance.pk), ACCESS_CHANGED, kwargs.get("using"))
 
 
 def connect_user_signals() -> None:

@@ -8,6 +8,7 @@ import argparse
 import getpass
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -277,6 +278,20 @@ def artifacts(ns: argparse.Namespace, client: Callable[[], Client]) -> int:
     return _show(ns, listing, _artifacts_table)
 
 
+def tensorboard(ns: argparse.Namespace, client: Callable[[], Client]) -> int:
+    with client() as api:
+        try:
+            logdir = api.tensorboard(ns.id, ns.to)
+        except FileExistsError as exc:
+            raise Usage(str(exc)) from None
+    if ns.json:
+        _json({"logdir": str(logdir)})
+    else:
+        err.print(f"job {ns.id}'s metrics written as a TensorBoard logdir; to look at them:")
+        out.print(f"tensorboard --logdir {shlex.quote(str(logdir))}")
+    return OK
+
+
 # --- the command line -------------------------------------------------------------------------------------------
 class Usage(Exception):
     """A bad command line or input: said on stderr, exit code USAGE."""
@@ -392,6 +407,16 @@ def build_parsers() -> dict[str, tuple[argparse.ArgumentParser, Command, bool]]:
     p.add_argument("--to", default=".", help="the folder to save into (default: here)")
     _reads_json(p)
     parsers["artifacts"] = (p, artifacts, False)
+
+    p = _parser(
+        "tensorboard",
+        "Write a job's stored metrics as a TensorBoard logdir (one run per task and phase) and print the "
+        "`tensorboard --logdir` line that shows them. An earlier export of the job there is replaced.",
+    )
+    _job_id(p)
+    p.add_argument("--to", default=".", help="the folder to write job<ID>/ into (default: here)")
+    _reads_json(p)
+    parsers["tensorboard"] = (p, tensorboard, False)
     return parsers
 
 

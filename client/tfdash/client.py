@@ -19,10 +19,13 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+import shutil
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NoReturn, TypedDict
 
 import httpx
 
@@ -304,6 +307,41 @@ class Client:
         target.write_bytes(response.content)
         return target
 
+    def tensorboard(self, job_id: int, folder: str | Path = ".") -> Path:
+        """Write the job's stored metrics as a TensorBoard logdir, `folder/job<id>` (`GET /api/jobs/<id>/tensorboard/`:
+        one run per task and phase, one scalar tag per metric), and return it. The archive is streamed to a temporary
+        file and unpacked keeping only plain files and folders under the logdir (no absolute path, `..` or link). A
+        logdir left by an earlier export of the same job (event files only) is replaced; anything else there raises
+        FileExistsError, before anything is fetched."""
+        target = Path(folder) / f"job{int(job_id)}"
+        _replaceable_logdir(target)
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".job{int(job_id)}-", dir=folder) as scratch:
+            archive = Path(scratch) / "tensorboard.tar.gz"
+            try:
+                with self._http.stream("GET", f"/api/jobs/{int(job_id)}/tensorboard/", headers={"Accept": "*/*"}) as r:
+                    if r.status_code >= 400:
+                        r.read()
+                        self._raise_for(r, "GET", f"/api/jobs/{int(job_id)}/tensorboard/")
+                    with archive.open("wb") as out:
+                        for chunk in r.iter_bytes():
+                            out.write(chunk)
+            except httpx.HTTPError as exc:
+                raise Unreachable(f"Cannot fetch job {job_id}'s TensorBoard export from {self.url}: {exc}.") from None
+            unpacked = Path(scratch) / "unpacked"
+            try:
+                with tarfile.open(archive, "r:gz") as tar:
+                    _extract_plain(tar, unpacked)
+            except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
+                raise Unreachable(f"Job {job_id}'s TensorBoard export arrived damaged ({exc}); try again.") from None
+            made = unpacked / target.name
+            if not made.is_dir():
+                made.mkdir(parents=True)  # a job with no points: an empty archive, an empty logdir
+            if target.exists():
+                shutil.rmtree(target)
+            made.rename(target)
+        return target
+
     # --- clusters, queue, experiments -----------------------------------------------------------------------------
     def clusters(self) -> list[dict[str, Any]]:
         body = self._request("GET", "/api/clusters/")
@@ -349,8 +387,12 @@ class Client:
             raise Unreachable(f"{self.url} did not answer in time.") from None
         except httpx.HTTPError as exc:
             raise Unreachable(f"Cannot reach {self.url}: {exc}.") from None
-        if response.status_code < 400:
-            return response
+        if response.status_code >= 400:
+            self._raise_for(response, method, path)
+        return response
+
+    def _raise_for(self, response: httpx.Response, method: str, path: str) -> NoReturn:
+        """The TfdashError an error answer (4xx, 5xx) means."""
         body = _json_or_none(response)
         detail = body.get("detail") if isinstance(body, dict) else None
         status = response.status_code
@@ -389,3 +431,29 @@ def _json_or_none(response: httpx.Response) -> Any:
         return response.json()
     except ValueError:
         return None
+
+
+def _replaceable_logdir(target: Path) -> None:
+    """Refuse to write over anything but an earlier export: a folder of TensorBoard event files only."""
+    if not target.exists() and not target.is_symlink():
+        return
+    if target.is_symlink() or not target.is_dir():
+        raise FileExistsError(f"{target} exists and is not a TensorBoard export; remove it or choose another --to.")
+    for path in target.rglob("*"):
+        if path.is_symlink() or (not path.is_dir() and not path.name.startswith("events.out.tfevents.")):
+            raise FileExistsError(
+                f"{target} holds {path.relative_to(target)}, which no export wrote; remove it or choose another --to."
+            )
+
+
+def _extract_plain(tar: tarfile.TarFile, into: Path) -> None:
+    """Unpack only regular files and folders with relative names and no `..`; anything else is a damaged export.
+    (tarfile's `data` filter does this too, but a Python 3.11 before 3.11.4, such as Debian 12's, lacks it.)"""
+    members = tar.getmembers()
+    for member in members:
+        parts = Path(member.name).parts
+        if not (member.isfile() or member.isdir()) or member.name.startswith("/") or ".." in parts:
+            raise ValueError(f"unexpected member {member.name!r}")
+    safe: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+    for member in members:
+        tar.extract(member, into, set_attrs=False, **safe)

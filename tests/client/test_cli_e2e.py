@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from orchestrator.models import Host, HostStatus, Job, TaskLogLine
+from orchestrator.models import Host, HostStatus, Job, MetricPoint, TaskLogLine
 from tests import factories
 from tests.browser.conftest import WebServer, free_port
+from tests.orchestrator.metrics.test_tensorboard_export import read_back
 from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -113,6 +114,7 @@ def test_cli_answers_with_exit_codes_a_shell_script_can_test(web, alice, laptop)
     assert json.loads(laptop.run("ls", "--json").stdout) == []
     assert laptop.run("status", "999999").returncode == 4
     assert laptop.run("artifacts", "999999", "--download").returncode == 4
+    assert laptop.run("tensorboard", "999999").returncode == 4
     assert json.loads(laptop.run("experiment", "show", "--json").stdout) == []
     assert laptop.run("status", "abc").returncode == 2
     reserved = laptop.run("submit", str(PROGRAMS / "exits_3.py"), "--env", "LD_PRELOAD=/tmp/x.so")
@@ -170,6 +172,26 @@ def test_cli_runs_a_multi_worker_job_on_a_data_file_named_by_a_job_variable(
     worker0 = job.current_tasks().get(type="worker", index=0)
     stored = list(TaskLogLine.objects.filter(task=worker0).order_by("seq").values_list("text", flat=True))
     assert printed == stored[: len(printed)]
+
+    # The job's stored metrics as a TensorBoard logdir, read back by TensorBoard's own reader: the stored points.
+    exported = laptop.run("tensorboard", str(job_id), "--to", "tb")
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stdout.strip() == f"tensorboard --logdir tb/job{job_id}"
+    logdir = laptop.home / "tb" / f"job{job_id}"
+    for task in job.current_tasks():
+        stored = list(
+            MetricPoint.objects.filter(task=task, phase="epoch_end", name="loss")
+            .order_by("step")
+            .values_list("step", "ts", "value")
+        )
+        assert stored, f"{task} reported no epoch loss"
+        assert read_back(logdir / f"{task.type}-{task.index}" / "epoch_end")["loss"] == stored
+    (logdir / "notes.txt").write_text("mine")
+    clash = laptop.run("tensorboard", str(job_id), "--to", "tb")
+    assert clash.returncode == 2 and "notes.txt" in clash.stderr and (logdir / "notes.txt").exists()
+    (logdir / "notes.txt").unlink()
+    again = laptop.run("tensorboard", str(job_id), "--to", "tb", "--json")  # an earlier export is replaced
+    assert again.returncode == 0 and json.loads(again.stdout) == {"logdir": f"tb/job{job_id}"}
 
     failing = laptop.run("submit", str(PROGRAMS / "exits_3.py"), "--strategy", "mirrored", "--wait", timeout=120)
 

@@ -1,15 +1,15 @@
 VENV := .venv
 PY := $(VENV)/bin/python
-# The suite runs against PostgreSQL; override DATABASE_URL to point elsewhere.
-TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/tfdash
 
 .PHONY: run test lint format install
 
 run: $(VENV)/.installed
 	$(PY) scripts/run_local.py
 
+# PostgreSQL and Redis: DATABASE_URL / REDIS_URL when set; else the local PostgreSQL on 5432 when it answers, else an
+# embedded one, and a Redis of the session's own (tests/settings.py), as `make run` does.
 test: $(VENV)/.installed
-	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

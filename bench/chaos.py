@@ -1,6 +1,6 @@
 """Chaos soak: the whole product on this machine, with its parts SIGKILLed at random, and then the truth checked.
 
-    .venv/bin/python bench/chaos.py [--minutes 10] [--fault-every 8] [--seed N] [--json FILE]
+    .venv/bin/python bench/chaos.py [--minutes 10] [--fault-every 8] [--seed N] [--faults agent,task] [--json FILE]
 
 A stack of its own under a temporary folder: an embedded PostgreSQL and an embedded Redis (append-only file) on free
 ports, the web server, the orchestrator (Celery worker + beat), the metrics ingest and three agents. For `--minutes`
@@ -15,9 +15,10 @@ the product's to restart). Then it stops the faults, waits for every job to end,
 - every log line and metric point a task printed (the soak scripts number them and keep a ground-truth file)
   stored exactly once (`lost` / `duplicated`).
 
-Output a task printed while its agent was dead, or that sat in a killed agent's memory, dies with that agent (its
-pipes end with it; see docs/architecture.md): those tasks are counted apart (`under a killed agent`) and left out of
-the line and point counts. Prints the table; exits 1 when an invariant does not hold.
+A task's output goes to files first and a restarted agent reads them on from where its predecessor had got to, so
+every task's lines are checked, those of tasks that ran under a killed agent included. Its metric points still travel
+through a pipe that ends with the agent: the points of tasks under a killed agent (`under a killed agent`) are left
+out of the point counts. Prints the table; exits 1 when an invariant does not hold.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import io
 import json
 import os
 import random
-import secrets
 import shutil
 import signal
 import socket
@@ -37,27 +37,15 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import psutil
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from local_services import EmbeddedPostgres, EmbeddedRedis, control_key_file, wait_for  # noqa: E402
-from run_local import Child  # noqa: E402
-
-from contracts.broker import without_credentials  # noqa: E402
+from stack import Stack, with_retry
 
 PY = sys.executable
 HOSTS = 3
-DATABASES = ("redis", "postgres")
-AGENT_HEARTBEAT_S = 1.0
-T = TypeVar("T")
 
 # One soak program for every role: numbered lines and points, a ground-truth file, then its exit code. Like TF, a
 # task of a multi-process job listens on its TF_CONFIG port, and a ParameterServer ps or worker serves until stopped.
@@ -91,115 +79,6 @@ sys.exit(code)
 """
 
 
-# --- the stack -------------------------------------------------------------------------------------------------------
-class Stack:
-    """Every process of the product, each restartable after a SIGKILL."""
-
-    def __init__(self, var: Path) -> None:
-        self.var = var
-        self.logs = var / "log"
-        self.logs.mkdir(parents=True)
-        self.pg = EmbeddedPostgres(var, port=_free_port())
-        self.redis = EmbeddedRedis(var / "redis", _free_port(), password_file=var / "redis-password")
-        self.web_port = _free_port()
-        self.env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "config.settings",
-            "PYTHONUNBUFFERED": "1",
-            "TFDASH_VAR_DIR": str(var),
-            "DATABASE_URL": self.pg.url,
-            "REDIS_URL": self.redis.url("0"),
-            "LOG_LEVEL": "INFO",
-            # The settings have no built-in key: the soak's stack gets a throwaway one.
-            "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(32),
-            "DEBUG": os.environ.get("DEBUG", "1"),
-            "TFDASH_CONTROL_KEY_FILE": str(control_key_file(var / "control-key")),
-        }
-        self.children: dict[str, Child] = {}
-        self.agents: dict[str, dict[str, str]] = {}  # host -> {"token", "port_range"}
-        self.control_key = ""  # the public key every agent pins
-        self.lock = threading.Lock()
-
-    def start(self, name: str) -> None:
-        argv, env, options = self._command(name)
-        with self.lock:
-            self.children[name] = Child(name, argv, env, self.logs, **options)
-
-    def _command(self, name: str) -> tuple[list[str], dict[str, str], dict[str, Any]]:
-        if name == "postgres":
-            return self.pg.argv(), self.env, self.pg.popen_options()
-        if name == "redis":
-            return self.redis.argv(), self.env, {}
-        if name == "web":
-            return (
-                [PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port), "config.asgi:application"],
-                self.env,
-                {},
-            )
-        if name == "orchestrator":
-            return (
-                [PY, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B", "--pool", "threads", "-c",
-                 "4", "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",
-                 "--hostname", "orchestrator@%h", "-s", str(self.var / "celerybeat-schedule")],
-                self.env,
-                {},
-            )  # fmt: skip
-        if name == "ingest":
-            return [PY, "manage.py", "ingest_metrics"], self.env, {}
-        host = name.removeprefix("agent-")
-        agent = self.agents[host]
-        env = {**self.env, "TFDASH_AGENT_TOKEN": agent["token"]}
-        for secret in ("DATABASE_URL", "TFDASH_CONTROL_KEY_FILE"):  # an agent needs none of the control plane's secrets
-            env.pop(secret, None)
-        return (
-            [PY, "-m", "worker_agent", "--server", without_credentials(self.env["REDIS_URL"]), "--host", host,
-             "--control-key", self.control_key, "--port-range",
-             agent["port_range"], "--heartbeat-interval", str(AGENT_HEARTBEAT_S), "--workdir",
-             str(self.var / "agents" / host), "--shared-root", str(self.var / "shared")],
-            env,
-            {},
-        )  # fmt: skip
-
-    def kill(self, name: str) -> None:
-        """SIGKILL the service's whole process group (an agent's task processes have sessions of their own)."""
-        with self.lock:
-            child = self.children[name]
-        child.signal(signal.SIGKILL)
-        child.proc.wait()
-        child.log.close()
-
-    def alive(self, name: str) -> bool:
-        with self.lock:
-            return self.children[name].proc.poll() is None
-
-    def stop_all(self) -> None:
-        """The product first (agents kill their tasks and report it), then the servers it was talking to."""
-        with self.lock:
-            children = dict(self.children)
-        for group in ([c for n, c in children.items() if n not in DATABASES], [children[n] for n in DATABASES]):
-            for child in group:
-                child.signal(signal.SIGTERM)
-            deadline = time.monotonic() + 20
-            for child in group:
-                child.stop(deadline)
-
-    def start_databases(self) -> None:
-        self.pg.prepare()
-        self.start("postgres")
-        wait_for(self.pg.answers, 60, "PostgreSQL", self.logs / "postgres.log")
-        self.pg.ensure_database()
-        self.start("redis")
-        wait_for(self._redis_answers, 30, "Redis", self.logs / "redis.log")
-
-    def _redis_answers(self) -> bool:
-        import redis
-
-        try:
-            return bool(redis.Redis.from_url(self.env["REDIS_URL"], socket_connect_timeout=1).ping())
-        except redis.RedisError:
-            return False
-
-
 # --- the workload ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Kind:
@@ -231,21 +110,6 @@ class Tally:
     agent_kills: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     jobs: dict[int, Kind] = field(default_factory=dict)
     cancelled: set[int] = field(default_factory=set)
-
-
-def with_retry(what: str, action: Callable[[], T], timeout_s: float = 120) -> T:
-    """Run a database action, waiting out PostgreSQL restarts (the monkey kills it too)."""
-    from django.db import InterfaceError, OperationalError, close_old_connections
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return action()
-        except (OperationalError, InterfaceError):
-            if time.monotonic() > deadline:
-                raise
-            close_old_connections()
-            time.sleep(0.5)
 
 
 class Workload:
@@ -309,8 +173,11 @@ SERVICES = ["orchestrator", "ingest", "web", "redis", "postgres"]
 
 
 class Monkey(threading.Thread):
-    def __init__(self, stack: Stack, tally: Tally, rng: random.Random, every_s: float) -> None:
+    def __init__(
+        self, stack: Stack, tally: Tally, rng: random.Random, every_s: float, victims: list[str] | None = None
+    ) -> None:
         super().__init__(name="monkey", daemon=True)
+        self.victims = victims or [*SERVICES, "agent", "task", "task"]
         self.stack = stack
         self.tally = tally
         self.rng = rng
@@ -319,7 +186,7 @@ class Monkey(threading.Thread):
 
     def run(self) -> None:
         while not self.stopped.wait(self.rng.uniform(0.5, 1.5) * self.every_s):
-            victim = self.rng.choice([*SERVICES, "agent", "task", "task"])
+            victim = self.rng.choice(self.victims)
             if victim == "task":
                 pid = self._a_task_process()
                 if pid is not None:
@@ -398,18 +265,25 @@ def check(stack: Stack, truth: Path, tally: Tally) -> dict[str, int]:
         if recorded is None:
             continue  # a built-in program, or a soak task that never started
         printed, exit_code = recorded
-        if _under_killed_agent(task, tally):
-            counts["tasks under a killed agent"] += 1
-            continue
+        under_killed_agent = _under_killed_agent(task, tally)
+        counts["tasks under a killed agent"] += under_killed_agent
         counts["tasks checked"] += 1
         # The watchdog's verdict on a host whose heartbeats stopped arriving in time (a loaded machine) ends its
         # tasks as lost before their exits arrive: the liveness policy at work, not a lost event. Counted apart.
         judged_lost = task.state == "lost" and "stopped answering" in task.detail
         counts["tasks on a host declared offline"] += judged_lost
-        if not judged_lost and exit_code is not None and task.exit_code != exit_code and not (task.exit_code or 0) < 0:
+        if (
+            not judged_lost
+            and not under_killed_agent  # its new agent reclaimed it: its exit code is unknown (a lost task)
+            and exit_code is not None
+            and task.exit_code != exit_code
+            and not (task.exit_code or 0) < 0
+        ):
             counts["events lost"] += 1
             print(f"  task {task.pk}: exited {exit_code}, stored {task.state} {task.exit_code}: {task.detail}")
         for name, stored in (("log lines", lines[task.pk]), ("points", points[task.pk])):
+            if name == "points" and under_killed_agent:
+                continue  # the metrics pipe ended with the agent
             # A process killed between printing a line and writing its truth has one more stored than written.
             lost = sum(1 for i in range(printed) if stored[i] == 0)
             counts[f"{name} lost"] += lost
@@ -457,6 +331,12 @@ def main() -> int:
     parser.add_argument("--in-flight", type=int, default=3, help="jobs kept queued or running")
     parser.add_argument("--settle", type=float, default=300, help="seconds to wait for every job to end afterwards")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument(
+        "--faults",
+        type=lambda text: text.split(","),
+        default=None,
+        help=f"the parts to kill, comma-separated, of {','.join([*SERVICES, 'agent', 'task'])} (default: all)",
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, data)")
     args = parser.parse_args()
@@ -497,7 +377,7 @@ def main() -> int:
         print(f"[chaos] stack up; soaking {args.minutes:g} min with a fault every ~{args.fault_every:g} s", flush=True)
 
         workload = Workload(truth, tally, rng)
-        monkey = Monkey(stack, tally, rng, args.fault_every)
+        monkey = Monkey(stack, tally, rng, args.fault_every, args.faults)
         monkey.start()
         soak_end = time.monotonic() + args.minutes * 60
         while time.monotonic() < soak_end:
@@ -578,12 +458,6 @@ def _print_table(results: dict[str, Any]) -> None:
             continue
         mark = "  <-- must be 0" if key in INVARIANTS and value else ""
         print(f"  {key:<28} {value:>6}{mark}")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _free_port_block(size: int = HOSTS * 100) -> int:

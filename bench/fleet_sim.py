@@ -20,6 +20,7 @@ On SIGTERM (or at `stop_at`) it writes its tallies and every launch order's (job
 from __future__ import annotations
 
 import base64
+import functools
 import heapq
 import json
 import math
@@ -40,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 import redis  # noqa: E402
 
 from contracts import broker  # noqa: E402
+from contracts.bundles import bundle_entries  # noqa: E402
 from contracts.protocol import (  # noqa: E402
     AGENT_ACK_EXITS,
     AGENT_HEARTBEAT,
@@ -263,13 +265,14 @@ class Fleet:
         pipe = self.redis.pipeline(transaction=False)
         count = 0
         for host in self.hosts.values():
+            reports: list[tuple[str, Any]] = []
             for task in host.running.values():
                 task.step += 1
                 point = {"kind": "metric", "ts": now, "mono": time.monotonic(), "step": task.step, "epoch": None,
                          "phase": "train", "metrics": {"loss": 1.0 / task.step, "examples_per_s": 1000.0}}  # fmt: skip
-                body = asdict(TaskMetricsBatch(task.task_id, task.attempt, [point]))
-                envelope = seal(host.key, host.name, TASK_METRICS, body)
-                entry = stream_entry(TASK_METRICS, envelope)
+                reports.append((TASK_METRICS, asdict(TaskMetricsBatch(task.task_id, task.attempt, [point]))))
+            # As the agent's outbox: the host's reports of this second go as one sealed bundle (contracts/bundles.py).
+            for entry in bundle_entries(reports, functools.partial(seal, host.key, host.name)):
                 pipe.xadd(broker.stream(host.name, broker.METRICS), entry, maxlen=STREAM_MAXLEN[broker.METRICS],
                           approximate=True)  # fmt: skip
                 count += 1

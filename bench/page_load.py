@@ -26,33 +26,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 DB = "tfdash_pageload"
-os.environ.update(
-    DJANGO_SETTINGS_MODULE="config.settings",
-    DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{DB}",
-    REDIS_URL="redis://127.0.0.1:6379/5",
-    TFDASH_VAR_DIR="/tmp/tfdash-pageload",  # static files collected here, served by WhiteNoise as in production
-    DEBUG="0",
-    SECRET_KEY="bench-only",
-    LOG_LEVEL="WARNING",
-)
+
+from stack import free_port, local_env, prepare_database  # noqa: E402
+
+# Static files collected here, served by WhiteNoise as in production.
+local_env(DB, 5, TFDASH_VAR_DIR="/tmp/tfdash-pageload")
 CHROMIUM = os.environ.get("TFDASH_CHROMIUM", "/usr/bin/chromium")
 SERIES = ("loss", "examples_per_s")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def prepare_database() -> None:
-    import psycopg
-
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB}")
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True)
-    subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"], cwd=ROOT, check=True)
 
 
 def make_job(points: int, tasks: int) -> int:
@@ -85,14 +65,18 @@ def make_job(points: int, tasks: int) -> int:
     with (
         connection.cursor() as cursor,
         cursor.connection.cursor().copy(
-            f"COPY {table} (job_id, task_id, phase, name, step, epoch, value, ts) FROM STDIN"
+            f"COPY {table} (job_id, task_id, phase, name, step, epoch, value, ts, seq) FROM STDIN"
         ) as copy,
     ):
+        seq = 0  # the job's point sequence, as ingest numbers points (the page's live cursor reads it)
         for step in range(1, points + 1):
             for i, task in enumerate(task_ids):
                 for name in SERIES:
+                    seq += 1
                     value = (1 + 0.2 * i) / step**0.5 if name == "loss" else 1000.0 - 50 * i + (step % 97)
-                    copy.write_row((job.pk, task, "train", name, step, 1 + step // 1000, value, 1.7e9 + step * 0.01))
+                    ts = 1.7e9 + step * 0.01
+                    copy.write_row((job.pk, task, "train", name, step, 1 + step // 1000, value, ts, seq))
+    Job.objects.filter(pk=job.pk).update(points_seq=seq)
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {table}")
     return job.pk
@@ -105,7 +89,7 @@ def main() -> int:
     parser.add_argument("--loads", type=int, default=5, help="page loads to time (after one warm-up)")
     args = parser.parse_args()
 
-    prepare_database()
+    prepare_database(collectstatic=True)
     import django
 
     django.setup()

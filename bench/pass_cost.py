@@ -28,10 +28,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from chaos import Stack  # noqa: E402
 from scale import expected_tasks, job_mix, pct, register_fleet  # noqa: E402
+from stack import Stack  # noqa: E402
 
 GPUS_PER_HOST = 8
 

@@ -16,81 +16,28 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 import psutil
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 DB = "tfdash_bench"
-os.environ.update(
-    DJANGO_SETTINGS_MODULE="config.settings",
-    DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{DB}",
-    REDIS_URL="redis://127.0.0.1:6379/7",
-    DEBUG="0",
-    SECRET_KEY="bench-only",
-    LOG_LEVEL="WARNING",
-)
-from contracts.signing import private_key_text  # noqa: E402 - after the path
 
-# A throwaway control-plane key for this run (the ingest and web server it starts inherit it).
-os.environ["TFDASH_CONTROL_KEY"] = private_key_text(Ed25519PrivateKey.generate())
+from stack import free_port, local_env, prepare_database, start, wait_line, wait_port  # noqa: E402
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def prepare_database() -> None:
-    import psycopg
-
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB}")
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True)
-    import redis
-
-    redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
-
-
-def start(name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-    log = open(f"/tmp/bench-{name}.log", "wb")  # noqa: SIM115 - held open for the process's life
-    return subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def wait_port(port: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise SystemExit(f"nothing listens on {port}")
-
-
-def wait_line(path: str, text: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if text in Path(path).read_text(errors="replace"):
-            return
-        time.sleep(0.1)
-    raise SystemExit(f"{path} never said {text!r}")
+local_env(DB, 7)
 
 
 class FakeTask:
     """A TF process as the agent sees it: JSON lines written to the task's metrics pipe."""
 
     def __init__(self, task_id: int, send, first_step: int = 0) -> None:  # type: ignore[no-untyped-def]
-        from worker_agent.metrics_pipe import MetricsPipe
+        from worker_agent.supervision.metrics_pipe import MetricsPipe
 
         self.pipe = MetricsPipe(task_id, 1, send)
         self.writer = os.fdopen(os.dup(self.pipe.write_fd), "w", buffering=1)
@@ -274,7 +221,8 @@ def ingest_rate(args, tasks, outboxes, MetricPoint) -> None:  # type: ignore[no-
     elapsed = time.monotonic() - start
     print(
         f"ingest: {sent} points from {len(fakes)} tasks (written in {written:.1f} s): "
-        f"stored {stored} in {elapsed:.1f} s -> {stored / elapsed:,.0f} points/s; lost {sent - stored}"
+        f"stored {stored} in {elapsed:.1f} s -> {stored / elapsed:,.0f} points/s; lost {max(0, sent - stored)}, "
+        f"duplicated {max(0, stored - sent)}"
     )
 
 

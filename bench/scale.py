@@ -1,6 +1,7 @@
 """The control plane at fleet scale: a simulated fleet on the real orchestrator, ingest and web, measured.
 
     .venv/bin/python bench/scale.py [--hosts 500] [--jobs 1000] [--minutes 4] [--sim-procs 2] [--json FILE]
+                                    [--policy backfill|fifo] [--seed N]
 
 A stack of its own (bench/chaos.py's: embedded PostgreSQL and Redis on free ports, Daphne, the orchestrator as a
 Celery worker + beat, the metrics ingest) and `--hosts` simulated agents with 8 GPUs each (bench/fleet_sim.py, in
@@ -16,6 +17,11 @@ Celery worker + beat, the metrics ingest) and `--hosts` simulated agents with 8 
 3. the database filled up to `--page-jobs` jobs (finished ones written directly), then the jobs list, a job page and
    the cluster page fetched from Daphne by a signed-in staff user.
 
+Jobs get time limits the way users give them: 1.5-5x their true run time (drawn per job from the seed; people
+overestimate), never the true time. `--policy` runs the scheduler with backfill (the default) or strict FIFO on the
+same seed; the table then has GPU utilization over the jobs phase (device-seconds in use / available), jobs finished,
+mean and p95 wait, and the head's start against its first reservation.
+
 It prints one table (with the load average) and checks correctness: every job placed exactly once (one set of tasks
 for attempt 1), every job that ended succeeded, no port or device booked twice, no healthy host ever marked offline,
 no order refused; with `--until-done` also that every job ended within `--minutes`. Exit status 1 when a check fails.
@@ -24,6 +30,7 @@ no order refused; with `--until-done` also that every job ended within `--minute
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import math
@@ -45,10 +52,8 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-from chaos import Stack, with_retry  # noqa: E402
+from stack import Stack, with_retry  # noqa: E402 - bench/stack.py (a script's folder is on its path)
 
 PY = sys.executable
 PORTS_PER_HOST = 100
@@ -209,6 +214,65 @@ def submit_jobs(shapes: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return submitted
 
 
+def true_run_time(job_id: int, duration: tuple[float, float]) -> float:
+    """What bench/fleet_sim.py runs a job's gang for (it draws from the job id the same way), plus its jitter."""
+    return random.Random(job_id).uniform(*duration) + 0.5
+
+
+# Start-up a user's limit also covers (placement to the process's start; seconds on a loaded machine), so that a run
+# of a few simulated seconds is not cut by its own launch.
+LIMIT_SLACK_S = 10
+
+
+def give_time_limits(job_ids: list[int], duration: tuple[float, float], rng: random.Random) -> None:
+    """Each job's time limit as a user would give it: 1.5-5x its true run time (plus the start-up slack). Written to
+    the rows (the form's one-minute minimum is for people; the simulated runs are shorter)."""
+    from orchestrator.models import Job
+
+    for job_id in job_ids:
+        limit = math.ceil(true_run_time(job_id, duration) * rng.uniform(1.5, 5.0)) + LIMIT_SLACK_S
+        Job.objects.filter(pk=job_id).update(time_limit_s=limit)
+
+
+def queue_figures(job_ids: list[int], start: float, end: float, devices: int) -> dict[str, Any]:
+    """Utilization, throughput, waits and the head's promise over the jobs phase [start, end] (wall seconds)."""
+    from orchestrator.models import Job, Task
+
+    jobs = list(Job.objects.filter(pk__in=job_ids).values_list("state", "placed_at", "first_reservation_at"))
+    # The queue is non-empty until the last job is placed (or to the phase's end, when some never were).
+    queued_until = end if any(p is None for _s, p, _r in jobs) else max(p.timestamp() for _s, p, _r in jobs)
+    used = used_queued = 0.0
+    for task_devices, began, ended in Task.objects.filter(job__in=job_ids, started_at__isnull=False).values_list(
+        "devices", "started_at", "finished_at"
+    ):
+        lo, hi = max(began.timestamp(), start), min(ended.timestamp() if ended else end, end)
+        used += len(task_devices or ()) * max(0.0, hi - lo)
+        used_queued += len(task_devices or ()) * max(0.0, min(hi, queued_until) - lo)
+    waits = [(placed.timestamp() if placed else end) - start for _state, placed, _reserved in jobs]
+    promised = [(placed.timestamp() - reserved.timestamp()) for _s, placed, reserved in jobs if placed and reserved]
+    head = min(((r, p) for _s, p, r in jobs if r is not None), key=lambda rp: rp[0], default=None)
+    figures: dict[str, Any] = {
+        "GPU utilization over the jobs phase, %": used / (devices * max(end - start, 1e-9)) * 100,
+        "GPU utilization while jobs waited (to the last placement), %": used_queued
+        / (devices * max(queued_until - start, 1e-9))
+        * 100,
+        "queue non-empty for, s": queued_until - start,
+        "jobs finished (succeeded) in the jobs phase": sum(1 for state, *_ in jobs if state == "succeeded"),
+        "wait mean / p95, s (unplaced: to the phase's end)": (statistics.fmean(waits), pct(waits, 95)),
+        "reserved jobs (any depth) started > 1 s after their first estimate (of)": (
+            sum(1 for d in promised if d > 1.0),
+            len(promised),
+        ),
+    }
+    if head is not None:
+        reserved, placed = head
+        figures["head: first reservation / start, s after the queue's commit"] = (
+            reserved.timestamp() - start,
+            (placed.timestamp() - start) if placed else float("nan"),
+        )
+    return figures
+
+
 def fill_history(total: int) -> None:
     """Finished jobs written directly (as months of use would leave them), each with its tasks, up to `total`."""
     from django.contrib.auth import get_user_model
@@ -259,10 +323,15 @@ def written_task(job: Any, index: int, host: Any, port: int, **fields: Any) -> A
     return Task(job=job, attempt=1, type="worker", index=index, host=host, port=port, devices=[index], **fields)
 
 
-def booked_twice(job_ids: list[int]) -> tuple[int, int]:
+def booked_twice(job_ids: list[int], pass_s: float) -> tuple[int, int]:
     """(ports, devices) the orchestrator booked twice, from its own rows: a task placed on a host while another
     task there held the same port or device (placed, not yet final). Placement times are the jobs' (one attempt each:
-    the bench runs jobs without restarts)."""
+    the bench runs jobs without restarts).
+
+    A pass stamps its placements with the time it began, and reads what is in use a little later, so a task that
+    ended (its end stamped, then committed) in between is rightly seen as free, with an end after the placement's
+    stamp. Only an overlap longer than the longest pass (`pass_s`) is a double booking; a shorter real one would still
+    show at the agents (`seen at the agents`)."""
     from orchestrator.models import ACTIVE_TASK_STATES, Task
 
     rows = Task.objects.filter(job__in=job_ids, host__isnull=False).values_list(
@@ -278,7 +347,9 @@ def booked_twice(job_ids: list[int]) -> tuple[int, int]:
         tasks.sort(key=lambda t: t[0])
         for i, (placed, _end, port, devices) in enumerate(tasks):
             for other_placed, other_end, other_port, other_devices in tasks[:i]:
-                if other_placed <= placed and (other_end is None or placed < other_end):
+                if other_placed <= placed and (
+                    other_end is None or placed.timestamp() + pass_s < other_end.timestamp()
+                ):
                     ports += port is not None and port == other_port
                     devices_twice += bool(devices & other_devices)
     return ports, devices_twice
@@ -291,6 +362,7 @@ def ingest_phase(fleet: list[dict[str, Any]], tasks: int, seconds: float, redis_
     from fleet_sim import sim_facts
 
     from contracts import broker
+    from contracts.bundles import bundle_entries
     from contracts.protocol import (
         AGENT_HEARTBEAT,
         STREAM_MAXLEN,
@@ -325,7 +397,7 @@ def ingest_phase(fleet: list[dict[str, Any]], tasks: int, seconds: float, redis_
         ]
     )
     keys = {e["name"]: agent_mac_key(e["token"], e["name"]) for e in fleet}
-    reporting = [(keys[t.host.name], t.host.name, t.pk) for t in rows]
+    reporting = [(t.host.name, t.pk) for t in rows]
     running: dict[str, list[RunningTask]] = {}
     for t in rows:
         running.setdefault(t.host.name, []).append(RunningTask(t.job_id, t.pk, 1, 1))
@@ -346,14 +418,17 @@ def ingest_phase(fleet: list[dict[str, Any]], tasks: int, seconds: float, redis_
                                     TaskReport(running=running.get(e["name"], [])))  # fmt: skip
                 sealed = seal(keys[e["name"]], e["name"], AGENT_HEARTBEAT, report.to_body())
                 pipe.xadd(broker.stream(e["name"], broker.HEARTBEATS), stream_entry(AGENT_HEARTBEAT, sealed))
-        for key, host, task_id in reporting:
+        by_host: dict[str, list[tuple[str, Any]]] = {}
+        for host, task_id in reporting:
             point = {"kind": "metric", "ts": time.time(), "mono": tick, "step": step, "epoch": None,
                      "phase": "train", "metrics": {"loss": 1.0 / step, "examples_per_s": 1000.0}}  # fmt: skip
-            body = asdict(TaskMetricsBatch(task_id, 1, [point]))
+            by_host.setdefault(host, []).append((TASK_METRICS, asdict(TaskMetricsBatch(task_id, 1, [point]))))
             sent += len(point["metrics"])  # a stored row per metric
-            entry = stream_entry(TASK_METRICS, seal(key, host, TASK_METRICS, body))
-            pipe.xadd(broker.stream(host, broker.METRICS), entry, maxlen=STREAM_MAXLEN[broker.METRICS],
-                      approximate=True)  # fmt: skip
+        # As the agent's outbox: what a host's tasks reported together goes as one sealed bundle (contracts/bundles.py).
+        for host, reports in by_host.items():
+            for entry in bundle_entries(reports, functools.partial(seal, keys[host], host)):
+                pipe.xadd(broker.stream(host, broker.METRICS), entry, maxlen=STREAM_MAXLEN[broker.METRICS],
+                          approximate=True)  # fmt: skip
             if len(pipe) >= 500:
                 pipe.execute()
         pipe.execute()
@@ -414,6 +489,7 @@ def main() -> int:
     parser.add_argument("--sim-procs", type=int, default=2)
     parser.add_argument("--ingest-tasks", type=int, default=4000, help="tasks reporting in the ingest phase (0: none)")
     parser.add_argument("--ingest-s", type=float, default=20.0)
+    parser.add_argument("--ingest-partitions", type=int, default=1, help="ingest processes (TFDASH_INGEST_PARTITIONS)")
     parser.add_argument("--page-jobs", type=int, default=10_000)
     parser.add_argument("--page-loads", type=int, default=20)
     parser.add_argument("--seed", type=int, default=14)
@@ -424,6 +500,7 @@ def main() -> int:
         "a figure: strict FIFO holds small jobs behind a wide one while the fleet drains for it",
     )
     parser.add_argument("--orchestrators", type=int, default=1, help="orchestrator workers on the one queue")
+    parser.add_argument("--policy", choices=("backfill", "fifo"), default="backfill", help="the scheduler's policy")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
@@ -435,9 +512,11 @@ def main() -> int:
     # DB_CONN_MAX_AGE: the orchestrator keeps its database connections (README "Sizing"); without it every message
     # opens one. TFDASH_TRACE_LOG_LEVEL: each handler's run time in the log, read below.
     stack.env.update({"TFDASH_MAX_ACTIVE_JOBS_PER_USER": "1000000", "DEBUG": "0", "LOG_LEVEL": "INFO",
-                      "DB_CONN_MAX_AGE": "60", "TFDASH_TRACE_LOG_LEVEL": "INFO"})  # fmt: skip
+                      "DB_CONN_MAX_AGE": "60", "TFDASH_TRACE_LOG_LEVEL": "INFO",
+                      "TFDASH_SCHEDULER_POLICY": args.policy})  # fmt: skip
     sims: list[subprocess.Popen[bytes]] = []
-    results: dict[str, Any] = {"hosts": args.hosts, "jobs": args.jobs, "load at start": load_start}
+    results: dict[str, Any] = {"hosts": args.hosts, "jobs": args.jobs, "seed": args.seed, "policy": args.policy,
+                               "load at start": load_start}  # fmt: skip
     failures: list[str] = []
     print(f"[scale] {args.hosts} hosts x 8 GPUs, {args.jobs} jobs; stack under {var}", flush=True)
     try:
@@ -457,7 +536,9 @@ def main() -> int:
 
         call_command("migrate", "--noinput", verbosity=0, stdout=io.StringIO())
         fleet = register_fleet(args.hosts)
-        for name in ("orchestrator", *(f"orchestrator-{n}" for n in range(2, args.orchestrators + 1)), "ingest", "web"):
+        stack.env["TFDASH_INGEST_PARTITIONS"] = str(args.ingest_partitions)
+        ingests = ("ingest", *(f"ingest-{p}" for p in range(1, args.ingest_partitions)))
+        for name in ("orchestrator", *(f"orchestrator-{n}" for n in range(2, args.orchestrators + 1)), *ingests, "web"):
             stack.start(name)
         # 0. no fleet yet: what the orchestrator costs by itself (Celery, beat, the watchdog's ticks over the
         # registered hosts), so that the heartbeats' own share can be told apart.
@@ -516,6 +597,7 @@ def main() -> int:
         with transaction.atomic():
             transaction.on_commit(lambda: committed.append(time.time()))  # the first hook: at the commit itself
             submitted = submit_jobs(shapes)
+            give_time_limits(list(submitted), args.duration, random.Random(args.seed + 1))
         submit_s = committed[0] - submit_start
         print(f"[scale] {len(submitted)} jobs submitted in {submit_s:.1f} s", flush=True)
         deadline = time.monotonic() + args.minutes * 60
@@ -530,6 +612,7 @@ def main() -> int:
                 break
             time.sleep(2)
         results["jobs phase, s"] = time.monotonic() - (deadline - args.minutes * 60)
+        results.update(queue_figures(list(submitted), submit_start + submit_s, time.time(), args.hosts * 8))
 
         # Placement: each job's tasks of attempt 1 are created in one scheduler pass at job.placed_at.
         placed = list(
@@ -620,7 +703,8 @@ def main() -> int:
         results["fleet tally"] = tally
         # The orchestrator's own claim, from its rows; what the agents saw also counts a stray process that was still
         # running when its host came back after being declared lost (it is killed on that host's next report).
-        results["ports booked twice"], results["devices booked twice"] = booked_twice(list(submitted))
+        longest_pass = max([*sched, *watchdog, *(t for _n, t in placing)], default=1.0)
+        results["ports booked twice"], results["devices booked twice"] = booked_twice(list(submitted), longest_pass)
         results["seen at the agents: ports / devices in use at a launch"] = (
             tally.get("ports booked twice", 0),
             tally.get("devices booked twice", 0),

@@ -217,6 +217,17 @@ TFDASH_WATCHDOG_INTERVAL_S = env_float("TFDASH_WATCHDOG_INTERVAL_S", 1.0)
 # A launch or kill order the agent's reports show was not acted on is sent again after this long (the agent applies
 # each launch once, so a resend of one that was merely slow costs nothing).
 TFDASH_ORDER_RESEND_S = env_float("TFDASH_ORDER_RESEND_S", 10.0)
+# A task's exit waits for the output lines it says the task printed (a final job has its whole log); when they have
+# not all come in this long (an agent's outbox dropped some in a long broker outage), it is applied with what is in.
+TFDASH_EXIT_LINES_WAIT_S = env_float("TFDASH_EXIT_LINES_WAIT_S", 30.0)
+
+# The scheduler (orchestrator/control/scheduling.py): "backfill" (the default: a reservation for each of the first
+# TFDASH_BACKFILL_DEPTH jobs that do not fit, and jobs behind start when they keep clear of them; priorities,
+# fair share and preemption) or "fifo" (strict first come, first served, no preemption: bench/scale.py compares).
+TFDASH_SCHEDULER_POLICY = env_str("TFDASH_SCHEDULER_POLICY", "backfill")
+if TFDASH_SCHEDULER_POLICY not in ("backfill", "fifo"):
+    raise RuntimeError(f"TFDASH_SCHEDULER_POLICY must be backfill or fifo, not {TFDASH_SCHEDULER_POLICY!r}")
+TFDASH_BACKFILL_DEPTH = env_int("TFDASH_BACKFILL_DEPTH", 8, minimum=1)
 
 # What one user, job or task may hold (orchestrator/limits.py reads them; README "Limits" lists them). Each is a
 # positive number: a deployment that wants more raises it, there is no "unlimited".
@@ -231,6 +242,8 @@ TFDASH_POINTS_THIN_STRIDE = env_int("TFDASH_POINTS_THIN_STRIDE", 10, minimum=2)
 # Artifacts one job may store: how many and how many bytes in all (one artifact is at most 64 MiB: contracts/limits).
 TFDASH_MAX_ARTIFACTS_PER_JOB = env_int("TFDASH_MAX_ARTIFACTS_PER_JOB", 16, minimum=1)
 TFDASH_MAX_ARTIFACT_BYTES_PER_JOB = env_int("TFDASH_MAX_ARTIFACT_BYTES_PER_JOB", 256 * 1024 * 1024, minimum=1)
+# On a cluster with an object store artifacts are objects there, each up to 5 GiB (contracts/store.py).
+TFDASH_MAX_STORE_ARTIFACT_BYTES_PER_JOB = env_int("TFDASH_MAX_STORE_ARTIFACT_BYTES_PER_JOB", 20 * 1024**3, minimum=1)
 # An uploaded training script (form, API, `submit`).
 TFDASH_MAX_SCRIPT_BYTES = env_int("TFDASH_MAX_SCRIPT_BYTES", 1024 * 1024, minimum=1)
 # Points a reconnecting job page is sent at most (`?since=`); a larger backlog is replaced by a fresh thinned load.
@@ -258,6 +271,12 @@ TFDASH_MESSAGE_MAX_SKEW_S = env_float("TFDASH_MESSAGE_MAX_SKEW_S", 30.0)
 # one stores nothing new (every row has a unique key), so they are accepted for a week: an ingest down over a long
 # weekend loses nothing.
 TFDASH_STREAM_MAX_AGE_S = env_float("TFDASH_STREAM_MAX_AGE_S", 7 * 24 * 3600.0)
+# How many ingest processes share the hosts' metric streams (`manage.py ingest_metrics --partition P`, one process
+# per P in 0..N-1; contracts/protocol.py ingest_partition): every process must be started with the same N.
+TFDASH_INGEST_PARTITIONS = max(1, int(env_float("TFDASH_INGEST_PARTITIONS", 1)))
+# The ingest is behind when the oldest metric-stream entry it has not stored is older than this: the cluster page tells
+# the staff (with how to add partitions), and GET /metrics says so (tfdash_ingest_behind).
+TFDASH_INGEST_BEHIND_S = env_float("TFDASH_INGEST_BEHIND_S", 10.0)
 # GET /metrics for a scraper without a session: `Authorization: Bearer <this>` (empty: staff sessions only).
 TFDASH_METRICS_TOKEN = env_str("TFDASH_METRICS_TOKEN", "")
 # Webhooks (orchestrator/webhooks/): how often the outbox is swept, a sweep's time for POSTs, one POST's timeouts,

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import time
+import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from contracts import broker
 from contracts.limits import MAX_HOST_CPUS, MAX_HOST_GPUS, MAX_HOST_MEMORY_MB
 from contracts.signing import MAX_SIGNED_CHARS, WIRE_VERSION
+from contracts.store import store_urls_from
 
 # 3: sealed agent messages (no token on the wire) and Ed25519-signed orders (contracts/signing.py).
 PROTOCOL_VERSION = WIRE_VERSION
@@ -94,6 +96,9 @@ class RecordedExit:
     exit_code: int | None = None
     detail: str = ""
     lost: bool = False
+    # How many output lines the task printed (seqs 0..lines-1), all sent before this exit; None: unknown (an agent
+    # of an older version). The orchestrator applies the exit once that many are in (a final task has its whole log).
+    lines: int | None = None
 
     def as_event(self) -> TaskEvent:
         """The EXITED event this exit is (the agent sends it at once; a report repeats it until acknowledged)."""
@@ -105,6 +110,7 @@ class RecordedExit:
             exit_code=self.exit_code,
             detail=self.detail,
             seq=self.seq,
+            lines=self.lines,
         )
 
 
@@ -203,6 +209,7 @@ def parse_task_report(raw: Any) -> TaskReport | None:
                 exit_code=_exit_code(r.get("exit_code")),
                 detail=str(r.get("detail", ""))[:500],
                 lost=bool(r.get("lost", False)),
+                lines=None if r.get("lines") is None else _count(r["lines"]),
             )
             for r in exits_raw
         ]
@@ -280,6 +287,8 @@ class LaunchSpec:
     # The job's own variables (Job.env), apart from `env` so the agent can check them against contracts/job_env.py
     # before it starts anything; `env` and the agent's own variables are set after them and win.
     user_env: dict[str, str] = field(default_factory=dict)
+    # When the cluster has an object store: the task's presigned URLs (contracts/store.py StoreUrls, as a dict).
+    store: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -299,10 +308,12 @@ class TaskEvent:
     exit_code: int | None = None
     detail: str = ""
     at: float = field(default_factory=time.time)
-    # The agent's event clock (worker_agent/ledger.py): grows with every event of the agent, across its restarts.
-    # The orchestrator applies an event only when it is newer than the last one it applied to the task, so a
+    # The agent's event clock (worker_agent/supervision/ledger.py): grows with every event of the agent, across its
+    # restarts. The orchestrator applies an event only when it is newer than the last one it applied to the task, so a
     # redelivered event changes nothing. 0: not numbered (always applied, state checks permitting).
     seq: int = 0
+    # EXITED: the task's output line count (RecordedExit.lines).
+    lines: int | None = None
 
 
 @dataclass(frozen=True)
@@ -340,12 +351,26 @@ TASK_ARTIFACT = "orchestrator.task_artifact"
 
 
 # Metric traffic (TASK_METRICS, HOST_SAMPLES, TASK_ARTIFACT) and log lines (TASK_LOGS) are entries of the host's
-# METRICS stream. One ingest consumer (group METRICS_GROUP) reads every host's stream, hundreds of entries per round
-# trip, stores them in one transaction, then acknowledges and deletes them; an entry read but not acknowledged (a
-# crash) is read again, and storing is idempotent. So point ids grow in commit order (a reconnecting browser asks
-# "everything after id N") and a flood of points never delays job lifecycle events. A stream holds only unprocessed
-# entries.
+# METRICS stream, most of them bundled per host (contracts/bundles.py). The ingest (group METRICS_GROUP) reads the
+# hosts' streams in INGEST partitions, each host's stream read by one of them (`ingest_partition`), hundreds of
+# entries per round trip; it stores them in one transaction, then acknowledges and deletes them; an entry read but not
+# acknowledged (a crash) is read again, and storing is idempotent. A flood of points never delays job lifecycle events.
+# A stream holds only unprocessed entries.
 METRICS_GROUP = "ingest"
+
+# The browser's resume cursor: every stored metric point carries POINT_SEQ, its number within its job, 1, 2, ... in
+# the order the transactions that stored them commit (the job's counter row stays locked until the commit, so two
+# partitions storing one job's points take turns). A reconnecting page asks for "every point of job J numbered above
+# N" and gets exactly what it missed, however the hosts are spread over partitions, and across a change of their
+# number. A redelivered point keeps its number, so a page drops it as seen.
+POINT_SEQ = "seq"
+
+
+def ingest_partition(host: str, partitions: int) -> int:
+    """Which of `partitions` ingest partitions reads `host`'s METRICS stream: a stable hash of its name (the same in
+    every process, unlike Python's hash())."""
+    return zlib.crc32(host.encode("utf-8")) % max(1, partitions)
+
 
 # Each host's streams are capped at about this many entries (oldest dropped first), so a long-stopped reader cannot
 # fill Redis: a day of one host's events, 50 minutes of heartbeats, hours of a busy host's metric traffic.
@@ -396,6 +421,10 @@ class TaskArtifact:
     name: str
     sha256: str
     content_b64: str
+    # In the object store instead (content_b64 empty): uploaded to artifact slot `slot` of the task attempt
+    # (contracts/store.py artifact_key), `size` bytes. -1: the content travels inline.
+    size: int = 0
+    slot: int = -1
 
 
 def exit_acks_from(body: dict[str, Any]) -> list[tuple[int, int]]:
@@ -419,6 +448,8 @@ def kill_order_from(body: dict[str, Any]) -> KillOrder:
 def launch_spec_from(body: dict[str, Any]) -> LaunchSpec:
     try:
         program = ProgramSpec(**body["program"])
-        return LaunchSpec(**{**body, "program": program})
+        spec = LaunchSpec(**{**body, "program": program})
     except (KeyError, TypeError) as exc:
         raise ValueError(f"malformed launch spec: {exc!r}") from exc
+    store_urls_from(spec.store)  # ValueError when malformed
+    return spec

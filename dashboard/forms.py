@@ -10,7 +10,7 @@ from contracts import job_env
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import PROGRAM_KEYS
 from contracts.strategies import STRATEGY_HINTS
-from orchestrator.control import experiments, job_fields, scheduling, submission
+from orchestrator.control import experiments, fleet_state, job_fields, submission
 from orchestrator.control.job_fields import JobField
 from orchestrator.models import Cluster, ExperimentMode, Job, ProgramKind, Script, Strategy
 
@@ -160,6 +160,7 @@ JobForm.base_fields["restart_policy"].widget = forms.RadioSelect(choices=job_fie
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("What to train", ("name", "program", "script", "earlier_script", "args", *PROGRAM_KEYS, "env")),
     ("Strategy and shape", ("cluster", "strategy", "workers", "ps", "devices_per_worker", "labels")),
+    ("Scheduling", ("time_limit_s", "priority")),
     ("Hyperparameters", tuple(f.name for f in job_fields.HYPERPARAMETERS)),
     (
         "Resilience",
@@ -176,6 +177,7 @@ def initial_from(job: Job) -> dict[str, Any]:
         config["hidden"] = ", ".join(map(str, config["hidden"]))
     return {
         **{name: getattr(job, name) for name in job_fields.SHAPE_FIELDS},
+        "priority": job.priority,
         "name": f"{job.name} (again)"[: job_fields.MAX_NAME_CHARS],
         "cluster": job.cluster_id,
         "args": shlex.join(str(a) for a in job.args) if isinstance(job.args, list) else "",
@@ -232,7 +234,7 @@ def _plural(n: int, word: str) -> str:
 
 def cluster_guidance(cluster: Cluster) -> ClusterGuidance:
     """Which strategy the cluster suits now, from its online hosts and the device slots running tasks leave free."""
-    online = [h for h in scheduling.host_states(scheduling.placement_hosts(cluster.pk)) if h.online]
+    online = [h for h in fleet_state.host_states(fleet_state.placement_hosts(cluster.pk)) if h.online]
     free = {h.name: len(set(h.device_ids) - h.used_devices) for h in online}
     with_room = [name for name, n in free.items() if n > 0]
     largest = max(free.items(), key=lambda item: (item[1], item[0]), default=("", 0))

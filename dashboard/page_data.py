@@ -17,7 +17,7 @@ from contracts.host_samples import readable_gpus
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import RunConfig, train_examples
 from orchestrator import limits
-from orchestrator.control import scheduling
+from orchestrator.control import fleet_state, scheduling
 from orchestrator.models import Cluster, Host, HostSample, HostStatus, Job, Task
 
 # A sample older than this many heartbeat timeouts is not "live" load any more (the agent stopped sampling).
@@ -91,7 +91,7 @@ def cluster_rows(now: float | None = None, page: int = 1) -> list[ClusterRows]:
     latest = HostSample.objects.filter(host=OuterRef("pk")).order_by("-ts").values("pk")[:1]
     hosts = list(Host.objects.select_related("cluster").annotate(latest_sample=Subquery(latest)).order_by("name"))
     samples = HostSample.objects.in_bulk([h.latest_sample for h in hosts if h.latest_sample])  # type: ignore[attr-defined]
-    states = {s.name: s for s in scheduling.host_states(hosts)}
+    states = {s.name: s for s in fleet_state.host_states(hosts)}
     fresh_s = SAMPLE_FRESH_TIMEOUTS * float(settings.TFDASH_HEARTBEAT_TIMEOUT_S)
     by_cluster: dict[int, list[HostRow]] = {}
     for host in hosts:
@@ -148,6 +148,8 @@ def job_parts(job: Job) -> dict[str, Any]:
         # A waiting job's place: how many wait ahead of it, and why the first of them does not start.
         "queue_ahead": ahead,
         "queue_head": head,
+        # What the state alone does not tell: preempted by whom and when, resumed where, timed out, held.
+        "story": list(job.events.order_by("at", "id")[:100]),
         "tasks": tasks,
         "failure_tail": failed.log_tail() if failed else [],
         "artifacts": list(job.artifacts.order_by("name").values("name", "size")),

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import path
 from django.views.generic import RedirectView
 
-from dashboard import views, webhook_views
+from dashboard import queue_views, views, webhook_views
 
 app_name = "dashboard"
 
@@ -11,6 +11,12 @@ urlpatterns = [
     path("", RedirectView.as_view(pattern_name="dashboard:jobs", permanent=False), name="home"),
     path("clusters/", views.clusters, name="clusters"),
     path("clusters/hosts/", views.host_rows, name="host-rows"),
+    path("clusters/<int:cluster_id>/queue/", queue_views.queue, name="queue"),
+    path(
+        "clusters/<int:cluster_id>/queue/<int:job_id>/<str:action>/",
+        queue_views.queue_action,
+        name="queue-action",
+    ),
     path("jobs/", views.job_list, name="jobs"),
     path("jobs/compare/", views.job_compare, name="job-compare"),
     path("jobs/new/", views.job_new, name="job-new"),

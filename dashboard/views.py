@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
@@ -29,9 +30,11 @@ from dashboard.forms import (
     initial_from,
     shape_for,
 )
+from orchestrator import counters
 from orchestrator.control import experiment_summary, experiments, lifecycle, submission
 from orchestrator.core.verdict import ENDED
 from orchestrator.metrics import log_reader
+from orchestrator.metrics import stream as metrics_stream
 from orchestrator.models import (
     TERMINAL_JOB_STATES,
     Cluster,
@@ -62,8 +65,18 @@ def clusters(request: HttpRequest) -> HttpResponse:
             "clusters": page_data.cluster_rows(page=_page(request)),
             "heartbeat_timeout": settings.TFDASH_HEARTBEAT_TIMEOUT_S,
             "page": _page(request),
+            "ingest_behind_s": _ingest_behind_s() if request.user.is_staff else None,
         },
     )
+
+
+def _ingest_behind_s() -> float | None:
+    """For the staff: how long the oldest unstored metric entry has waited, when the ingest is behind; else None."""
+    try:
+        waiting = metrics_stream.waiting_age_s(counters.client())
+    except redis.RedisError:
+        return None  # the page shows what it can; /metrics says Redis could not be read
+    return waiting if metrics_stream.behind(waiting) else None
 
 
 def _page(request: HttpRequest) -> int:

@@ -9,16 +9,17 @@ from typing import Any
 import redis
 from django.conf import settings
 from django.contrib import admin, messages
+from django.db import models
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from orchestrator import counters
+from orchestrator import counters, storage
 from orchestrator.identity import tokens
 from orchestrator.identity.broker_users import agent_server_url
 from orchestrator.metrics import stream as metrics_stream
-from orchestrator.models import Cluster, Host, HostStatus, Job, Task
+from orchestrator.models import Cluster, Host, HostStatus, Job, PriorityClass, Quota, Task
 
 
 def _show_token_once(request: HttpRequest, host: Host, token: str) -> None:
@@ -87,11 +88,50 @@ class HostInline(admin.TabularInline):
         return False  # added through the host form, which shows the new token
 
 
+class QuotaInline(admin.TabularInline):
+    """Devices a user or a group may use at once on the cluster before what they run counts as borrowed."""
+
+    model = Quota
+    extra = 0
+    autocomplete_fields = ("user", "group")
+
+
+@admin.register(PriorityClass)
+class PriorityClassAdmin(admin.ModelAdmin):
+    list_display = ("name", "value", "preemptible", "is_default", "description")
+
+
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
     list_display = ("name", "host_count", "online_count", "created_at")
     search_fields = ("name",)
-    inlines = [HostInline]
+    inlines = [HostInline, QuotaInline]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}  # an endpoint typed without its scheme
+    fieldsets = (
+        (None, {"fields": ("name", "description", "shared_dir")}),
+        ("Time limits", {"fields": ("default_time_limit_s", "max_time_limit_s", "stop_grace_s")}),
+        (
+            "Object store",
+            {
+                "description": "Checkpoints and artifacts follow the job through an S3-compatible store: hosts get "
+                "presigned URLs for their own job's keys, never the credentials, which stay in the file named here.",
+                "fields": (
+                    "store_endpoint",
+                    "store_bucket",
+                    "store_region",
+                    "store_path_style",
+                    "store_credentials_file",
+                ),
+            },
+        ),
+    )
+
+    def save_model(self, request: HttpRequest, obj: Cluster, form: Any, change: bool) -> None:
+        problem = storage.credentials_file_problem(obj.store_credentials_file)
+        if problem:
+            # Saved anyway (the file may be put in place after), but staff hear at once that it cannot serve yet.
+            messages.warning(request, f"Object store credentials: {problem}")
+        super().save_model(request, obj, form, change)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Cluster]:
         return (

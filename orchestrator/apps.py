@@ -14,8 +14,9 @@ class OrchestratorConfig(AppConfig):
         from django.db.models.signals import post_delete, post_save  # noqa: PLC0415
 
         from orchestrator import checks  # noqa: F401, PLC0415 - registers the start-up checks
+        from orchestrator.agents import events  # noqa: PLC0415
         from orchestrator.identity import broker_users  # noqa: PLC0415
-        from orchestrator.metrics import live  # noqa: PLC0415
+        from orchestrator.metrics import ingest, live  # noqa: PLC0415
         from orchestrator.models import Host, Job, Task  # noqa: PLC0415
 
         # Every saved change of a job or a task reaches the job's open pages (after commit); bulk updates of task
@@ -24,6 +25,9 @@ class OrchestratorConfig(AppConfig):
         post_save.connect(
             lambda instance, using, **_: live.job_changed(instance.job_id, using), sender=Task, weak=False
         )
+        # An exit waiting for its task's last lines is applied as soon as they are stored.
+        if events.apply_waiting_exits not in ingest.LINES_IN:
+            ingest.LINES_IN.append(events.apply_waiting_exits)
         # A deleted host's broker user goes at once (after commit), with its open connections.
         post_delete.connect(
             lambda instance, using, **_: transaction.on_commit(

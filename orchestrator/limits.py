@@ -102,19 +102,23 @@ def points_thinned_note(stored: int, thinned: int) -> str:
 # --- artifacts per job ---
 
 
-def artifact_problem(name: str, size: int, count: int, total: int) -> str | None:
+def artifact_problem(name: str, size: int, count: int, total: int, *, in_store: bool = False) -> str | None:
     """Why artifact `name` of `size` bytes may not join a job that holds `count` others of `total` bytes in all (not
-    counting one of the same name, which it replaces)."""
+    counting one of the same name, which it replaces). A job on a cluster with an object store has its own byte cap
+    (its artifacts are not rows)."""
     max_count = settings.TFDASH_MAX_ARTIFACTS_PER_JOB
-    max_total = settings.TFDASH_MAX_ARTIFACT_BYTES_PER_JOB
+    max_total = (
+        settings.TFDASH_MAX_STORE_ARTIFACT_BYTES_PER_JOB if in_store else settings.TFDASH_MAX_ARTIFACT_BYTES_PER_JOB
+    )
     if count >= max_count:
         return (
             f"Artifact {name} was refused: the job already has {count} artifacts, as many as allowed "
             f"(TFDASH_MAX_ARTIFACTS_PER_JOB={max_count})."
         )
     if total + size > max_total:
+        setting = "TFDASH_MAX_STORE_ARTIFACT_BYTES_PER_JOB" if in_store else "TFDASH_MAX_ARTIFACT_BYTES_PER_JOB"
         return (
             f"Artifact {name} ({_bytes(size)}) was refused: it would bring the job's artifacts to "
-            f"{_bytes(total + size)}, past the limit of {_bytes(max_total)} (TFDASH_MAX_ARTIFACT_BYTES_PER_JOB)."
+            f"{_bytes(total + size)}, past the limit of {_bytes(max_total)} ({setting})."
         )
     return None

@@ -114,6 +114,7 @@ def watchdog() -> None:
     broker_users.sync_now_and_then()
     liveness.mark_silent_hosts_offline()
     lifecycle.check_startup_deadlines()
+    lifecycle.check_time_limits()
     lifecycle.reap_finished_jobs()
     lifecycle.check_progress()
     experiments.advance_all()  # level-triggered: no experiment waits on a message that was lost

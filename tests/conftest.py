@@ -18,6 +18,7 @@ from django.conf import settings
 from contracts import broker
 from contracts.broker import without_credentials
 from contracts.protocol import ORCHESTRATOR_QUEUE
+from tests.support.object_store import ObjectStore, running_store
 from tests.support.processes import ManagedProcess
 
 AGENT_HEARTBEAT_S = 0.5
@@ -207,3 +208,17 @@ def _artifacts() -> Path:
 @pytest.fixture
 def artifacts_dir() -> Path:
     return _artifacts()
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[ObjectStore]:
+    """A real S3 (a moto server process behind a SigV4 gate: tests/support/object_store.py), one for the session."""
+    with running_store() as store:
+        yield store
+
+
+@pytest.fixture
+def object_store(moto_server: ObjectStore) -> Iterator[ObjectStore]:
+    """The session's store, emptied after each test."""
+    yield moto_server
+    moto_server.empty()

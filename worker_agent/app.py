@@ -30,6 +30,7 @@ from contracts.protocol import (
 )
 from contracts.signing import Refused
 from kombu_redis.transport import TRANSPORT
+from kombu_redis.wakeup import keep_consumer_awake
 from worker_agent import __version__, facts
 from worker_agent.heartbeat import Heartbeat
 from worker_agent.orders import OrderGate
@@ -73,6 +74,7 @@ def make_app(server: str, host: str, gate: OrderGate, runner: TaskRunner) -> Cel
         # (pidbox queues, pub/sub) and no events above.
         broker_transport_options=broker.transport_options(host),
     )
+    keep_consumer_awake(app)  # a thread pool: orders are taken as soon as the last one is handled
 
     # shared=False on every task: a shared task (Celery's default) is also added to every app finalised later in the
     # process, so a second app (tests, tools) would run the first one's handlers with the first one's gate.
@@ -172,10 +174,12 @@ class Agent:
         self._shut_down = False
         self._shutdown_lock = threading.Lock()
 
-    def _report(self, task_name: str, body: dict[str, Any], queue: str = broker.EVENTS) -> None:
+    def _report(
+        self, task_name: str, body: dict[str, Any], queue: str = broker.EVENTS, then: Callable[[], None] | None = None
+    ) -> None:
         # The supervisor sends events as (name, body): the host's events stream; logs and its metrics pipes name
-        # broker.METRICS.
-        self.outbox.send(task_name, body, queue=queue)
+        # broker.METRICS; a log batch's `then` persists its output position once the batch is published.
+        self.outbox.send(task_name, body, queue=queue, then=then)
 
     def run(self, loglevel: str = "INFO") -> int:
         """Reclaim what a previous agent left running, then consume `agent.<host>` until the worker stops

@@ -225,6 +225,27 @@ def _open_same(name: str, dir_fd: int, flags: int, listed: os.stat_result) -> in
 def read_file(place: Place, *, owner: int | None, max_bytes: int) -> bytes | str:
     """The content of the regular file at `place` (owned by `owner` when given), or why it cannot be read. Checked
     before it is opened (lstat by fd) and after (fstat: the same file), never through a link."""
+    fd = open_file(place, owner=owner, max_bytes=max_bytes)
+    if isinstance(fd, str):
+        return fd
+    try:
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, min(1 << 20, max_bytes + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > max_bytes:  # it grew after the stat
+                return f"more than {max_bytes} bytes"
+        return b"".join(chunks)
+    except OSError as exc:
+        return f"cannot read it: {exc.strerror}"
+    finally:
+        os.close(fd)
+
+
+def open_file(place: Place, *, owner: int | None, max_bytes: int) -> int | str:
+    """An fd (the caller closes it) of the regular file at `place`, owned by `owner` when given and of at most
+    `max_bytes` when opened, or why not: checked as `read_file` checks, never through a link."""
     if not place.parts:
         return "not a regular file"
     try:
@@ -246,21 +267,9 @@ def read_file(place: Place, *, owner: int | None, max_bytes: int) -> bytes | str
         fd = _open_same(name, parent, FILE_FLAGS, info)
         if fd is None:
             return "it changed while it was read"
+        return fd
     finally:
         os.close(parent)
-    try:
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := os.read(fd, min(1 << 20, max_bytes + 1 - size)):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > max_bytes:  # it grew after the stat
-                return f"more than {max_bytes} bytes"
-        return b"".join(chunks)
-    except OSError as exc:
-        return f"cannot read it: {exc.strerror}"
-    finally:
-        os.close(fd)
 
 
 def write_file(dir_fd: int, name: str, content: bytes, *, mode: int, uid: int | None = None) -> None:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from contracts import signing
+from worker_agent import atomic
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +59,7 @@ class SeenOrders:
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".seen-orders.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as out:
-                json.dump(self._seen, out)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic.write_json(self.path, self._seen)
 
 
 class OrderGate:

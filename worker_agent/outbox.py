@@ -10,7 +10,9 @@ task events; METRICS for metric points, log lines, host samples and artifacts): 
 the host's own streams, the only keys besides its order queue that its broker user may write. One ordered outbox
 serves both: that keeps the order within each stream, which is all the consumers rely on. Messages that wait together
 at the head go out in one pipelined round trip, so under load they batch by themselves while a lone event still
-leaves at once (no flush timer adds latency).
+leaves at once (no flush timer adds latency). Metric points, log lines and host samples waiting together go as one
+sealed entry (contracts/bundles.py: one MAC, one XADD, in the order they were made); when such a report is at the
+head the thread lingers up to BUNDLE_LINGER_S for others to join it.
 
 Every message is sealed (contracts/signing.py: host, time, nonce, name, body, MAC under the host's key) when it is
 published, not when it is queued: a message held back by a broker outage leaves with a fresh timestamp, so it is not
@@ -30,6 +32,7 @@ import redis
 from celery import Celery
 
 from contracts import broker
+from contracts.bundles import BUNDLE_LINGER_S, BUNDLED, HOST_REPORTS, bundle_entries
 from contracts.protocol import HOST_SAMPLES, STREAM_MAXLEN, TASK_LOGS, stream_entry
 from contracts.signing import seal
 
@@ -37,6 +40,9 @@ log = logging.getLogger(__name__)
 
 # `transport(task_name, envelope, queue=...)` publishes one message or raises.
 Transport = Callable[..., None]
+
+# (task name, body, stream, what to run once it is published)
+_Item = tuple[str, dict[str, Any], str, Callable[[], None] | None, float]
 
 # Dropped first when the outbox is full, in this order: the cheapest losses.
 DROP_FIRST = (HOST_SAMPLES, TASK_LOGS)
@@ -77,9 +83,10 @@ class Outbox:
         # pipelined batches.
         self._transport = transport
         self._redis: redis.Redis | None = None
-        self._queue: deque[tuple[str, dict[str, Any], str]] = deque()
+        self._queue: deque[_Item] = deque()  # (name, body, stream kind, then, queued at: monotonic)
         self._cond = threading.Condition()
         self._in_flight = 0  # messages at the head being published
+        self._following = False  # a batch taken, its follow-ups not yet run
         self._stopped = False
         self.sent = 0
         self.dropped = 0
@@ -88,9 +95,12 @@ class Outbox:
         self._thread.start()
 
     # --- caller side ----------------------------------------------------------------------------------------------
-    def send(self, task_name: str, body: dict[str, Any], queue: str = broker.EVENTS) -> None:
+    def send(
+        self, task_name: str, body: dict[str, Any], queue: str = broker.EVENTS, then: Callable[[], None] | None = None
+    ) -> None:
         """Queue one message for this host's stream `queue` (broker.EVENTS or broker.METRICS); never blocks on the
-        broker and never raises."""
+        broker and never raises. `then` runs on the publishing thread once the message is published (in order; not
+        at all when it is dropped)."""
         try:
             with self._cond:
                 if self._stopped:
@@ -98,7 +108,7 @@ class Outbox:
                     return
                 if len(self._queue) >= self.max_queued:
                     self._drop_one()
-                self._queue.append((task_name, body, queue))
+                self._queue.append((task_name, body, queue, then, time.monotonic()))
                 self._cond.notify_all()
         except Exception:  # a reporting path must never break the code that reports
             log.exception("outbox could not queue %s", task_name)
@@ -107,7 +117,7 @@ class Outbox:
         """Wait until every queued message is published; False when some are still unsent after `timeout`."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._queue or self._in_flight:
+            while self._queue or self._in_flight or self._following:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._thread.is_alive():
                     return False
@@ -138,11 +148,15 @@ class Outbox:
                     self._cond.wait()
                 if self._stopped:
                     return
+                linger = self._linger()
+                if linger > 0:
+                    self._cond.wait(linger)  # more reports may join the bundle; woken early by stop() or a send
+                    continue
                 batch = self._head_batch()
                 self._in_flight = len(batch)
+                self._following = True
             ok = self._publish_batch(batch)
             with self._cond:
-                self._in_flight = 0
                 if ok:
                     # Only now leave the queue: a failed head is retried before anything behind it, keeping order.
                     for item in batch:
@@ -150,12 +164,27 @@ class Outbox:
                             self._queue.popleft()
                     self.sent += len(batch)
                     backoff = FIRST_BACKOFF_S
+                self._in_flight = 0
+            if ok:
+                _run_callbacks(batch)  # outside the lock; `flush` returns only after them (`_following`)
+            with self._cond:
+                self._following = False
                 self._cond.notify_all()
                 if not ok:
                     self._cond.wait(backoff)  # woken early only by stop()
                     backoff = min(backoff * 2, self.max_backoff_s)
 
-    def _head_batch(self) -> list[tuple[str, dict[str, Any], str]]:
+    def _linger(self) -> float:
+        """How long to wait before sending, for more reports to bundle with the one at the head (called holding the
+        lock): 0 unless the head is a bundled report queued less than BUNDLE_LINGER_S ago and the batch is not full."""
+        name, _body, queue, _then, queued_at = self._queue[0]
+        if self._transport is not None or queue != broker.METRICS or name not in BUNDLED:
+            return 0.0
+        if len(self._queue) >= STREAM_BATCH:
+            return 0.0
+        return max(0.0, queued_at + BUNDLE_LINGER_S - time.monotonic())
+
+    def _head_batch(self) -> list[_Item]:
         """The head message, plus those right behind it up to a batch (called holding the lock)."""
         if self._transport is not None:
             return [self._queue[0]]
@@ -167,9 +196,9 @@ class Outbox:
             size += _rough_size(item[1])
         return batch
 
-    def _publish_batch(self, batch: list[tuple[str, dict[str, Any], str]]) -> bool:
+    def _publish_batch(self, batch: list[_Item]) -> bool:
         if self._transport is not None:
-            return self._publish(*batch[0])
+            return self._publish(*batch[0][:3])
         try:
             self._xadd(batch)
         except Exception as exc:  # Redis down or refusing: retried with backoff, the same batch or a longer one
@@ -180,17 +209,39 @@ class Outbox:
             return False
         return True
 
-    def _xadd(self, batch: list[tuple[str, dict[str, Any], str]]) -> None:
+    def _xadd(self, batch: list[_Item]) -> None:
         if self._redis is None:
             self._redis = broker_redis(self.app)
         pipe = self._redis.pipeline(transaction=False)
-        for name, body, queue in batch:
-            envelope = self._seal(name, body)
-            if envelope is None:
+        run: list[tuple[str, Any]] = []  # bundled reports waiting to be packed: a run ends at an artifact
+
+        def add(queue: str, entry: dict[str, str]) -> None:
+            pipe.xadd(broker.stream(self.host, queue), entry, maxlen=STREAM_MAXLEN[queue], approximate=True)
+
+        for name, body, queue, _then, _queued_at in batch:
+            if queue == broker.METRICS and name in BUNDLED:
+                run.append((name, body))
                 continue
-            key = broker.stream(self.host, queue)
-            pipe.xadd(key, stream_entry(name, envelope), maxlen=STREAM_MAXLEN[queue], approximate=True)
+            if queue == broker.METRICS and run:  # what was reported before this artifact goes before it
+                for entry in bundle_entries(run, self._seal_quietly):
+                    add(queue, entry)
+                run = []
+            envelope = self._seal(name, body)
+            if envelope is not None:
+                add(queue, stream_entry(name, envelope))
+        for entry in bundle_entries(run, self._seal_quietly):
+            add(broker.METRICS, entry)
         pipe.execute()
+
+    def _seal_quietly(self, name: str, body: Any) -> dict[str, Any] | None:
+        """`_seal` for bundle_entries: a bundle that cannot be sealed is split, and only a lone report that cannot be
+        is dropped (and counted)."""
+        if name != HOST_REPORTS:
+            return self._seal(name, body)
+        try:
+            return seal(self._key, self.host, name, body)
+        except (TypeError, ValueError):
+            return None
 
     def _seal(self, name: str, body: dict[str, Any]) -> dict[str, Any] | None:
         """The message sealed now (a fresh timestamp however long it waited here); None, logged and counted as
@@ -230,6 +281,15 @@ class Outbox:
         self.dropped += 1
         if self.dropped == 1 or self.dropped % 100 == 0:
             log.warning("outbox full (%d queued): dropped %d message(s) so far", self.max_queued, self.dropped)
+
+
+def _run_callbacks(batch: list[_Item]) -> None:
+    for item in batch:
+        if item[3] is not None:
+            try:
+                item[3]()
+            except Exception:  # a caller's follow-up must not stop the publishing thread
+                log.exception("a follow-up of a published %s failed", item[0])
 
 
 def _rough_size(body: dict[str, Any]) -> int:

@@ -42,6 +42,7 @@ REFUSED = 5  # the server refused the request: the job cannot run as given, or i
 UNREACHABLE = 6  # no answer from the server, or a server error
 UNSUPPORTED = 7  # the server does not offer this command's API
 JOB_CANCELLED = 8  # --wait: the job was cancelled
+JOB_TIMED_OUT = 9  # --wait: the job reached its time limit
 INTERRUPTED = 130  # Ctrl-C (a job being waited for goes on running)
 
 EXIT_CODES = f"""exit codes:
@@ -54,9 +55,10 @@ EXIT_CODES = f"""exit codes:
   {UNREACHABLE}    the server did not answer, or failed
   {UNSUPPORTED}    the server does not offer this command's API
   {JOB_CANCELLED}    --wait: the job was cancelled
+  {JOB_TIMED_OUT}    --wait: the job reached its time limit (timed out)
   {INTERRUPTED}  interrupted (Ctrl-C); a job being waited for goes on running"""
 
-OUTCOMES = {"succeeded": OK, "failed": JOB_FAILED, "cancelled": JOB_CANCELLED}
+OUTCOMES = {"succeeded": OK, "failed": JOB_FAILED, "cancelled": JOB_CANCELLED, "timed_out": JOB_TIMED_OUT}
 ERRORS: dict[type[TfdashError], int] = {
     AuthError: AUTH,
     NotFound: NOT_FOUND,
@@ -200,6 +202,10 @@ def cancel(ns: argparse.Namespace, client: Callable[[], Client]) -> int:
     return OK
 
 
+# The queue API's columns a terminal has room for (like squeue --start); --json has them all.
+QUEUE_COLUMNS = ("position", "id", "name", "owner", "priority", "state", "devices", "time_limit_s", "expected_start")
+
+
 def queue(ns: argparse.Namespace, client: Callable[[], Client]) -> int:
     with client() as api:
         clusters = api.clusters()
@@ -215,7 +221,9 @@ def queue(ns: argparse.Namespace, client: Callable[[], Client]) -> int:
         rows = _rows(body)
         out.print(f"[bold]{escape(name)}[/]: {len(rows)} waiting")
         if rows:
-            columns = [c for c in rows[0] if not isinstance(rows[0][c], dict | list)][:9]
+            columns = [c for c in QUEUE_COLUMNS if c in rows[0]] or [
+                c for c in rows[0] if not isinstance(rows[0][c], dict | list)
+            ][:9]
             table = Table(*columns, box=None)
             for row in rows:
                 table.add_row(*(escape(str(row.get(c, ""))) for c in columns))
@@ -561,7 +569,8 @@ def _print_refusal(exc: Refused) -> None:
         err.print(f"  {option + ': ' if option else ''}{escape(text)}")
 
 
-_COLOURS = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "restarting": "magenta"}
+_COLOURS = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "restarting": "magenta",
+            "timed_out": "red", "preempted": "magenta"}  # fmt: skip
 
 
 def _state(state: str) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 import shutil
 import tarfile
@@ -31,7 +32,7 @@ import httpx
 
 from tfdash import config
 
-TERMINAL_STATES = ("succeeded", "failed", "cancelled")
+TERMINAL_STATES = ("succeeded", "failed", "cancelled", "timed_out")
 DEFAULT_TIMEOUT_S = 30.0
 
 
@@ -302,10 +303,37 @@ class Client:
         response = self._send("GET", f"/api/jobs/{int(job_id)}/artifacts/{name}/", accept="*/*")
         target = Path(folder) / f"job{int(job_id)}-{Path(name).name}"
         expected = response.headers.get("X-Content-SHA256")
+        location = response.headers.get("Location")
+        if response.status_code in (302, 303, 307) and location:
+            # In the cluster's object store: fetched from the presigned URL, without this client's token.
+            self._fetch_to(location, target, expected, name)
+            return target
         if expected and hashlib.sha256(response.content).hexdigest() != expected:
             raise Unreachable(f"{name} arrived damaged (its SHA-256 does not match); try again.")
         target.write_bytes(response.content)
         return target
+
+    def _fetch_to(self, url: str, target: Path, expected: str | None, name: str) -> None:
+        """Stream `url` (a presigned object-store URL) into `target`, checked against `expected` before it is named
+        so; the URL is never shown (it carries a signature)."""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256()
+        fd, scratch = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as out, httpx.stream("GET", url, timeout=self._http.timeout) as r:
+                if r.status_code >= 400:
+                    raise Unreachable(f"The object store answered {r.status_code} for {name}; try again.")
+                for chunk in r.iter_bytes():
+                    digest.update(chunk)
+                    out.write(chunk)
+            if expected and digest.hexdigest() != expected:
+                raise Unreachable(f"{name} arrived damaged (its SHA-256 does not match); try again.")
+            os.replace(scratch, target)
+        except httpx.HTTPError:
+            raise Unreachable(f"Cannot fetch {name} from the object store; try again.") from None
+        finally:
+            if os.path.exists(scratch):
+                os.unlink(scratch)
 
     def tensorboard(self, job_id: int, folder: str | Path = ".") -> Path:
         """Write the job's stored metrics as a TensorBoard logdir, `folder/job<id>` (`GET /api/jobs/<id>/tensorboard/`:

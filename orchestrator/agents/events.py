@@ -8,11 +8,14 @@ for its own tasks: an event naming another host's task is dropped, logged and co
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import asdict, fields
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
-from contracts.protocol import TASK_EVENT, TaskEvent
+from contracts.protocol import TASK_EVENT, TaskEvent, TaskEventKind
 from orchestrator import counters
 from orchestrator.control.lifecycle import apply_event
 from orchestrator.identity import foreign
@@ -23,6 +26,7 @@ log = logging.getLogger(__name__)
 
 DROPPED = "task_messages_dropped"
 REPLAYED = "task_events_replayed"
+_EVENT_FIELDS = {f.name for f in fields(TaskEvent)}
 
 
 def handle_task_event(payload: Any) -> bool:
@@ -48,6 +52,53 @@ def _apply(host: Host, event: TaskEvent) -> bool:
         return apply_once(task, event)
 
 
+def lines_missing(task: Task, lines: int | None) -> bool:
+    """Whether an exit saying its task printed `lines` lines must wait: fewer of them are in (None: an agent that
+    does not count them; its exit is applied at once)."""
+    return isinstance(lines, int) and not isinstance(lines, bool) and lines > task.log_lines_in
+
+
+def wait_for_lines(task: Task, event: TaskEvent) -> None:
+    """Keep the exit on the task until its lines are in (the ingest applies it then, or a heartbeat after
+    settings.TFDASH_EXIT_LINES_WAIT_S whatever is in)."""
+    if task.exit_waiting is None:
+        task.exit_waiting = {**asdict(event), "waiting_since": time.time()}
+        task.save(update_fields=["exit_waiting"])
+        log.info("exit of task %s waits for its lines (%s printed, %s in)", task.pk, event.lines, task.log_lines_in)
+
+
+def waited_enough(task: Task) -> bool:
+    since = (task.exit_waiting or {}).get("waiting_since", 0)
+    return not isinstance(since, int | float) or time.time() - since >= settings.TFDASH_EXIT_LINES_WAIT_S
+
+
+def apply_waiting_exits(task_ids: list[int]) -> None:
+    """The exits of these tasks that waited for their lines, applied now that all of them are in."""
+    for task_id in task_ids:
+        with transaction.atomic():
+            job_id = Task.objects.filter(pk=task_id).values_list("job_id", flat=True).first()
+            if job_id is None:
+                continue
+            Job.objects.select_for_update().filter(pk=job_id).first()
+            task = Task.objects.select_for_update(of=("self",)).select_related("job", "host").get(pk=task_id)
+            raw = task.exit_waiting
+            if raw is None:
+                continue
+            event = TaskEvent(**{k: v for k, v in raw.items() if k in _EVENT_FIELDS})
+            if lines_missing(task, event.lines):
+                continue
+            apply_waited(task, event)
+
+
+def apply_waited(task: Task, event: TaskEvent) -> None:
+    """Apply an exit that waited (job and task locked by the caller): the recorded exit is the truth."""
+    task.exit_waiting = None
+    task.event_seq = max(task.event_seq, _number(event.seq))
+    task.save(update_fields=["exit_waiting", "event_seq"])
+    if task.state in ACTIVE_TASK_STATES:
+        apply_event(task, event)
+
+
 def apply_once(task: Task, event: TaskEvent) -> bool:
     """Apply an event to its task (job and task rows locked by the caller) unless it is a replay: not newer than the
     newest event applied to the task, or about a task already final. Returns whether it was applied.
@@ -58,6 +109,10 @@ def apply_once(task: Task, event: TaskEvent) -> bool:
     if task.state not in ACTIVE_TASK_STATES or (seq and seq <= task.event_seq):
         log.info("replayed %s of task %s ignored", event.kind, task.pk)
         counters.incr(REPLAYED)
+        return False
+    if event.kind == TaskEventKind.EXITED and lines_missing(task, event.lines):
+        # A final task has its whole log: the exit is applied once the lines it names are in.
+        wait_for_lines(task, event)
         return False
     if seq:
         task.event_seq = seq

@@ -36,6 +36,7 @@ from django.utils import timezone
 
 from contracts.protocol import RecordedExit, TaskReport
 from orchestrator import counters
+from orchestrator.agents import events
 from orchestrator.control import dispatch, lifecycle
 from orchestrator.identity import foreign
 from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task, TaskState
@@ -149,10 +150,17 @@ def _settle(
                 continue  # settled meanwhile (its event arrived)
             task.job = job  # the locked row
             recorded = exits.get(key)
+            if recorded is not None and events.lines_missing(task, recorded.lines):
+                events.wait_for_lines(task, recorded.as_event())  # a final task has its whole log
+                if not events.waited_enough(task):
+                    continue
             if recorded is not None and not recorded.lost:
                 _apply_exit(task, recorded)
                 result.ended.append(task.pk)
             elif recorded is not None:  # only a restarted agent records an exit as lost (it reclaimed the task)
+                if task.exit_waiting is not None:
+                    task.exit_waiting = None
+                    task.save(update_fields=["exit_waiting"])
                 gone.append((task, recorded.detail or f"the agent on {host.name} restarted"))
                 restarted = True
                 result.ended.append(task.pk)
@@ -170,9 +178,7 @@ def _settle(
 
 def _apply_exit(task: Task, recorded: RecordedExit) -> None:
     """The recorded exit is the truth about a process that is over: applied even if its number is not newer."""
-    task.event_seq = max(task.event_seq, recorded.seq)
-    task.save(update_fields=["event_seq"])
-    lifecycle.apply_event(task, recorded.as_event())
+    events.apply_waited(task, recorded.as_event())
 
 
 def _send_orders(host: Host, result: Converged, relaunch: list[Task], rekill: list[Task], strays: list[Task]) -> None:

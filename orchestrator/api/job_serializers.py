@@ -172,6 +172,16 @@ class TaskSerializer(serializers.ModelSerializer):
         return f"/api/jobs/{obj.job_id}/logs/{obj.pk}/"
 
 
+class PrioritySerializer(serializers.Serializer):
+    priority = serializers.CharField(max_length=32, help_text="a priority class's name")
+
+
+class JobEventSerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    kind = serializers.CharField()
+    text = serializers.CharField()
+
+
 class FailureSerializer(serializers.Serializer):
     task = serializers.CharField()
     task_id = serializers.IntegerField()
@@ -186,6 +196,8 @@ class JobSerializer(serializers.ModelSerializer):
     script_name = serializers.CharField(source="script.filename", default=None, allow_null=True, read_only=True)
     script_sha256 = serializers.CharField(source="script_id", default=None, allow_null=True, read_only=True)
     failure = serializers.SerializerMethodField()
+    priority = serializers.CharField(read_only=True, help_text="the priority class's name")
+    events = JobEventSerializer(many=True, read_only=True, help_text="what the state alone does not tell")
 
     class Meta:
         model = Job
@@ -212,6 +224,14 @@ class JobSerializer(serializers.ModelSerializer):
             "progress_timeout_s",
             "legacy_keras",
             "startup_deadline_s",
+            "time_limit_s",
+            "priority",
+            "held",
+            "expected_start",
+            "reservation",
+            "preemptions",
+            "borrowing",
+            "events",
             "state",
             "reason",
             "attempt",

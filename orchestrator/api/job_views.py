@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db.models import QuerySet
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -18,6 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from contracts.names import ARTIFACT_NAME_PATTERN
+from orchestrator import storage
 from orchestrator.api.job_serializers import (
     ArtifactSerializer,
     HostSamplesSerializer,
@@ -26,13 +28,16 @@ from orchestrator.api.job_serializers import (
     LogPageSerializer,
     MetricsPageSerializer,
     PlanSerializer,
+    PrioritySerializer,
     TaskSerializer,
 )
-from orchestrator.control import lifecycle, submission
+from orchestrator.control import lifecycle, queue_view, submission
 from orchestrator.metrics import history, log_reader
 from orchestrator.metrics import hosts as host_load
 from orchestrator.metrics import tensorboard as tensorboard_export
 from orchestrator.models import Job, JobArtifact, MetricPoint, Task
+
+log = logging.getLogger(__name__)
 
 METRICS_PAGE = 10_000
 _CURSOR = re.compile(r"^-?[0-9]{1,12}$")  # ASCII digits only: int() takes "²" and "٣" too
@@ -96,6 +101,44 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
             tasks = tasks.filter(attempt=int(attempt) if attempt else job.attempt)
         return Response(TaskSerializer(tasks, many=True).data)
 
+    @extend_schema(
+        request=None,
+        responses={200: JobSerializer, 403: OpenApiResponse(description="staff only"), 409: OpenApiResponse()},
+    )
+    @action(detail=True, methods=["post"])
+    def hold(self, request: Request, pk: str | None = None) -> Response:
+        """Staff: a waiting job keeps its place but is not started until released."""
+        return self._queue_action(request, lambda job: queue_view.hold(job.pk, by=request.user.get_username()))
+
+    @extend_schema(request=None, responses={200: JobSerializer, 403: OpenApiResponse(), 409: OpenApiResponse()})
+    @action(detail=True, methods=["post"])
+    def release(self, request: Request, pk: str | None = None) -> Response:
+        return self._queue_action(request, lambda job: queue_view.release(job.pk, by=request.user.get_username()))
+
+    @extend_schema(
+        request=PrioritySerializer, responses={200: JobSerializer, 403: OpenApiResponse(), 409: OpenApiResponse()}
+    )
+    @action(detail=True, methods=["post"])
+    def priority(self, request: Request, pk: str | None = None) -> Response:
+        """Staff: move a waiting job to another priority class."""
+        asked = PrioritySerializer(data=request.data)
+        asked.is_valid(raise_exception=True)
+        name = asked.validated_data["priority"]
+        return self._queue_action(
+            request, lambda job: queue_view.set_priority(job.pk, name, by=request.user.get_username())
+        )
+
+    def _queue_action(self, request: Request, act: Any) -> Response:
+        job = self.get_object()
+        if not request.user.is_staff:
+            return Response({"detail": "Only staff may change the queue."}, status=status.HTTP_403_FORBIDDEN)
+        try:
+            act(job)
+        except queue_view.QueueActionRefused as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        job.refresh_from_db()
+        return Response(JobSerializer(job).data)
+
     @extend_schema(request=None, responses={200: JobSerializer, 409: OpenApiResponse(description="already ended")})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
@@ -108,7 +151,11 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
     @extend_schema(
         responses={200: MetricsPageSerializer},
         parameters=[
-            OpenApiParameter("since", int, description="return points with id greater than this cursor (default 0)"),
+            OpenApiParameter(
+                "since",
+                int,
+                description="return points numbered above this cursor (the job's point sequence, default 0)",
+            ),
             OpenApiParameter("name", str, description="only this metric"),
             OpenApiParameter("task", int, description="only this task id"),
         ],
@@ -215,11 +262,28 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         listing = job.artifacts.order_by("name").values("name", "size", "sha256", "created_at")
         return Response([{**a, "url": f"/api/jobs/{job.pk}/artifacts/{a['name']}/"} for a in listing])
 
-    @extend_schema(responses={(200, "application/octet-stream"): bytes})
+    @extend_schema(
+        responses={
+            (200, "application/octet-stream"): bytes,
+            302: OpenApiResponse(description="in the cluster's object store: a presigned GET, valid 10 minutes"),
+        }
+    )
     @action(detail=True, methods=["get"], url_path=rf"artifacts/(?P<name>{ARTIFACT_NAME_PATTERN})")
     def artifact(self, request: Request, pk: str | None = None, name: str | None = None) -> HttpResponse:
         job = self.get_object()
-        artifact = get_object_or_404(JobArtifact, job=job, name=name)
+        artifact = get_object_or_404(JobArtifact.objects.defer("content"), job=job, name=name)
+        if artifact.key:
+            # The bytes are in the object store: a short-lived URL for this one key; the hash to check them by.
+            filename = f"job{job.pk}-{artifact.name}"
+            try:
+                url = storage.download_url(job.cluster, artifact.key, filename)
+            except storage.StoreUnavailable as exc:
+                log.error("job %s artifact %s: %s", job.pk, artifact.name, exc)
+                return HttpResponse("The object store cannot be used now.", status=503, content_type="text/plain")
+            redirect = HttpResponseRedirect(url)
+            redirect["X-Content-SHA256"] = artifact.sha256
+            redirect["Cache-Control"] = "no-store"
+            return redirect
         response = HttpResponse(bytes(artifact.content), content_type="application/octet-stream")
         response["Content-Disposition"] = f'attachment; filename="job{job.pk}-{artifact.name}"'
         response["X-Content-SHA256"] = artifact.sha256

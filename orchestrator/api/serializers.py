@@ -108,3 +108,28 @@ class HostCreatedSerializer(HostSerializer):
     def get_agent_command(self, obj: Host) -> str:
         # The token goes into the file the command names (mode 0600), never onto a command line.
         return shlex.join(tokens.agent_command(obj, agent_server_url()))
+
+
+class QueueRowSerializer(serializers.Serializer):
+    """One waiting job in a cluster's queue (orchestrator/control/queue_view.py): name and reason only for its owner
+    and staff."""
+
+    position = serializers.IntegerField()
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    owner = serializers.CharField()
+    priority = serializers.CharField()
+    state = serializers.CharField()
+    held = serializers.BooleanField()
+    strategy = serializers.CharField()
+    workers = serializers.IntegerField()
+    ps = serializers.IntegerField()
+    devices = serializers.IntegerField()
+    time_limit_s = serializers.IntegerField()
+    reason = serializers.CharField()
+    expected_start = serializers.DateTimeField(
+        allow_null=True, help_text="the latest it starts (null: not planned yet)"
+    )
+    reservation = serializers.JSONField(help_text='{"at": time, "hosts": {host: [device, ...]}} or {}')
+    submitted_at = serializers.DateTimeField()
+    visible = serializers.BooleanField(help_text="whether you may open the job")

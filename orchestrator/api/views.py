@@ -11,12 +11,20 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, status, viewsets
 from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from orchestrator.api import signin_limit
 from orchestrator.api.permissions import IsStaffOrReadOnly
-from orchestrator.api.serializers import ClusterSerializer, HostCreatedSerializer, HostSerializer, TokenSerializer
+from orchestrator.api.serializers import (
+    ClusterSerializer,
+    HostCreatedSerializer,
+    HostSerializer,
+    QueueRowSerializer,
+    TokenSerializer,
+)
+from orchestrator.control import queue_view
 from orchestrator.identity import tokens
 from orchestrator.models import Cluster, Host
 
@@ -25,6 +33,12 @@ class ClusterViewSet(viewsets.ModelViewSet):
     queryset = Cluster.objects.all()
     serializer_class = ClusterSerializer
     permission_classes = [IsStaffOrReadOnly]
+
+    @extend_schema(responses={200: QueueRowSerializer(many=True)})
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def queue(self, request: Request, pk: str | None = None) -> Response:
+        """The cluster's waiting jobs in the order the scheduler walks them, like `squeue --start`."""
+        return Response(QueueRowSerializer(queue_view.rows(self.get_object(), request.user), many=True).data)
 
     @extend_schema(responses={204: None, 409: OpenApiResponse(description="the cluster still has jobs")})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:

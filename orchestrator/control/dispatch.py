@@ -33,6 +33,7 @@ from contracts.protocol import (
 from contracts.run_config import script_env
 from contracts.signing import sign_order
 from contracts.strategies import Strategy
+from orchestrator import storage
 from orchestrator.control.passes import BROKER_ERRORS
 from orchestrator.core import tf_config
 from orchestrator.identity.keys import control_private_key
@@ -40,7 +41,6 @@ from orchestrator.models import Host, Job, ProgramKind, Task, TaskState
 
 log = logging.getLogger(__name__)
 
-KILL_GRACE_S = 3.0  # TF ignores SIGTERM; the grace is for user scripts that clean up
 # Launch orders of a scheduler pass are sent by a task of their own (by name: orchestrator/tasks.py imports this
 # module, not the other way round), in chunks: the pass ends as soon as its placements are committed, the orders of
 # a 1,000-task pass go out from as many worker threads (or orchestrators) as are free, and each message stays small.
@@ -60,7 +60,9 @@ def program_spec(job: Job) -> ProgramSpec:
     return ProgramSpec(kind="builtin", args=list(job.args), builtin=job.builtin, builtin_config=job.builtin_config)
 
 
-def launch_spec(task: Task, env: dict[str, str], program: ProgramSpec | None = None) -> LaunchSpec:
+def launch_spec(
+    task: Task, env: dict[str, str], program: ProgramSpec | None = None, store: dict[str, Any] | None = None
+) -> LaunchSpec:
     assert task.host is not None
     return LaunchSpec(
         job_id=task.job_id,
@@ -73,18 +75,21 @@ def launch_spec(task: Task, env: dict[str, str], program: ProgramSpec | None = N
         gpu=bool(task.host.gpus),
         env=env,
         program=program or program_spec(task.job),
-        kill_grace_s=KILL_GRACE_S,
+        kill_grace_s=float(task.job.cluster.stop_grace_s),  # SIGTERM, then SIGKILL after it (limits, preemption)
         job_dir=job_dir(task.job),
         user_env=dict(task.job.env or {}),
+        store=store or {},
     )
 
 
 def launch_body(spec: LaunchSpec) -> dict[str, Any]:
     """The order's body. `user_env` goes only when the job sets variables: an agent from before it (which refuses an
-    unknown key) still runs every job that sets none while a fleet is upgraded."""
+    unknown key) still runs every job that sets none while a fleet is upgraded; `store` likewise goes only on a cluster
+    with an object store."""
     body = asdict(spec)
-    if not body["user_env"]:
-        del body["user_env"]
+    for optional in ("user_env", "store"):
+        if not body[optional]:
+            del body[optional]
     return body
 
 
@@ -120,6 +125,7 @@ def launch_tasks(task_ids: list[int]) -> None:
     )
     _stamp(tasks)
     programs: dict[int, ProgramSpec] = {}  # per job: a script's base64 is made once, not once per task
+    stores = _Stores()
     with _producer() as producer:  # one broker connection for the whole batch, not one acquired per order
         for task in tasks:
             job = task.job
@@ -128,8 +134,31 @@ def launch_tasks(task_ids: list[int]) -> None:
                 env.update(script_env(job.builtin_config or {}))  # a builtin gets it in TFDASH_PROGRAM_CONFIG
             if job.pk not in programs:
                 programs[job.pk] = program_spec(job)
-            spec = launch_spec(task, env, programs[job.pk])
+            spec = launch_spec(task, env, programs[job.pk], stores.urls(task))
             _send(AGENT_LAUNCH, launch_body(spec), task.host.name, producer)
+
+
+class _Stores:
+    """Presigned URLs for the tasks of one batch of orders: one S3 client per cluster, one chief check per job."""
+
+    def __init__(self) -> None:
+        self._clients: dict[int, Any] = {}
+        self._chief: dict[int, bool] = {}
+
+    def urls(self, task: Task) -> dict[str, Any]:
+        cluster = task.job.cluster
+        if not cluster.has_store:
+            return {}
+        try:
+            if cluster.pk not in self._clients:
+                self._clients[cluster.pk] = storage.client(cluster)
+        except storage.StoreUnavailable as exc:
+            # Launched without: it starts from scratch rather than not at all; staff see why in the log.
+            log.error("cluster %s: object store unusable, task %s launched without it: %s", cluster.pk, task.pk, exc)
+            return {}
+        if task.job_id not in self._chief:
+            self._chief[task.job_id] = Task.objects.filter(job_id=task.job_id, type="chief").exists()
+        return storage.task_urls(self._clients[cluster.pk], task, self._chief[task.job_id])
 
 
 def kill_tasks(tasks: list[Task], reason: str, *, stamp: bool = True) -> None:

@@ -19,6 +19,9 @@ from contracts.strategies import STRATEGY_LABELS, Strategy
 from orchestrator.core.restarts import EXIT_CODE, POLICIES
 
 MAX_NAME_CHARS = 200
+# A run shorter than a minute cannot be planned around (passes, start-up); a year is no limit a scheduler can use.
+MIN_TIME_LIMIT_S = 60
+MAX_TIME_LIMIT_S = 365 * 86_400
 MAX_LABELS_CHARS = 500
 
 
@@ -89,11 +92,33 @@ FIELDS: tuple[JobField, ...] = (
         "ParameterServer",
     ),
     JobField("startup_deadline_s", int, "Start-up deadline (s)", 120, min=10, max=3600),
+    JobField(
+        "time_limit_s",
+        int,
+        "Time limit (s)",
+        None,
+        help="each run is stopped after this long (SIGTERM, a grace, SIGKILL): state timed out; blank: the "
+        "cluster's default. The scheduler plans with it: a short limit may start sooner (backfill)",
+        min=MIN_TIME_LIMIT_S,
+        max=MAX_TIME_LIMIT_S,
+        optional_in_form=True,
+    ),
+    JobField(
+        "priority",
+        str,
+        "Priority class",
+        "",
+        help="a class staff defined (e.g. low, normal, high); blank: the default class",
+        max_length=32,
+        optional_in_form=True,
+    ),
 )
 
 BY_NAME = {f.name: f for f in FIELDS}
+# Fields that are no Job column as given: the priority class is named, the row is found by submission.validate.
+NAMED_FIELDS = ("priority",)
 # The Job columns these fields set as they are given.
-SHAPE_FIELDS = tuple(f.name for f in FIELDS)
+SHAPE_FIELDS = tuple(f.name for f in FIELDS if f.name not in NAMED_FIELDS)
 
 
 # A run's hyperparameters, as the New job form offers them. For a builtin program they become its config

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from contracts.protocol import TaskEvent, TaskEventKind
@@ -24,6 +25,7 @@ from orchestrator.models import (
     TERMINAL_JOB_STATES,
     HostPortBlock,
     Job,
+    JobEvent,
     JobState,
     MetricPoint,
     Strategy,
@@ -113,7 +115,7 @@ def _exited(task: Task, code: int | None, detail: str, now: Any) -> None:
     _finish_task(task, state, code, detail, now)
     if _is_live_task(job, task) and not was_stopping:
         if code == 0 and (task.type, task.index) == speaks_for_job(job.strategy):
-            _end_job(job, JobState.SUCCEEDED, f"{task.label} exited 0")
+            _succeed(job, f"{task.label} exited 0")
         elif code != 0:
             reason = f"{task.label} exited with code {code}"
             if code is not None and code < 0:
@@ -124,8 +126,40 @@ def _exited(task: Task, code: int | None, detail: str, now: Any) -> None:
 
 
 def _is_live_task(job: Job, task: Task) -> bool:
-    """Whether what happens to `task` still matters to the job: its attempt is the job's and the job goes on."""
-    return not job.is_terminal and job.state != JobState.RESTARTING and task.attempt == job.attempt
+    """Whether what happens to `task` still matters to the job: its attempt is the job's and the job goes on (its
+    success rule has not decided it)."""
+    return (
+        not job.is_terminal and not job.ending and job.state not in STOPPED_TO_REQUEUE and task.attempt == job.attempt
+    )
+
+
+# States whose gang is being stopped on purpose, to be placed again: its tasks' ends say nothing about the job.
+STOPPED_TO_REQUEUE = (JobState.RESTARTING, JobState.PREEMPTED)
+
+
+# --- ending: a final job has no live task --------------------------------------------------------------------------
+WAITING_FOR_OTHERS = "; waiting for the job's other tasks to end"
+
+
+def _succeed(job: Job, reason: str) -> None:
+    """The job's success rule decided it: it is `succeeded` once every task of it has ended. MultiWorkerMirrored
+    workers end by themselves (they get FINISH_GRACE, reap_finished_jobs); ParameterServer workers and ps only
+    serve (`Server.join()`) and never do, so they are stopped now. Either way a task stopped so ends `killed`, its
+    detail naming the success rule."""
+    if not job.tasks.filter(state__in=ACTIVE_TASK_STATES).exists():
+        _end_job(job, JobState.SUCCEEDED, reason)
+        return
+    job.ending, job.ending_at, job.reason = JobState.SUCCEEDED, timezone.now(), reason + WAITING_FOR_OTHERS
+    job.save(update_fields=["ending", "ending_at", "reason"])
+    log.info("job %s %s: waiting for its other tasks", job.pk, reason)
+    if job.strategy == Strategy.PARAMETER_SERVER:
+        _stop_tasks(job, f"stopped by the job's success rule ({reason})")
+
+
+def _maybe_final(job: Job) -> None:
+    """A task of the job ended: the job takes the state its success rule decided once it was the last."""
+    if job.ending and not job.is_terminal and not job.tasks.filter(state__in=ACTIVE_TASK_STATES).exists():
+        _end_job(job, job.ending, job.reason.removesuffix(WAITING_FOR_OTHERS))
 
 
 # --- restarts ------------------------------------------------------------------------------------------------------
@@ -206,6 +240,7 @@ def _finish_task(task: Task, state: str, code: int | None, detail: str, now: Any
     if detail:
         task.detail = detail[:2000]
     task.save(update_fields=["state", "exit_code", "finished_at", "detail"])
+    _maybe_final(task.job)
 
 
 def _port_conflict(task: Task, detail: str, now: Any) -> None:
@@ -240,20 +275,75 @@ def _stop_tasks(job: Job, reason: str, *, types: tuple[str, ...] | None = None) 
 def _end_job(job: Job, state: str, reason: str, failed: Task | None = None) -> None:
     job.state, job.reason, job.finished_at = state, reason, timezone.now()
     job.failed_task = failed
-    job.save(update_fields=["state", "reason", "finished_at", "failed_task"])
+    job.ending = ""
+    job.save(update_fields=["state", "reason", "finished_at", "failed_task", "ending"])
     log.info("job %s %s: %s", job.pk, state, reason)
-    if state == JobState.SUCCEEDED and job.strategy != Strategy.PARAMETER_SERVER:
-        # MultiWorkerMirrored workers end by themselves once the last step is done: they get FINISH_GRACE
-        # (reap_finished_jobs) to finish writing.
-        pass
-    elif state == JobState.SUCCEEDED:
-        # ParameterServer workers and ps only serve (`Server.join()`): they never exit by themselves.
-        _stop_tasks(job, "the coordinator finished")
+    if state == JobState.SUCCEEDED:
+        pass  # every task has ended (_succeed)
     else:
         # The rest of a failed gang would wait forever for its peer.
         _stop_tasks(job, f"job {state}")
     if not job.tasks.filter(state__in=ACTIVE_TASK_STATES).exists():
         schedule_later(job.cluster_id)
+
+
+# --- preemption and time limits ------------------------------------------------------------------------------------
+def last_epoch(job: Job) -> int:
+    """The last epoch the job completed (epochs count from 1; 0: none yet): its checkpoint is that epoch's end."""
+    done = MetricPoint.objects.filter(job=job, phase="epoch_end").aggregate(last=Max("epoch"))["last"]
+    return int(done or 0)
+
+
+def preempt(job_id: int, *, by: int, why: str) -> bool:
+    """Stop a running job's gang for job #`by` and queue it again with its place kept (its `created_at`); it resumes
+    from its last checkpoint. Not a failure: no restart is used. False when it was no longer running."""
+    job = Job.objects.select_for_update().get(pk=job_id)
+    if job.state not in (JobState.STARTING, JobState.RUNNING) or job.ending:
+        return False  # (a job whose success rule decided it only waits for its last tasks to end)
+    # The epoch it is in when stopped (its last checkpoint is the one before, or this one's end if it finishes it
+    # within the grace); "resumed at epoch ..." says where it went on from.
+    at = f"in epoch {last_epoch(job) + 1}"
+    job.state, job.preemptions = JobState.PREEMPTED, job.preemptions + 1
+    job.reason = (
+        f"preempted by #{by} ({why}) {at}; back in the queue with its place kept, to resume from its checkpoint"
+    )
+    job.save(update_fields=["state", "preemptions", "reason"])
+    JobEvent.objects.create(job=job, kind="preempted", text=f"preempted by #{by} ({why}) {at}")
+    log.warning("job %s preempted by job %s: %s", job.pk, by, why)
+    _stop_tasks(job, f"preempted by job #{by}")
+    schedule_later(job.cluster_id)
+    return True
+
+
+def resumed(jobs: list[Job], hosts_of: dict[int, list[str]]) -> None:
+    """Preempted jobs placed again: their story says where, and from which epoch they go on."""
+    JobEvent.objects.bulk_create(
+        JobEvent(
+            job=job, kind="resumed", text=f"resumed at epoch {last_epoch(job) + 1} on {', '.join(hosts_of[job.pk])}"
+        )
+        for job in jobs
+    )
+
+
+def check_time_limits() -> list[int]:
+    """End every job whose current run (from its placement) has reached its time limit: state timed out; its tasks
+    get SIGTERM, the cluster's grace, then SIGKILL (the agent's kill). Returns the ids of the jobs timed out."""
+    ended = []
+    now = timezone.now()
+    running = Job.objects.filter(state__in=(JobState.STARTING, JobState.RUNNING), placed_at__isnull=False, ending="")
+    for job_id, placed_at, limit in running.values_list("pk", "placed_at", "time_limit_s"):
+        if placed_at + timedelta(seconds=limit) > now:
+            continue
+        with transaction.atomic():
+            job = Job.objects.select_for_update().get(pk=job_id)
+            if job.state not in (JobState.STARTING, JobState.RUNNING) or job.placed_at != placed_at or job.ending:
+                continue
+            epoch = last_epoch(job)
+            _end_job(job, JobState.TIMED_OUT, f"time limit of {limit} s reached (after epoch {epoch})" if epoch
+                     else f"time limit of {limit} s reached")  # fmt: skip
+            JobEvent.objects.create(job=job, kind="timed_out", text=job.reason)
+            ended.append(job_id)
+    return ended
 
 
 # --- user and watchdog actions -------------------------------------------------------------------------------------
@@ -318,6 +408,7 @@ def lose_tasks(
     now = timezone.now()
     live = [t for t, _ in gone if _is_live_task(job, t) and t.state != TaskState.STOPPING]
     for task, detail in gone:
+        task.job = job  # the locked row: the last one's end may make the job final
         _finish_task(task, stopping_as if task.state == TaskState.STOPPING else TaskState.LOST, None, detail, now)
     if live:
         first = ([t for t in live if not _is_ps_worker(job, t)] or live)[0]
@@ -336,8 +427,8 @@ def check_progress() -> list[int]:
     (ids changing), never on the hosts' clocks. Returns the ids of the jobs found hung."""
     hung = []
     now = timezone.now()
-    for job in Job.objects.filter(state=JobState.RUNNING, progress_timeout_s__gt=0):
-        newest_point = MetricPoint.objects.filter(job=job).order_by("-id").values_list("id", flat=True).first()
+    for job in Job.objects.filter(state=JobState.RUNNING, ending="", progress_timeout_s__gt=0):
+        newest_point = job.points_seq  # the job's last point number (contracts/protocol.py POINT_SEQ)
         newest_line = (
             TaskLogLine.objects.filter(task__job=job, task__attempt=job.attempt)
             .order_by("-id")
@@ -383,6 +474,12 @@ def reap_finished_jobs() -> int:
         with transaction.atomic():
             job = Job.objects.select_for_update().get(pk=job_id)
             stopped += len(_stop_tasks(job, f"still running {FINISH_GRACE.seconds} s after the job {job.state}"))
+    for job_id in Job.objects.filter(ending=JobState.SUCCEEDED, ending_at__lt=cutoff).values_list("pk", flat=True):
+        with transaction.atomic():
+            job = Job.objects.select_for_update().get(pk=job_id)
+            if job.ending and not job.is_terminal:
+                reason = f"stopped by the job's success rule: still running {FINISH_GRACE.seconds} s after it"
+                stopped += len(_stop_tasks(job, reason))
     return stopped
 
 

@@ -8,31 +8,27 @@ fit holds back the jobs behind it, so a big job is not starved by a stream of sm
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
-from typing import Any, NamedTuple
+from datetime import UTC, datetime
+from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import F, Q
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from orchestrator import counters
-from orchestrator.control import dispatch, passes
-from orchestrator.core import placement, tf_config
+from orchestrator.control import dispatch, fleet_state, lifecycle, passes, preemption, queueing
+from orchestrator.core import backfill, placement, tf_config
 from orchestrator.metrics import live
 from orchestrator.models import (
     ACTIVE_TASK_STATES,
     Cluster,
-    Host,
-    HostPortBlock,
-    HostStatus,
     Job,
     JobState,
     Task,
-    clusters,
 )
 from orchestrator.models.validators import parse_labels
 
@@ -49,115 +45,22 @@ def job_shape(job: Job) -> placement.JobShape:
     )
 
 
-class PlacementHost(NamedTuple):
-    """What placement reads of a host. A pass loads every host of the cluster: as tuples, because 500 model
-    instances were a fifth of a small pass on a busy fleet (bench/pass_cost.py)."""
-
-    pk: int
-    name: str
-    address: str
-    port_min: int
-    port_max: int
-    gpus: list[Any]
-    cpu_slots: int | None
-    cpu_count: int | None
-    labels: str
-    status: str
-
-    @property
-    def device_slots(self) -> int:
-        return clusters.device_slots(self.gpus, self.cpu_slots, self.cpu_count)
-
-    @property
-    def label_set(self) -> frozenset[str]:
-        return clusters.label_set(self.labels)
-
-
-# A host row as placement reads it: the model (a page's hosts) or the tuple (a pass's).
-HostRow = Host | PlacementHost
-
-
-def host_device_ids(host: HostRow) -> tuple[tuple[int, ...], bool]:
-    if host.gpus:
-        return tuple(int(g["index"]) for g in host.gpus), True
-    return tuple(range(host.device_slots)), False
-
-
-def placement_hosts(cluster_id: int) -> list[PlacementHost]:
-    """The cluster's hosts, with only what placement reads of them."""
-    rows = Host.objects.filter(cluster_id=cluster_id).order_by().values_list(*PlacementHost._fields)
-    return [PlacementHost._make(row) for row in rows]
-
-
-def host_states(hosts: Iterable[HostRow], *, empty: bool = False) -> list[placement.HostState]:
-    """What placement needs to know of each host now (or, with `empty`, as if every host were up and idle)."""
-    hosts = list(hosts)
-    used_ports: dict[int, set[int]] = defaultdict(set)
-    used_devices: dict[int, set[int]] = defaultdict(set)
-    blocked: dict[int, set[int]] = defaultdict(set)
-    if not empty:
-        ids = [host.pk for host in hosts]
-        for host_id, ports, devices in _in_use(ids):
-            used_ports[host_id].update(ports or ())
-            used_devices[host_id].update(devices or ())
-        blocks = HostPortBlock.objects.filter(host_id__in=ids, until__gt=timezone.now()).order_by()
-        for host_id, port in blocks.values_list("host_id", "port"):
-            blocked[host_id].add(port)
-    states = []
-    for host in hosts:
-        device_ids, gpu = host_device_ids(host)
-        states.append(
-            placement.HostState(
-                name=host.name,
-                address=host.address,
-                port_min=host.port_min,
-                port_max=host.port_max,
-                device_ids=device_ids,
-                gpu=gpu,
-                labels=host.label_set,
-                online=empty or host.status == HostStatus.ONLINE,
-                used_devices=frozenset(used_devices[host.pk]),
-                used_ports=frozenset(used_ports[host.pk]),
-                excluded_ports=frozenset(blocked[host.pk]),
-            )
-        )
-    return states
-
-
-def _in_use(host_ids: list[int]) -> list[tuple[int, list[int] | None, list[int] | None]]:
-    """(host id, ports, devices) held by the active tasks on these hosts, one row per host. Aggregated by PostgreSQL:
-    a pass over a busy fleet read every active task (4,000 rows, each a JSON list to decode, in the tasks' default
-    order) and that was a third of a small pass (bench/pass_cost.py)."""
-    sql = f"""
-        SELECT t.host_id,
-               array_agg(DISTINCT t.port) FILTER (WHERE t.port IS NOT NULL),
-               array_agg(DISTINCT d.device::int) FILTER (WHERE d.device IS NOT NULL)
-        FROM {Task._meta.db_table} t
-        LEFT JOIN LATERAL jsonb_array_elements_text(
-            CASE WHEN jsonb_typeof(t.devices) = 'array' THEN t.devices ELSE '[]'::jsonb END
-        ) AS d(device) ON true
-        WHERE t.host_id = ANY(%s) AND t.state = ANY(%s)
-        GROUP BY t.host_id
-    """  # noqa: S608 - a table name from the model, every value a parameter
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [host_ids, [str(state) for state in ACTIVE_TASK_STATES]])
-        return cursor.fetchall()
-
-
 def plan(job: Job) -> placement.Placement | placement.Unplaceable:
     """Where the job would run now, without writing anything."""
-    return placement.place(job_shape(job), host_states(placement_hosts(job.cluster_id)))
+    return placement.place(job_shape(job), fleet_state.host_states(fleet_state.placement_hosts(job.cluster_id)))
 
 
 def plan_on_empty_cluster(job: Job) -> placement.Placement | placement.Unplaceable:
-    return placement.place(job_shape(job), host_states(placement_hosts(job.cluster_id), empty=True))
+    return placement.place(
+        job_shape(job), fleet_state.host_states(fleet_state.placement_hosts(job.cluster_id), empty=True)
+    )
 
 
 def tf_configs(job: Job, where: placement.Placement) -> dict[tuple[str, int], dict | None]:
     return tf_config.tf_configs_for(where, placement.Strategy(job.strategy))
 
 
-WAITING_STATES = (JobState.QUEUED, JobState.RESTARTING)
+WAITING_STATES = (JobState.QUEUED, JobState.RESTARTING, JobState.PREEMPTED)
 
 
 PASS_TIME = "scheduler_pass_s"  # noqa: S105 - a counter name; counters.observe: each pass (GET /metrics)
@@ -174,9 +77,9 @@ def schedule_cluster(cluster_id: int, *, wait: bool = True) -> list[int]:
 
 
 def _pass(cluster_id: int, *, wait: bool) -> list[int]:
-    started: list[int] = []
     began = time.perf_counter()
     passes.pass_begins(cluster_id)
+    placed: list[tuple[Job, placement.Placement]] = []  # written together at the end of the pass
     with transaction.atomic():
         # Not waiting (skip_locked): when another pass (another thread or orchestrator worker) holds the cluster,
         # this one has nothing to add; it began after this ask was made, or the watchdog's next tick (every second
@@ -186,134 +89,204 @@ def _pass(cluster_id: int, *, wait: bool) -> list[int]:
         if cluster is None:
             if Cluster.objects.filter(pk=cluster_id).exists():
                 log.debug("cluster %s: a scheduler pass is already running", cluster_id)
-            return started
-        queue = _queue(cluster)
-        head = next(queue, None)
-        if head is None:
-            return started
-        rows = placement_hosts(cluster.pk)
-        hosts = {h.name: h.pk for h in rows}
-        states = host_states(rows)
-        blocked_by: Job | None = None
-        placed: list[tuple[Job, placement.Placement]] = []  # written together at the end of the pass
-        fits_empty: set[placement.JobShape] = set()  # shapes already known to fit the idle cluster, this pass
-        for job in itertools.chain([head], queue):
-            if job.state == JobState.RESTARTING and job.tasks.filter(state__in=ACTIVE_TASK_STATES).exists():
-                # Its previous gang is still being stopped: a new one must not meet the old processes.
-                blocked_by = job
-                break
-            shape = job_shape(job)
-            result = placement.place(shape, states, fits_empty=shape in fits_empty)
-            if isinstance(result, placement.Unplaceable):
-                if result.permanent:
-                    # The cluster shrank since the job was accepted: it can never run here now.
-                    job.state, job.finished_at = JobState.FAILED, timezone.now()
-                    job.reason = f"can never run on cluster {cluster.name}: {result.reason}"
-                    job.save(update_fields=["state", "finished_at", "reason"])
-                    continue
-                if job.state == JobState.RESTARTING:
-                    # Its gang is gone and it does not fit now (a host was lost): queued, saying why.
-                    job.state = JobState.QUEUED
-                    job.save(update_fields=["state"])
-                reason = result.reason
-                if job.restarts:
-                    reason += f" (restart {job.restarts} of {job.max_restarts}, after: {job.restart_reason})"
-                _set_reason(job, reason)
-                blocked_by = job
-                break
-            fits_empty.add(shape)
-            placed.append((job, result))
-            states = take(states, result)
-            started.append(job.pk)
-        _start(placed, hosts)
-        if blocked_by is not None:
-            _wait_behind(blocked_by)
+            return []
+        # Only what a pass reads of a waiting job (a busy queue is hundreds of rows; decoding their configs, scripts'
+        # arguments and facts was a fifth of a pass): the placed ones are read whole before their tasks are written.
+        waiting = list(Job.objects.filter(cluster=cluster, state__in=WAITING_STATES).only(*PASS_FIELDS))
+        if not waiting:
+            return []
+        now = timezone.now()  # the pass's one clock: its reservations count from the placements it writes
+        placed = _plan_pass(cluster, waiting, now)
+        _start(placed, {h.name: h.pk for h in fleet_state.placement_hosts(cluster.pk)}, now)
     if placed:  # committed (bench/scale.py reads these lines: placement throughput)
         log.info("scheduler pass over cluster %s placed %d task(s) of %d job(s) in %.4f s", cluster_id,
                  sum(len(where.tasks) for _job, where in placed), len(placed), time.perf_counter() - began)  # fmt: skip
-    return started
+    return [job.pk for job, _where in placed]
 
 
-QUEUE_CHUNKS = (20, 200)  # the first read, then every later one
+PASS_FIELDS = (
+    "owner_id", "cluster_id", "state", "reason", "held", "priority_class_id", "created_at", "time_limit_s",
+    "strategy", "workers", "ps", "devices_per_worker", "labels", "attempt", "restarts", "max_restarts",
+    "restart_reason", "expected_start", "reservation", "first_reservation_at", "borrowing", "placed_at",
+)  # fmt: skip
 
 
-QUEUE_ORDER = ("created_at", "id")  # a restarting job keeps its place (created_at), ahead of later submissions
+def _plan_pass(cluster: Cluster, waiting: list[Job], now: datetime) -> list[tuple[Job, placement.Placement]]:
+    """Walk the queue in order: start what may start (backfill), reserve for the first jobs that cannot, preempt for
+    the first reserved one that may, and tell every waiting job why it waits and when it starts at the latest."""
+    fifo = settings.TFDASH_SCHEDULER_POLICY == "fifo"
+    classes, default_value = queueing.class_values()
+    gangs, usage = fleet_state.running_gangs(cluster, now)
+    share = queueing.shares(cluster, (job.owner_id for job in waiting), usage)
+    needs = {job.pk: placement_needs(job) for job in waiting}
+    waiting.sort(key=lambda job: queueing.order_key(job, classes, default_value, share, needs[job.pk]))
+    planner = backfill.Planner(
+        fleet_state.host_states(fleet_state.placement_hosts(cluster.pk)),
+        gangs,
+        now=now.timestamp(),
+        depth=1 if fifo else settings.TFDASH_BACKFILL_DEPTH,
+        take=fleet_state.take,
+        previous=_reserved.get(cluster.pk),
+    )
+    grace = cluster.stop_grace_s
+    placed: list[tuple[Job, placement.Placement]] = []
+    reasons: dict[int, str] = {}
+    stopping = _still_stopping([job for job in waiting if job.state in (JobState.RESTARTING, JobState.PREEMPTED)])
+    for job in waiting:
+        if job.held:
+            reasons[job.pk] = HELD
+            continue
+        if job.pk in stopping:
+            # Its previous gang is still being stopped: a new one must not meet the old processes.
+            reasons[job.pk] = job.reason or STOPPING_PREVIOUS
+            if fifo:
+                break
+            continue
+        outcome = planner.offer(backfill.Waiting(job.pk, job_shape(job), float(job.time_limit_s + grace)))
+        if isinstance(outcome, placement.Placement):
+            job.borrowing = share.over(job.owner_id, needs[job.pk])
+            share.use(job.owner_id, needs[job.pk])
+            placed.append((job, outcome))
+        elif fifo and job.pk not in planner.outcome.never:
+            break  # strict first come, first served: nothing passes a job that does not fit
+    planner.finish(plan_all=_plan_all_due(cluster.pk, waiting))
+    _reserved[cluster.pk] = dict(planner.outcome.reservations)
+    out = planner.outcome
+    log.debug("pass over cluster %s: %d waiting, %d started, %d reserved, %d unplanned, %d left as they were",
+              cluster.pk, len(waiting), len(out.started), len(out.reservations), len(out.unplaced),
+              len(out.deferred))  # fmt: skip
+    by_id = {job.pk: job for job in waiting}
+    for job_id, why in planner.outcome.never.items():
+        _never(by_id[job_id], cluster, why)
+    _tell_reservations(by_id, planner.outcome.reservations)
+    for job_id, unplaced in planner.outcome.unplaced.items():
+        reasons[job_id] = WAITING_UNRESERVED if unplaced is None else f"{unplaced.reason}; {WAITING_UNRESERVED}"
+    _tell_waiting(by_id, reasons, placed, planner.outcome)
+    if not fifo:
+        preemption.consider(cluster, waiting, planner, share, needs, job_shape)
+    return placed
 
 
-def _behind(job: Job) -> Q:
-    """The jobs after `job` in queue order."""
-    return Q(created_at__gt=job.created_at) | Q(created_at=job.created_at, id__gt=job.pk)
+# The latest starts shown are planned again at least this often (each plan is a few placements per waiting job at the
+# head of the queue); in between, a pass plans only what it must to decide (Planner.offer).
+PLAN_EVERY_S = 5.0
+_planned_at: dict[int, float] = {}  # cluster id -> monotonic time of its last full plan, in this process
+_reserved: dict[int, dict[int, backfill.Reservation]] = {}  # cluster id -> its last pass's reservations (this process)
 
 
-def _ahead(job: Job) -> Q:
-    return Q(created_at__lt=job.created_at) | Q(created_at=job.created_at, id__lt=job.pk)
+def _plan_all_due(cluster_id: int, waiting: list[Job]) -> bool:
+    """Whether this pass plans every waiting job's start: every PLAN_EVERY_S, and at once for a job never planned
+    (one just submitted: its page should say when it starts)."""
+    now = time.monotonic()
+    fresh = any(job.state == JobState.QUEUED and not job.reason and not job.held for job in waiting)
+    if fresh or now - _planned_at.get(cluster_id, float("-inf")) >= PLAN_EVERY_S:
+        _planned_at[cluster_id] = now
+        return True
+    return False
+
+
+HELD = "held by staff: it keeps its place and waits until released"
+STOPPING_PREVIOUS = "its previous run is being stopped; it is placed again once its processes are gone"
+WAITING_UNRESERVED = (
+    "waiting: it does not fit now and jobs ahead of it hold the reservations; its start is planned once it is among "
+    "the first"
+)
+
+
+def placement_needs(job: Job) -> int:
+    return sum(task.devices for task in placement.required_tasks(job_shape(job)))
+
+
+def _still_stopping(jobs: list[Job]) -> set[int]:
+    if not jobs:
+        return set()
+    active = Task.objects.filter(job__in=jobs, state__in=ACTIVE_TASK_STATES)
+    return set(active.values_list("job_id", flat=True))
+
+
+def _never(job: Job, cluster: Cluster, why: placement.Unplaceable) -> None:
+    # The cluster shrank since the job was accepted: it can never run here now.
+    job.state, job.finished_at = JobState.FAILED, timezone.now()
+    job.reason = f"can never run on cluster {cluster.name}: {why.reason}"
+    job.save(update_fields=["state", "finished_at", "reason"])
+
+
+def _tell_reservations(jobs: dict[int, Job], reservations: dict[int, backfill.Reservation]) -> None:
+    """A reserved job stores when it starts at the latest and where (the queue view and its page show them)."""
+    for job_id, reserved in reservations.items():
+        job = jobs[job_id]
+        at = datetime.fromtimestamp(reserved.start, tz=UTC)
+        where = {host: sorted(ids) for host, ids in sorted(reserved.devices.items())}
+        reason = (
+            f"waiting for {placement_needs(job)} device(s): reserved on {', '.join(where)} from {when(at)} at the "
+            "latest, when running jobs reach their time limits"
+        )
+        if job.restarts:
+            reason += f" (restart {job.restarts} of {job.max_restarts}, after: {job.restart_reason})"
+        fields: dict[str, Any] = {
+            "expected_start": at,
+            "reservation": {"at": at.isoformat(), "hosts": where},
+            "reason": reason,
+        }
+        if job.first_reservation_at is None:
+            fields["first_reservation_at"] = at
+        changed = {name: value for name, value in fields.items() if getattr(job, name) != value}
+        if changed:
+            Job.objects.filter(pk=job_id).update(**changed)
+
+
+def when(at: datetime) -> str:
+    """A time as a waiting person reads it: the time of day, with the date when it is not today."""
+    local, today = timezone.localtime(at), timezone.localdate()
+    return f"{local:%H:%M:%S}" if local.date() == today else f"{local:%Y-%m-%d %H:%M}"
+
+
+def _tell_waiting(
+    jobs: dict[int, Job],
+    reasons: dict[int, str],
+    placed: list[tuple[Job, placement.Placement]],
+    outcome: backfill.Outcome,
+) -> None:
+    """Every other waiting job says why it waits, one UPDATE per distinct reason (most share one), of the rows whose
+    reason changes only: no live hint is sent for a reason alone (the job's state did not change)."""
+    done = {job.pk for job, _where in placed} | set(outcome.reservations) | set(outcome.never) | set(outcome.deferred)
+    by_reason: dict[str, list[int]] = defaultdict(list)
+    for job_id in jobs:
+        if job_id not in done:
+            by_reason[reasons.get(job_id, WAITING_UNRESERVED)].append(job_id)
+    for reason, ids in by_reason.items():
+        stale = Job.objects.filter(pk__in=ids).exclude(reason=reason, expected_start=None, reservation={})
+        stale.update(reason=reason, expected_start=None, reservation={})
+
+
+def ordered_queue(cluster: Cluster) -> list[Job]:
+    """The cluster's waiting jobs in the order a pass walks them (the queue view, a job page's place)."""
+    waiting = list(
+        Job.objects.filter(cluster=cluster, state__in=WAITING_STATES).select_related("owner", "priority_class")
+    )
+    classes, default_value = queueing.class_values()
+    share = queueing.shares(
+        cluster, (job.owner_id for job in waiting), fleet_state.running_gangs(cluster, timezone.now())[1]
+    )
+    waiting.sort(key=lambda job: queueing.order_key(job, classes, default_value, share, placement_needs(job)))
+    return waiting
 
 
 def queue_place(job: Job) -> tuple[int, Job | None]:
     """How many jobs wait ahead of a waiting `job` on its cluster, and the first of them (None when it is first or not
-    waiting): the job page says so, since the reason of the jobs behind the head does not name it."""
+    waiting): the job page says so."""
     if job.state not in WAITING_STATES:
         return 0, None
-    ahead = Job.objects.filter(_ahead(job), cluster_id=job.cluster_id, state__in=WAITING_STATES)
-    count = ahead.count()
-    return count, (ahead.order_by(*QUEUE_ORDER).only("pk", "reason").first() if count else None)
+    queue = ordered_queue(job.cluster)
+    ahead = next((i for i, other in enumerate(queue) if other.pk == job.pk), 0)
+    return ahead, (queue[0] if ahead else None)
 
 
-def _queue(cluster: Cluster) -> Iterator[Job]:
-    """The cluster's waiting jobs in queue order, read a chunk at a time: a pass usually stops at a job that does not
-    fit, and the rows behind it are then never read (one UPDATE tells them why they wait: `_wait_behind`). The first
-    chunk is small: on a busy fleet most passes stop at the head."""
-    jobs = Job.objects.filter(cluster=cluster, state__in=WAITING_STATES).order_by(*QUEUE_ORDER)
-    after: Job | None = None
-    while True:
-        size = QUEUE_CHUNKS[after is not None]
-        chunk = list((jobs.filter(_behind(after)) if after is not None else jobs)[:size])
-        yield from chunk
-        if len(chunk) < size:
-            return
-        after = chunk[-1]
-
-
-WAITING_BEHIND = "waiting behind earlier jobs in the queue (first come, first served): the first does not fit yet"
-
-
-def _wait_behind(head: Job) -> None:
-    """Every job queued behind `head` says why it waits, in one UPDATE of the rows whose reason is another; no live
-    hint is sent for a reason alone (the job's state did not change). The text does not name the head (as Slurm's
-    "Priority" reason does not): it then changes only for newly queued jobs, where naming the head rewrote every
-    queued row each time the head was placed (800 rows, a third of a small pass on a busy fleet)."""
-    reason = WAITING_BEHIND
-    behind = Job.objects.filter(_behind(head), cluster_id=head.cluster_id, state__in=WAITING_STATES)
-    behind.exclude(reason=reason).update(reason=reason)
-
-
-def _set_reason(job: Job, reason: str) -> None:
-    if job.reason != reason:
-        job.reason = reason
-        job.save(update_fields=["reason"])
-
-
-def take(states: list[placement.HostState], where: placement.Placement) -> list[placement.HostState]:
-    """Host states with a freshly placed job's ports and devices marked used, for the next job in this pass."""
-    by_host: dict[str, list[placement.TaskPlacement]] = defaultdict(list)
-    for task in where.tasks:
-        by_host[task.host].append(task)
-    # Only the hosts the job landed on change: the others are kept as they are (a pass over 1,000 jobs on 500 hosts
-    # would otherwise copy every host's state once per job).
-    return [
-        state.with_used((t.port for t in by_host[state.name]), (d for t in by_host[state.name] for d in t.devices))
-        if state.name in by_host
-        else state
-        for state in states
-    ]
-
-
-def _start(placed: list[tuple[Job, placement.Placement]], hosts: dict[str, int]) -> None:
+def _start(placed: list[tuple[Job, placement.Placement]], hosts: dict[str, int], now: datetime) -> None:
     """Write the pass's placements: every started job in one UPDATE, every task in one INSERT, and their launch orders
     in one batch once the pass commits (a statement per job was most of a pass over a 1,000-job queue)."""
     if not placed:
         return
-    now = timezone.now()
     # How often each slot's process was started again: every gang restart, plus the slot's own in-place relaunches
     # (each a row with restart > 0; Job.restarts counts both kinds). A re-placement after a port conflict is neither.
     # Jobs that never restarted have no relaunched slots: no query (the common case).
@@ -327,6 +300,7 @@ def _start(placed: list[tuple[Job, placement.Placement]], hosts: dict[str, int])
         relaunched[job_id][(type_, index)] += 1
     rows: list[Task] = []
     for job, where in placed:
+        job.state_before = job.state  # type: ignore[attr-defined]
         job.attempt += 1
         # After a restart the page keeps saying what it was after.
         job.reason = (
@@ -359,11 +333,19 @@ def _start(placed: list[tuple[Job, placement.Placement]], hosts: dict[str, int])
         )
     # Jobs placed for the first time (nearly all) in one plain UPDATE (bulk_update's CASE per row cost more than the
     # placement itself); a restarted job keeps its own reason and is saved on its own.
+    back = [job for job, _where in placed if job.state_before == JobState.PREEMPTED]
+    lifecycle.resumed(back, {job.pk: sorted({t.host for t in where.tasks}) for job, where in placed})
     fresh = [job.pk for job, _where in placed if not job.restarts]
-    Job.objects.filter(pk__in=fresh).update(attempt=F("attempt") + 1, state=JobState.STARTING, placed_at=now, reason="")
+    Job.objects.filter(pk__in=fresh).update(
+        attempt=F("attempt") + 1, state=JobState.STARTING, placed_at=now, reason="", expected_start=None,
+        reservation={}, borrowing=False,
+    )  # fmt: skip
+    Job.objects.filter(pk__in=[job.pk for job, _where in placed if job.borrowing]).update(borrowing=True)
     for job, _where in placed:
         if job.restarts:
-            job.save(update_fields=["attempt", "state", "placed_at", "reason"])
+            job.expected_start, job.reservation = None, {}
+            job.save(update_fields=["attempt", "state", "placed_at", "reason", "expected_start", "reservation",
+                                    "borrowing"])  # fmt: skip
     ids = [task.pk for task in Task.objects.bulk_create(rows, batch_size=1000)]
     live.jobs_changed(fresh)  # an UPDATE sends no post_save: the pages are told here
     dispatch.launch_after_commit(ids)
@@ -371,10 +353,10 @@ def _start(placed: list[tuple[Job, placement.Placement]], hosts: dict[str, int])
 
 def fits_together(jobs: list[Job], cluster: Cluster) -> str | None:
     """Whether `jobs` could all run at once on the idle cluster (None), or the first that could not, and why."""
-    states = host_states(placement_hosts(cluster.pk), empty=True)
+    states = fleet_state.host_states(fleet_state.placement_hosts(cluster.pk), empty=True)
     for job in jobs:
         result = placement.place(job_shape(job), states)
         if isinstance(result, placement.Unplaceable):
             return f"{job.variant or job.name}: {result.reason}"
-        states = take(states, result)
+        states = fleet_state.take(states, result)
     return None

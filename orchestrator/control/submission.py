@@ -19,7 +19,7 @@ from contracts import job_env
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import ConfigError, parse_config, parse_script_config
 from orchestrator import limits
-from orchestrator.control import job_fields, passes, scheduling
+from orchestrator.control import job_fields, passes, queueing, scheduling
 from orchestrator.core import placement, tf_config
 from orchestrator.models import TERMINAL_JOB_STATES, Cluster, Job, ProgramKind, Script, Strategy
 from orchestrator.models.validators import parse_labels
@@ -90,6 +90,9 @@ def new_job(owner: Any, cluster: Cluster, data: Mapping[str, Any], file: Any = N
         env=data.get("env") or {},
         **{field: data[field] for field in job_fields.SHAPE_FIELDS if data.get(field) is not None},
     )
+    job.asked_priority = data.get("priority") or ""  # type: ignore[attr-defined] # resolved by validate()
+    if data.get("time_limit_s") is None:
+        job.time_limit_s = 0  # the cluster's default, set by validate()
     return job, upload
 
 
@@ -162,6 +165,8 @@ def validate(job: Job, upload: Upload | None, *, require_program: bool = True) -
         add("program_kind", "Choose an uploaded script or a built-in program.")
     for problem in job_env.problems(job.env):
         add("env", f"{problem}.")
+    for field, message in queueing.settle(job):
+        add(field, message)
     if job.labels:
         try:
             job.labels = ", ".join(parse_labels(job.labels))

@@ -52,7 +52,7 @@ class HostState:
     @cached_property
     def free_devices(self) -> tuple[int, ...]:
         # Asked for by every job a pass looks at, of every host: computed once per state (a state is never changed,
-        # `scheduling.take` makes a new one for a host a job landed on).
+        # `fleet_state.take` makes a new one for a host a job landed on).
         return tuple(sorted(set(self.device_ids) - self.used_devices))
 
     def with_used(self, ports: Iterable[int], devices: Iterable[int]) -> HostState:
@@ -65,6 +65,14 @@ class HostState:
             if name in self.__dict__:
                 taken.__dict__[name] = self.__dict__[name]
         return taken
+
+    def with_free(self, devices: Iterable[int]) -> HostState:
+        """This host with these devices free again (a running gang that will have ended by some time)."""
+        freed = dataclasses.replace(self, used_devices=self.used_devices - frozenset(devices))
+        for name in ("idle", "machine", "fixed"):
+            if name in self.__dict__:
+                freed.__dict__[name] = self.__dict__[name]
+        return freed
 
     @cached_property
     def fixed(self) -> tuple[object, ...]:

@@ -17,7 +17,7 @@ from contracts.strategies import STRATEGY_HINTS, STRATEGY_LABELS, Strategy
 # Two times within this fraction of the faster one are a tie: run-to-run noise on a shared machine is about this large.
 TIE_FRACTION = 0.05
 SUCCEEDED = "succeeded"
-ENDED = ("succeeded", "failed", "cancelled")
+ENDED = ("succeeded", "failed", "cancelled", "timed_out")  # orchestrator.models.TERMINAL_JOB_STATES
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import base64
 import binascii
 import hashlib
 import logging
+import re
 from typing import Any
 
 from django.db import transaction
@@ -17,13 +18,15 @@ from django.db.models import Count, F, Sum
 from contracts.limits import MAX_ARTIFACT_BYTES
 from contracts.names import artifact_name_problem
 from contracts.protocol import TASK_ARTIFACT, TaskArtifact
-from orchestrator import counters, limits
+from contracts.store import ARTIFACT_SLOTS, MAX_STORE_ARTIFACT_BYTES, artifact_key
+from orchestrator import counters, limits, storage
 from orchestrator.metrics import live
 from orchestrator.metrics.lookups import task_of
-from orchestrator.models import Job, JobArtifact
+from orchestrator.models import Job, JobArtifact, Task
 
 log = logging.getLogger(__name__)
 
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
 OUTDATED = "artifacts_outdated"  # older than the stored artifact of that name: not stored
 
 
@@ -35,6 +38,8 @@ def handle_task_artifact(payload: Any) -> JobArtifact | None:
     if artifact_name_problem(artifact.name):
         log.warning("artifact with a bad name %r from task %s dropped", artifact.name, task.pk)
         return None
+    if artifact.slot != -1:
+        return _in_store(task, artifact, sent_at)
     try:
         content = base64.b64decode(artifact.content_b64, validate=True)
     except (binascii.Error, ValueError, TypeError):
@@ -43,6 +48,36 @@ def handle_task_artifact(payload: Any) -> JobArtifact | None:
     if len(content) > MAX_ARTIFACT_BYTES or hashlib.sha256(content).hexdigest() != artifact.sha256:
         log.warning("artifact %s of task %s is too large or its hash does not match", artifact.name, task.pk)
         return None
+    return _record(task, artifact, sent_at, len(content), content=content)
+
+
+def _in_store(task: Task, artifact: TaskArtifact, sent_at: float) -> JobArtifact | None:
+    """An artifact the agent uploaded to the object store: its slot must be one of the task attempt's, and the
+    stored object must have the size the agent reports (the SHA-256 is the agent's, hashed as it sent the bytes,
+    and checked again by whoever downloads it)."""
+    cluster = task.job.cluster
+    size = artifact.size
+    if not cluster.has_store or not isinstance(artifact.slot, int) or not 0 <= artifact.slot < ARTIFACT_SLOTS:
+        log.warning("artifact %s of task %s names no slot of the task's in a store", artifact.name, task.pk)
+        return None
+    if not isinstance(size, int) or not 0 <= size <= MAX_STORE_ARTIFACT_BYTES or not SHA256.match(artifact.sha256):
+        log.warning("artifact %s of task %s: bad size or SHA-256", artifact.name, task.pk)
+        return None
+    key = artifact_key(task.job_id, task.pk, task.attempt, artifact.slot)
+    stored = storage.object_size(cluster, key)
+    if stored != size:
+        log.warning("artifact %s of task %s: the store holds %s bytes at its key, not %s", artifact.name, task.pk,
+                    stored, size)  # fmt: skip
+        return None
+    recorded = _record(task, artifact, sent_at, size, key=key)
+    if recorded is None:
+        storage.delete(cluster, key)  # refused (limits, outdated): no row names it
+    return recorded
+
+
+def _record(
+    task: Task, artifact: TaskArtifact, sent_at: float, size: int, *, content: bytes = b"", key: str = ""
+) -> JobArtifact | None:
     with transaction.atomic():
         # The job's row is locked: two artifacts of one job checked at once cannot both take the last place.
         Job.objects.select_for_update().filter(pk=task.job_id).values_list("pk").first()
@@ -56,7 +91,7 @@ def handle_task_artifact(payload: Any) -> JobArtifact | None:
             return None
         others = JobArtifact.objects.filter(job_id=task.job_id).exclude(name=artifact.name)  # a same name replaces
         held = others.aggregate(count=Count("pk"), total=Sum("size"))
-        problem = limits.artifact_problem(artifact.name, len(content), held["count"], held["total"] or 0)
+        problem = limits.artifact_problem(artifact.name, size, held["count"], held["total"] or 0, in_store=bool(key))
         if problem:
             log.warning("job %s: %s", task.job_id, problem)
             Job.objects.filter(pk=task.job_id).update(
@@ -64,15 +99,20 @@ def handle_task_artifact(payload: Any) -> JobArtifact | None:
             )
             live.job_changed(task.job_id)  # the job page shows the refusal
             return None
+        replaced = JobArtifact.objects.filter(job_id=task.job_id, name=artifact.name).exclude(key="").exclude(key=key)
+        old_keys = list(replaced.values_list("key", flat=True))
         stored, _ = JobArtifact.objects.update_or_create(
             job_id=task.job_id,
             name=artifact.name,
             defaults={
                 "task": task,
                 "sha256": artifact.sha256,
-                "size": len(content),
+                "size": size,
                 "content": content,
+                "key": key,
                 "sent_at": sent_at,
             },
         )
+    for old in old_keys:  # an earlier attempt's object of that name: no row names it any more
+        storage.delete(task.job.cluster, old)
     return stored

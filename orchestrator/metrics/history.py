@@ -1,7 +1,8 @@
 """Reading stored metric points: the one reader behind the job page's socket and `GET /api/jobs/<id>/metrics/`.
 
-Point ids grow in commit order (one in-order ingest consumer), so "after id N" is well defined: a reader that
-remembers the highest id it saw asks for exactly what it has not.
+A job's points are numbered in commit order (contracts/protocol.py POINT_SEQ, whichever ingest partition stored them),
+so "after number N" is well defined: a reader that remembers the highest number it saw asks for exactly what it has
+not.
 """
 
 from __future__ import annotations
@@ -13,16 +14,16 @@ from django.db import connection
 from orchestrator.models import MetricPoint
 
 # The columns of a point row as every reader returns it (and frames announce it: the page reads them from there).
-POINT_COLUMNS = ["id", "task", "phase", "name", "step", "epoch", "value", "ts"]
-_VALUES = ("id", "task_id", "phase", "name", "step", "epoch", "value", "ts")
+POINT_COLUMNS = ["seq", "task", "phase", "name", "step", "epoch", "value", "ts"]
+_VALUES = ("seq", "task_id", "phase", "name", "step", "epoch", "value", "ts")
 SERIES_POINTS = 2000  # a fresh load thins each series to about this many
 
 
 def points_after(
     job_id: int, since: int, *, limit: int | None = None, name: str | None = None, task_id: int | None = None
 ) -> list[tuple[Any, ...]]:
-    """Every point of the job with an id above `since`, in id order (at most `limit`), as POINT_COLUMNS rows."""
-    points = MetricPoint.objects.filter(job_id=job_id, id__gt=since).order_by("id")
+    """Every point of the job numbered above `since`, in order (at most `limit`), as POINT_COLUMNS rows."""
+    points = MetricPoint.objects.filter(job_id=job_id, seq__gt=since).order_by("seq")
     if name is not None:
         points = points.filter(name=name)
     if task_id is not None:
@@ -32,15 +33,15 @@ def points_after(
 
 
 def thinned(job_id: int, after: int = 0) -> tuple[list[list[Any]], int, bool]:
-    """A fresh load (or, with `after`, a backlog too long to send whole: the points above that id): every series
+    """A fresh load (or, with `after`, a backlog too long to send whole: the points numbered above that): every series
     whole up to SERIES_POINTS points, a longer one cut to the lowest and the highest
     point of each of SERIES_POINTS / 2 step buckets, in PostgreSQL (reading 400,000 rows into Python to thin them
-    there took ~5.6 s: bench/page_load.py). Returns (points in id order, the cursor, whether any series was thinned).
-    The cursor is the highest id stored when the read began; nothing above it is returned, so a live frame never
-    repeats a history point."""
+    there took ~5.6 s: bench/page_load.py). Returns (points in sequence order, the cursor, whether any series was
+    thinned). The cursor is the highest number stored when the read began; nothing above it is returned, so a live
+    frame never repeats a history point."""
     with connection.cursor() as cursor:
         cursor.execute(_SERIES_SQL, [job_id, after])
-        series = cursor.fetchall()  # (task, phase, name, count, first step, last step, highest id)
+        series = cursor.fetchall()  # (task, phase, name, count, first step, last step, highest seq)
         if not series:
             return [], after, False
         top = max(row[6] for row in series)
@@ -66,23 +67,23 @@ def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
 
 _TABLE = MetricPoint._meta.db_table
 _SERIES_SQL = f"""
-    SELECT task_id, phase, name, count(*), min(step), max(step), max(id)
-    FROM {_TABLE} WHERE job_id = %s AND id > %s GROUP BY task_id, phase, name
+    SELECT task_id, phase, name, count(*), min(step), max(step), max(seq)
+    FROM {_TABLE} WHERE job_id = %s AND seq > %s GROUP BY task_id, phase, name
 """  # noqa: S608 - the table name is the model's; values are parameters
 _SMALL_SQL = f"""
-    SELECT p.id, p.task_id, p.phase, p.name, p.step, p.epoch, p.value, p.ts
+    SELECT p.seq, p.task_id, p.phase, p.name, p.step, p.epoch, p.value, p.ts
     FROM {_TABLE} p
     JOIN unnest(%s::bigint[], %s::varchar[], %s::varchar[]) AS s(task_id, phase, name) USING (task_id, phase, name)
-    WHERE p.job_id = %s AND p.id > %s AND p.id <= %s
+    WHERE p.job_id = %s AND p.seq > %s AND p.seq <= %s
 """  # noqa: S608
 # min/max of an array compare element by element: the row with the lowest (highest) value in its bucket, whole.
 _BUCKETS_SQL = f"""
     SELECT p.task_id, p.phase, p.name,
-           min(ARRAY[p.value, p.step, p.id, coalesce(p.epoch, -1), p.ts]),
-           max(ARRAY[p.value, p.step, p.id, coalesce(p.epoch, -1), p.ts])
+           min(ARRAY[p.value, p.step, p.seq, coalesce(p.epoch, -1), p.ts]),
+           max(ARRAY[p.value, p.step, p.seq, coalesce(p.epoch, -1), p.ts])
     FROM {_TABLE} p
     JOIN unnest(%s::bigint[], %s::varchar[], %s::varchar[], %s::bigint[], %s::bigint[], %s::bigint[])
          AS s(task_id, phase, name, n, lo, hi) USING (task_id, phase, name)
-    WHERE p.job_id = %s AND p.id > %s AND p.id <= %s
+    WHERE p.job_id = %s AND p.seq > %s AND p.seq <= %s
     GROUP BY p.task_id, p.phase, p.name, width_bucket(p.step, s.lo, s.hi + 1, %s)
 """  # noqa: S608

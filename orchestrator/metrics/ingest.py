@@ -2,8 +2,9 @@
 idempotently, in bulk.
 
 `store_reports` takes what the metrics stream consumer drained (often hundreds of reports) and stores every point and
-sample of it in one transaction, then pushes one frame per job. Reports are authenticated one by one against cached
-hosts and tasks (metrics/lookups.py); points are made and upserted in metrics/points.py, artifacts stored in
+sample of it in one transaction, then pushes one frame per job. Each entry is verified once against cached hosts and
+tasks (metrics/lookups.py): a lone report, or a host's bundle of them (contracts/bundles.py), whose reports are then
+checked against their tasks without another MAC; points are made and stored in metrics/points.py, artifacts in
 metrics/artifacts.py.
 
 A report whose storing raises (anything: bad types, a row the database refuses, a bug) is listed in `Stored.failed`
@@ -14,7 +15,7 @@ Redis unreachable) propagate, so nothing is acknowledged and the same entries ar
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ import redis
 from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 from django.db.models import Q
 
+from contracts.bundles import BUNDLED, HOST_REPORTS, HostReports
 from contracts.host_samples import parse_sample
 from contracts.limits import MAX_LOG_LINE_CHARS
 from contracts.protocol import (
@@ -38,7 +40,7 @@ from orchestrator import counters
 from orchestrator.identity import auth
 from orchestrator.metrics import hosts, live, log_store
 from orchestrator.metrics.artifacts import handle_task_artifact
-from orchestrator.metrics.lookups import DROPPED, host_of, lookups, task_of
+from orchestrator.metrics.lookups import DROPPED, body_as, lookups, opened, task_in
 from orchestrator.metrics.points import (
     MAX_EVENTS_PER_BATCH,
     PointRow,
@@ -48,6 +50,9 @@ from orchestrator.metrics.points import (
     within_limits,
 )
 from orchestrator.models import Host, HostSample, Job, Task, TaskLogLine
+
+# A verified report: its name, the host that sealed it, when (the agent's clock), its body (not checked yet).
+Part = tuple[str, Host, float, Any]
 
 log = logging.getLogger(__name__)
 
@@ -121,24 +126,34 @@ def store_reports(reports: Iterable[tuple[str, Any]]) -> Stored:
     batch = _Batch.empty()
     collected: list[int] = []  # reports with rows in `batch`
     artifacts: list[int] = []
+    opened: list[tuple[int, list[Part]]] = []
     for index, (name, payload) in enumerate(reports):
         if name == TASK_ARTIFACT:
             artifacts.append(index)
-        elif name not in _COLLECTORS:
-            log.warning("dropped a report of unknown kind %r", str(name)[:100])
-            counters.incr(auth.MALFORMED)
+            continue
+        try:
+            parts = _open(name, payload)
+        except Exception as exc:
+            _failed(stored, index, name, exc)
+            continue
+        if parts is None:
             stored.dropped += 1
-        else:
+            continue
+        opened.append((index, parts))
+    # The tasks the verified reports name, read in one query (a bundle per host of eight tasks, 500 hosts: thousands).
+    lookups.prefetch({task for _i, parts in opened for part in parts if (task := _task_id(part[3])) is not None})
+    for index, parts in opened:
+        for part in parts:  # each into a batch of its own: one that raises halfway adds nothing, and fails alone
             single = _Batch.empty()
             try:
-                if not _COLLECTORS[name](payload, single):
+                if not _COLLECTORS[part[0]](part, single):
                     stored.dropped += 1
                     continue
             except Exception as exc:
-                _failed(stored, index, name, exc)
+                _failed(stored, index, part[0], exc)
                 continue
             batch.add(single)
-            collected.append(index)
+        collected.append(index)
     try:
         with transaction.atomic():
             _write(batch)
@@ -161,19 +176,58 @@ def store_reports(reports: Iterable[tuple[str, Any]]) -> Stored:
 
 
 def _store_one_by_one(reports: list[tuple[str, Any]], indexes: list[int], stored: Stored) -> None:
+    """Each report (each one of a bundle) in a transaction of its own: what the database refuses fails alone, and the
+    entry it came in is dead-lettered (once), its other reports stored."""
     for index in indexes:
         name, payload = reports[index]
-        single = _Batch.empty()
         try:
-            if not _COLLECTORS[name](payload, single):
-                stored.dropped += 1
-                continue
-            with transaction.atomic():
-                _write(single)
+            parts = _open(name, payload) or []
         except Exception as exc:
             _failed(stored, index, name, exc)
             continue
-        _stored(single, stored)
+        for part in parts:
+            single = _Batch.empty()
+            try:
+                if not _COLLECTORS[part[0]](part, single):
+                    stored.dropped += 1
+                    continue
+                with transaction.atomic():
+                    _write(single)
+            except Exception as exc:
+                _failed(stored, index, part[0], exc)
+                continue
+            _stored(single, stored)
+
+
+def _task_id(body: Any) -> int | None:
+    task_id = body.get("task_id") if isinstance(body, dict) else None
+    return task_id if type(task_id) is int else None
+
+
+def _open(name: str, payload: Any) -> list[Part] | None:
+    """The verified reports an entry carries (one MAC checked, a bundle's too); None when it is refused (logged and
+    counted). A bundle's part that is not a report it may carry is dropped, logged and counted."""
+    if name not in _COLLECTORS and name != HOST_REPORTS:
+        log.warning("dropped a report of unknown kind %r", str(name)[:100])
+        counters.incr(auth.MALFORMED)
+        return None
+    accepted = opened(payload, name)
+    if accepted is None:
+        return None
+    host, sent_at = accepted.host, accepted.message.ts
+    if name != HOST_REPORTS:
+        return [(name, host, sent_at, accepted.message.body)]
+    bundle = body_as(host, name, accepted.message.body, HostReports)
+    if bundle is None or not isinstance(bundle.reports, list):
+        return None
+    parts: list[Part] = []
+    for item in bundle.reports:
+        if not (isinstance(item, list) and len(item) == 2 and item[0] in BUNDLED):
+            log.warning("host %s: dropped a bundled report that is not one (%r)", host.name, str(item)[:100])
+            counters.incr(auth.MALFORMED)
+            continue
+        parts.append((item[0], host, sent_at, item[1]))
+    return parts
 
 
 def _failed(stored: Stored, index: int, name: str, exc: Exception) -> None:
@@ -182,7 +236,14 @@ def _failed(stored: Stored, index: int, name: str, exc: Exception) -> None:
         raise exc
     # The traceback: what raises here is most likely a bug to fix, not just a bad report.
     log.warning("could not store a %s report: %r", str(name)[:100], exc, exc_info=exc)
-    stored.failed.append((index, exc))
+    if all(index != seen for seen, _exc in stored.failed):  # an entry is dead-lettered once, however many parts failed
+        stored.failed.append((index, exc))
+
+
+# Called with the ids of tasks whose lines were just stored and whose exit waits for its last lines: the control
+# plane applies those now due (orchestrator/agents/events.py registers it when the app is ready; the metrics package
+# sits below the control loop and cannot call it by name).
+LINES_IN: list[Callable[[list[int]], None]] = []
 
 
 def _stored(batch: _Batch, stored: Stored) -> None:
@@ -190,14 +251,26 @@ def _stored(batch: _Batch, stored: Stored) -> None:
     stored.points += sum(len(points) for points in batch.stored_points.values())
     stored.samples += sum(len(rows) for _host, rows in batch.samples.values())
     stored.lines += batch.stored_lines
+    if batch.lines:
+        try:
+            waiting = list(
+                Task.objects.filter(pk__in={line.task_id for line in batch.lines}, exit_waiting__isnull=False)
+                .order_by("pk")
+                .values_list("pk", flat=True)
+            )
+            for hook in LINES_IN if waiting else ():
+                hook(waiting)
+        except Exception:  # the lines are committed; the agent's next heartbeat repeats the exit, applied then
+            log.exception("could not apply the exits waiting for these lines")
     try:
         _publish(batch)
     except Exception:  # the rows are committed: failing now would store them again; pages catch up from history
         log.exception("could not publish what was stored")
 
 
-def _collect_metrics(payload: Any, batch: _Batch) -> bool:
-    found = task_of(payload, TASK_METRICS, TaskMetricsBatch)
+def _collect_metrics(part: Part, batch: _Batch) -> bool:
+    name, host, sent_at, raw = part
+    found = task_in(host, name, raw, TaskMetricsBatch, sent_at)
     if found is None:
         return False
     task, body, sent_at = found
@@ -208,11 +281,11 @@ def _collect_metrics(payload: Any, batch: _Batch) -> bool:
     return True
 
 
-def _collect_samples(payload: Any, batch: _Batch) -> bool:
-    found = host_of(payload, HOST_SAMPLES, HostSampleBatch)
-    if found is None:
+def _collect_samples(part: Part, batch: _Batch) -> bool:
+    name, host, _sent_at, raw = part
+    body = body_as(host, name, raw, HostSampleBatch)
+    if body is None:
         return False
-    host, body = found
     rows = batch.samples.setdefault(host.pk, (host, []))[1]
     refused: list[str] = []
     for raw in body.samples[:MAX_EVENTS_PER_BATCH] if isinstance(body.samples, list) else []:
@@ -237,8 +310,9 @@ def _collect_samples(payload: Any, batch: _Batch) -> bool:
     return True
 
 
-def _collect_logs(payload: Any, batch: _Batch) -> bool:
-    found = task_of(payload, TASK_LOGS, TaskLogBatch)
+def _collect_logs(part: Part, batch: _Batch) -> bool:
+    name, host, sent_at, raw = part
+    found = task_in(host, name, raw, TaskLogBatch, sent_at)
     if found is None:
         return False
     task, body, _sent_at = found
@@ -286,8 +360,12 @@ def _write(batch: _Batch) -> None:
 
 def _publish(batch: _Batch) -> None:
     """One metrics frame per job, in id order (pages drop ids at or below their cursor), then facts and host load."""
-    for job_id, points in batch.stored_points.items():
-        live.publish(job_id, {"type": "metrics", "points": points, "cursor": points[-1][0]})
+    live.publish_each(
+        [
+            (job_id, {"type": "metrics", "points": points, "cursor": points[-1][0]})
+            for job_id, points in batch.stored_points.items()
+        ]
+    )
     for task, facts, _sent_at in batch.facts.values():
         live.publish(task.job_id, {"type": "facts", "task": task.pk, "facts": facts})
     for job_id in batch.log_jobs:

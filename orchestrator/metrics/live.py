@@ -66,6 +66,28 @@ def publish(job_id: int, frame: dict[str, Any]) -> None:
         log.warning("could not publish a %s frame for job %s: %r", frame.get("type"), job_id, exc)
 
 
+def publish_each(frames: list[tuple[int, dict[str, Any]]]) -> None:
+    """`publish` for frames of different jobs (at most one per job: the ingest's points of a batch), sent concurrently
+    and waited for together, so the next batch's frames still leave after these (measured: 500 jobs' frames one by one
+    were a quarter of the ingest's time at fleet size)."""
+    layer = get_channel_layer()
+    if layer is None or not frames:
+        return
+
+    async def send_all() -> list[Any]:
+        sends = [layer.group_send(group_name(job), {"type": "live.frame", "frame": frame}) for job, frame in frames]
+        return list(await asyncio.gather(*sends, return_exceptions=True))
+
+    future = asyncio.run_coroutine_threadsafe(send_all(), _publisher_loop())
+    try:
+        failed = [r for r in future.result(timeout=PUBLISH_TIMEOUT_S * 5) if isinstance(r, BaseException)]
+    except Exception as exc:  # Redis down or slow: the data is stored; pages catch up from history
+        future.cancel()
+        failed = [exc]
+    if failed:
+        log.warning("could not publish %d of %d frames: %r", len(failed), len(frames), failed[0])
+
+
 def publish_many(frames: list[tuple[int, dict[str, Any]]]) -> None:
     """Hints for many jobs at once (a scheduler pass starting 150 jobs), sent concurrently and not waited for: a hint
     carries no data, so no order holds between them, and the pass that sends them need not wait out the round trips.

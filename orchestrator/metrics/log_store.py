@@ -52,4 +52,8 @@ def store_lines(lines: list[TaskLogLine]) -> int:
             Task.objects.filter(pk=task_id).update(log_bytes=used + added, log_truncated=truncated)
     # Nothing here can conflict (the rows are locked and stored seqs left out); ignore_conflicts is belt and braces.
     TaskLogLine.objects.bulk_create(rows, ignore_conflicts=True)
+    for task_id, batch in by_task.items():
+        # How far the task's output is in, a line cut by the limit counted too: its exit waits for this.
+        upto = max(batch) + 1
+        Task.objects.filter(pk=task_id, log_lines_in__lt=upto).update(log_lines_in=upto)
     return len(rows)

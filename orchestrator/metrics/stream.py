@@ -5,8 +5,12 @@ At-least-once, stored once: an entry is acknowledged (and deleted) only after it
 idempotent, so a crash between commit and acknowledgement costs a re-read, never a duplicate or a loss. On start the
 consumer first re-reads the entries it had read but not acknowledged (its pending list), then new ones.
 
-One consumer, by design: point ids must grow in commit order (see contracts/protocol.py METRICS_GROUP), so a second
-ingest would have to use another consumer name and would break that order. It survives what it cannot prevent:
+More than one, in partitions: the consumer of partition P of N reads the streams of the hosts that
+contracts/protocol.py `ingest_partition` gives P (one process each, N = TFDASH_INGEST_PARTITIONS), each a consumer
+of its own name in the one group. Two partitions may store points of one job (its tasks on hosts of both): a job's
+points are numbered from its counter row, locked until the commit, so the browser's cursor (POINT_SEQ) still grows in
+commit order. When N changes, a host's stream may move to another partition: what the old reader had read and not
+acknowledged is claimed by the new one after CLAIM_IDLE_MS. It survives what it cannot prevent:
 - Redis restarted (without persistence the streams and groups are gone): it makes each group again from the stream's
   first entry, and reads what agents added since (they keep retrying while Redis is down);
 - PostgreSQL unavailable: nothing is acknowledged; it retries the same entries with backoff;
@@ -22,13 +26,16 @@ import threading
 from collections.abc import Callable, Iterable
 
 import redis
+from django.conf import settings
 
 from contracts import broker
-from contracts.protocol import METRICS_GROUP
+from contracts.protocol import METRICS_GROUP, ingest_partition
 from orchestrator import counters, streams
 from orchestrator.metrics import ingest
 
 READ_COUNT = 500
+# Entries another consumer read and left this long (it died, or the partitions changed) are taken over.
+CLAIM_IDLE_MS = 30_000
 # Between reads that came back short: the latency a point adds waiting here, at most (the live pages' budget is 50 ms
 # at the median, TF event to browser).
 IDLE_S = 0.02
@@ -40,6 +47,17 @@ POINTS_STORED = "ingest_points_stored"
 ENTRIES_HANDLED = "ingest_entries_handled"
 
 
+def waiting_age_s(client: redis.Redis, host_names: Iterable[str] | None = None) -> float:
+    """How long the oldest metric-stream entry not stored yet has waited (0.0 when none waits), over every host."""
+    hosts = list(host_names) if host_names is not None else streams.all_host_names()
+    return streams.oldest_waiting_age_s(client, broker.METRICS, METRICS_GROUP, hosts)
+
+
+def behind(waiting_s: float) -> bool:
+    """Whether the ingest is behind (TFDASH_INGEST_BEHIND_S): the one rule of the cluster page and of /metrics."""
+    return waiting_s > settings.TFDASH_INGEST_BEHIND_S
+
+
 def latest_dead_letters(client: redis.Redis, count: int = 5) -> list[dict[str, str]]:
     """The newest dead letters of the hosts' metric streams first, fields decoded for display."""
     return streams.latest_dead_letters(client, broker.METRICS, count)
@@ -49,19 +67,32 @@ class MetricsConsumer:
     """The ingest's reader (see the module's doc); `hosts`: whose streams it reads (default every registered host)."""
 
     def __init__(
-        self, client: redis.Redis, *, consumer: str = "ingest", hosts: Callable[[], Iterable[str]] | None = None
+        self,
+        client: redis.Redis,
+        *,
+        consumer: str = "ingest",
+        hosts: Callable[[], Iterable[str]] | None = None,
+        partition: int = 0,
+        partitions: int = 1,
     ) -> None:
+        """`partition` of `partitions`: read only the streams of the hosts that partition is given."""
         self.stored = ingest.Stored()
+        every = hosts or streams.all_host_names
+
+        def mine() -> list[str]:
+            return [host for host in every() if ingest_partition(host, partitions) == partition]
+
         self.reader = streams.StreamReader(
             client,
             kind=broker.METRICS,
             group=METRICS_GROUP,
             consumer=consumer,
             handler=self._store,
-            hosts=hosts or streams.all_host_names,
+            hosts=mine,
             read_count=READ_COUNT,
             per_stream=READ_COUNT,
             idle_s=IDLE_S,
+            claim_idle_ms=CLAIM_IDLE_MS,
         )
 
     @property

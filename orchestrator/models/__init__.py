@@ -19,6 +19,7 @@ from orchestrator.models.jobs import (
     TaskState,
     TaskType,
 )
+from orchestrator.models.queueing import JobEvent, PriorityClass, Quota
 from orchestrator.models.webhooks import DeliveryState, JobStateChange, Webhook, WebhookDelivery
 
 __all__ = [
@@ -34,10 +35,13 @@ __all__ = [
     "HostStatus",
     "Job",
     "JobArtifact",
+    "JobEvent",
     "JobState",
     "JobStateChange",
     "MetricPoint",
+    "PriorityClass",
     "ProgramKind",
+    "Quota",
     "RestartPolicy",
     "Script",
     "Strategy",

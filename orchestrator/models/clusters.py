@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -20,6 +21,13 @@ from orchestrator.models.validators import (
     validate_port,
     validate_port_range,
 )
+
+BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def validate_bucket(value: str) -> None:
+    if not BUCKET_NAME.match(value) or ".." in value:
+        raise ValidationError("3-63 lower-case letters, digits, dots and hyphens, starting and ending alphanumeric.")
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,33 @@ class Cluster(models.Model):
         help_text="A folder every host mounts at the same path (NFS, ...). Jobs keep checkpoints there, so a job "
         "restarted on other hosts resumes. Blank: each agent uses its own work folder (resume only on the same host).",
     )
+    # Time limits (orchestrator/control/limits_clock.py): a job that names none gets the default, none may ask for
+    # more than the maximum; at the limit (and when preempted) its tasks get SIGTERM, then SIGKILL after the grace.
+    default_time_limit_s = models.PositiveIntegerField("default time limit (s)", default=86_400)
+    max_time_limit_s = models.PositiveIntegerField("maximum time limit (s)", default=7 * 86_400)
+    stop_grace_s = models.PositiveIntegerField(
+        "stop grace (s)", default=3, help_text="between SIGTERM and SIGKILL when a task is stopped (TF ignores SIGTERM)"
+    )
+    # The cluster's object store (S3-compatible, orchestrator/storage.py): checkpoints and artifacts follow the job
+    # there through presigned URLs. The credentials stay on the control plane, in a file named here, never here.
+    store_endpoint = models.URLField(
+        "object store endpoint",
+        max_length=500,
+        blank=True,
+        help_text="e.g. https://s3.eu-west-1.amazonaws.com or http://minio.lab:9000. Blank: no object store.",
+    )
+    store_bucket = models.CharField("bucket", max_length=63, blank=True, validators=[validate_bucket])
+    store_region = models.CharField("region", max_length=32, blank=True, default="us-east-1")
+    store_path_style = models.BooleanField(
+        "path-style addressing", default=True, help_text="endpoint/bucket/key (MinIO, most self-hosted stores)"
+    )
+    store_credentials_file = models.CharField(
+        "credentials file",
+        max_length=500,
+        blank=True,
+        help_text="A file on the control plane holding the access key id and secret (an AWS credentials INI with "
+        "aws_access_key_id and aws_secret_access_key, or key=value lines); readable by the control plane alone.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -51,6 +86,18 @@ class Cluster(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("dashboard:clusters") + f"#cluster-{self.pk}"
+
+    @property
+    def has_store(self) -> bool:
+        return bool(self.store_endpoint and self.store_bucket)
+
+    def clean(self) -> None:
+        super().clean()
+        store = (self.store_endpoint, self.store_bucket, self.store_credentials_file)
+        if any(store) and not all(store):
+            raise ValidationError("An object store needs its endpoint, bucket and credentials file together.")
+        if self.store_credentials_file and not self.store_credentials_file.startswith("/"):
+            raise ValidationError({"store_credentials_file": "An absolute path on the control plane."})
 
 
 class HostStatus(models.TextChoices):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.db import models
+from django.db import connection, models, transaction
 from django.urls import reverse
 
 from contracts import strategies
@@ -28,9 +28,16 @@ class JobState(models.TextChoices):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # Its time limit came: its tasks got SIGTERM, the cluster's grace period, then SIGKILL (orchestrator/control/
+    # limits_clock.py). Final.
+    TIMED_OUT = "timed_out", "timed out"
+    # A job of a higher priority class (or a user reclaiming quota) needed its devices: its gang is being stopped and
+    # it goes back to the queue with its place kept, to resume from its checkpoint (orchestrator/control/preemption.py).
+    # Not a failure: it uses up no restart.
+    PREEMPTED = "preempted"
 
 
-TERMINAL_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+TERMINAL_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT)
 
 
 # Which failures a job is restarted after (up to `max_restarts`): orchestrator/core/restarts.py.
@@ -100,9 +107,31 @@ class Job(models.Model):
         default=True, help_text="TF_USE_LEGACY_KERAS=1: tf.keras is tf_keras, whose fit works with every strategy"
     )
     startup_deadline_s = models.PositiveIntegerField(default=120)
+    # Scheduling (orchestrator/control/scheduling.py). The limit is set at submission (the cluster's default when none
+    # is given) and counts from each placement: backfill reserves from running gangs' placements plus their limits.
+    time_limit_s = models.PositiveIntegerField(
+        default=86_400, help_text="its run (each placement) is stopped after this long: state timed out"
+    )
+    priority_class = models.ForeignKey(
+        "orchestrator.PriorityClass", on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
+    )
+    held = models.BooleanField(default=False, help_text="staff hold: it waits, keeping its place, until released")
+    expected_start = models.DateTimeField(
+        null=True, blank=True, help_text="while waiting: the latest it starts, from running jobs' time limits"
+    )
+    # The head of the queue's reservation: {"at": ISO time, "hosts": {host name: [device, ...]}}; {} for none.
+    reservation = models.JSONField(default=dict, blank=True)
+    first_reservation_at = models.DateTimeField(null=True, blank=True, help_text="when it was first promised to start")
+    preemptions = models.PositiveIntegerField(default=0)
+    # Started beyond its owner's quota (on idle devices): a user under quota may reclaim them by preemption.
+    borrowing = models.BooleanField(default=False)
 
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
     reason = models.TextField(blank=True, help_text="why the job is in its state (waiting, failed, ...)")
+    # The final state the job's success rule decided while other tasks of it were still active: the job takes it
+    # once every task has ended (control/lifecycle.py), so a final job never has a live task. Empty: not ending.
+    ending = models.CharField(max_length=16, choices=JobState.choices, blank=True)
+    ending_at = models.DateTimeField(null=True, blank=True)
     attempt = models.PositiveIntegerField(default=0, help_text="placements so far; tasks carry the one they belong to")
     facts = models.JSONField(
         default=dict,
@@ -112,6 +141,9 @@ class Job(models.Model):
     # Per-job limits (orchestrator/limits.py): points stored and left out by the ingest, artifacts refused and why.
     points_stored = models.PositiveBigIntegerField(default=0)
     points_thinned = models.PositiveBigIntegerField(default=0)
+    # The last metric point sequence number given out (contracts/protocol.py POINT_SEQ): a job's points are numbered
+    # 1, 2, ... in the order their transactions commit, whichever ingest partition stored them.
+    points_seq = models.PositiveBigIntegerField(default=0)
     artifacts_refused = models.PositiveIntegerField(default=0)
     artifact_refusal = models.TextField(blank=True, help_text="why the latest artifact was refused")
     # The task whose end failed the job; its log tail is read at display time, so late log lines still show.
@@ -150,6 +182,11 @@ class Job(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("dashboard:job", args=[self.pk])
+
+    @property
+    def priority(self) -> str:
+        """The priority class's name, as the job's fields name it (orchestrator/control/job_fields.py)."""
+        return self.priority_class.name if self.priority_class_id else ""
 
     @property
     def is_terminal(self) -> bool:
@@ -210,6 +247,10 @@ class Task(models.Model):
     # Output stored so far (orchestrator/limits.line_bytes) and whether the log limit cut it (one marker line then).
     log_bytes = models.PositiveBigIntegerField(default=0)
     log_truncated = models.BooleanField(default=False)
+    # Lines of this attempt taken in so far (the highest seq + 1, a line cut by the log limit counted too); an exit
+    # that says its task printed more waits in `exit_waiting` (its EXITED event) until they are in.
+    log_lines_in = models.PositiveBigIntegerField(default=0)
+    exit_waiting = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["job", "attempt", "type", "index", "restart"]
@@ -235,7 +276,7 @@ class Task(models.Model):
 
     def log_tail(self, lines: int = 30) -> list[TaskLogLine]:
         """The last lines of the task's error output (where a traceback goes), or of all output when it wrote no
-        stderr. stdout and stderr are separate pipes read by separate threads, so their interleaving is only
+        stderr. stdout and stderr are separate files read apart, so their interleaving is only
         approximate: a tail of one stream keeps a traceback whole and in order."""
         stderr = list(reversed(self.log_lines.filter(stream="stderr").order_by("-seq")[:lines]))
         return stderr or list(reversed(self.log_lines.order_by("-seq")[:lines]))
@@ -257,25 +298,75 @@ class TaskLogLine(models.Model):
         return f"{self.task_id}#{self.seq}"
 
 
+def number_points(per_job: dict[int, int]) -> dict[int, int]:
+    """Take `per_job[job]` numbers from each job's point counter (Job.points_seq; contracts/protocol.py POINT_SEQ) and
+    return the first of each job's run; a job that does not exist gets none. Call inside a transaction: the jobs' rows
+    stay locked until it commits (taken in id order, so two writers never wait on each other in a circle), so a job's
+    numbers grow in commit order whoever writes its points."""
+    jobs = sorted(per_job)
+    if not jobs:
+        return {}
+    table = Job._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id FROM {table} WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [jobs])  # noqa: S608
+        cursor.execute(
+            f"""UPDATE {table} j SET points_seq = j.points_seq + n.count
+                FROM unnest(%s::bigint[], %s::bigint[]) AS n(id, count) WHERE j.id = n.id
+                RETURNING j.id, j.points_seq""",  # noqa: S608 - the model's table; values are parameters
+            [jobs, [per_job[job] for job in jobs]],
+        )
+        return {job: top - per_job[job] + 1 for job, top in cursor.fetchall()}
+
+
+class PointQuerySet(models.QuerySet["MetricPoint"]):
+    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[MetricPoint]:
+        """Points made here (tools, tests; the ingest stores its own by COPY) are numbered like the ingest's."""
+        objs = list(objs)
+        with transaction.atomic(using=self.db):
+            per_job: dict[int, int] = {}
+            for point in objs:
+                if not point.seq:
+                    per_job[point.job_id] = per_job.get(point.job_id, 0) + 1
+            first = number_points(per_job)
+            for point in objs:
+                if not point.seq and point.job_id in first:
+                    point.seq = first[point.job_id]
+                    first[point.job_id] += 1
+            return super().bulk_create(objs, *args, **kwargs)
+
+
 class MetricPoint(models.Model):
     """One value a task reported: idempotent on (task, phase, name, step), so a redelivered batch is stored once."""
 
     id = models.BigAutoField(primary_key=True)
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="metric_points")
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="metric_points")
+    # No index of their own: (job, id) and the unique (task, phase, name, step) lead with them. No database
+    # constraint: its check per row (a key-share lock on the task, deferred to the commit) was a quarter of the
+    # ingest's database time (bench/pipeline.py). The ingest stores points only for a task it found, for its current
+    # attempt (metrics/lookups.py), tasks are never deleted but with their cluster, and the ORM deletes their points
+    # with them.
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="metric_points", db_index=False, db_constraint=False
+    )
+    task = models.ForeignKey(
+        Task, on_delete=models.CASCADE, related_name="metric_points", db_index=False, db_constraint=False
+    )
     phase = models.CharField(max_length=10)  # train | epoch_end | custom
     name = models.CharField(max_length=64)
     step = models.BigIntegerField()
     epoch = models.IntegerField(null=True, blank=True)
     value = models.FloatField()
     ts = models.FloatField(help_text="wall-clock seconds when the TF process measured it")
+    # Its number in its job, in commit order: the browser's resume cursor (contracts/protocol.py POINT_SEQ).
+    seq = models.BigIntegerField(default=0)
+
+    objects = PointQuerySet.as_manager()
 
     class Meta:
         ordering = ["id"]
         constraints = [
             models.UniqueConstraint(fields=["task", "phase", "name", "step"], name="metric_point_unique"),
         ]
-        indexes = [models.Index(fields=["job", "id"])]
+        indexes = [models.Index(fields=["job", "seq"])]
 
     def __str__(self) -> str:
         return f"{self.task_id}:{self.name}@{self.step}={self.value}"
@@ -289,7 +380,8 @@ class JobArtifact(models.Model):
     name = models.CharField(max_length=100)
     sha256 = models.CharField(max_length=64)
     size = models.PositiveBigIntegerField()
-    content = models.BinaryField()
+    content = models.BinaryField(blank=True, default=b"")  # empty when it lies in the object store (`key`)
+    key = models.CharField("object store key", max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # The sealed time (its agent's clock) of the message it came with: an older one of the same name, late or
     # replayed, does not replace it.

@@ -24,7 +24,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from contracts import broker
-from contracts.protocol import METRICS_GROUP
 from orchestrator import counters, streams
 from orchestrator.agents import reconcile
 from orchestrator.agents.reports import REPORT_LAG
@@ -114,7 +113,7 @@ def read_redis(host_names: list[str]) -> Readings:
             pipe.xlen(broker.stream(host, kind))
     lengths = iter(pipe.execute())
     readings.backlog = {kind: sum(next(lengths) for _ in host_names) for kind in broker.STREAM_KINDS}
-    readings.oldest_metrics_s = streams.oldest_waiting_age_s(client, broker.METRICS, METRICS_GROUP, host_names)
+    readings.oldest_metrics_s = metrics_stream.waiting_age_s(client, host_names)
     return readings
 
 
@@ -198,6 +197,11 @@ def _redis_families(readings: Readings) -> Iterator[Metric]:
     )
     oldest.add_metric([], readings.oldest_metrics_s)
     yield oldest
+    behind = GaugeMetricFamily(
+        "tfdash_ingest_behind", "1 when the ingest's oldest unstored entry is older than TFDASH_INGEST_BEHIND_S"
+    )
+    behind.add_metric([], float(metrics_stream.behind(readings.oldest_metrics_s)))
+    yield behind
     points = CounterMetricFamily("tfdash_ingest_points_stored", "metric points the ingest stored (rate: ingest rate)")
     points.add_metric([], got[metrics_stream.POINTS_STORED])
     yield points

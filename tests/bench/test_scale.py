@@ -56,10 +56,10 @@ def test_fifty_hosts_place_every_job_once_and_all_finish(tmp_path, artifacts_dir
 
 
 @pytest.mark.timeout(600)
-def test_two_orchestrator_workers_place_200_jobs_without_double_booking(tmp_path, artifacts_dir):
+def test_two_orchestrator_workers_place_120_jobs_without_double_booking(tmp_path, artifacts_dir):
     results = run_bench(
         tmp_path, artifacts_dir, "scale-two-orchestrators",
-        "--hosts", "30", "--jobs", "200", "--minutes", "6", "--orchestrators", "2", strict=False,
+        "--hosts", "30", "--jobs", "120", "--minutes", "6", "--orchestrators", "2", strict=False,
     )  # fmt: skip
     # What this test is about: placement under two workers. (A host falsely declared lost on an overloaded machine
     # fails its jobs, which have no restarts here; that is the liveness guard's business, asserted by the smoke test.)

@@ -112,6 +112,7 @@ def test_every_page_runs_under_the_policy_with_no_violation(orm: Orm, web: WebSe
             pass
 
     visit(page, f"{web.url}/clusters/", refreshed_by_htmx)
+    visit(page, f"{web.url}/clusters/{s['cluster']}/queue/")
     visit(page, f"{web.url}/api/jobs/")  # DRF's browsable API
     assert problems == []
 
@@ -127,6 +128,8 @@ def test_every_page_runs_under_the_policy_with_no_violation(orm: Orm, web: WebSe
         f"/admin/orchestrator/host/{s['host']}/change/",
         f"/admin/orchestrator/cluster/{s['cluster']}/change/",
         "/admin/orchestrator/job/",
+        "/admin/orchestrator/priorityclass/",
+        f"/clusters/{s['cluster']}/queue/",  # with the staff's hold and priority forms
         "/admin/auth/user/",
         f"/admin/auth/user/{s['alice']}/change/",
         f"/admin/auth/user/{s['alice']}/password/",

@@ -51,7 +51,7 @@ def make_scene() -> dict[str, Any]:
 
 
 def store(job_id: int, task_ids: list[int], steps: range, names: tuple[str, ...] = ("loss",)) -> list[list[Any]]:
-    """Train points for every task, metric and step, as the ingest stores them; returned as frame rows, id order."""
+    """Train points for every task, metric and step, as the ingest stores them; returned as frame rows, in order."""
     rows = MetricPoint.objects.bulk_create(
         MetricPoint(
             job_id=job_id,
@@ -67,7 +67,7 @@ def store(job_id: int, task_ids: list[int], steps: range, names: tuple[str, ...]
         for i, t in enumerate(task_ids)
         for n in names
     )
-    return sorted([[r.pk, r.task_id, r.phase, r.name, r.step, r.epoch, r.value, r.ts] for r in rows])
+    return sorted([[r.seq, r.task_id, r.phase, r.name, r.step, r.epoch, r.value, r.ts] for r in rows])
 
 
 def value(name: str, task_index: int, step: int) -> float:
@@ -87,7 +87,7 @@ def store_epochs(job_id: int, task_ids: list[int], epochs: range) -> int:
 
 
 def stored_ids(job_id: int) -> list[int]:
-    return list(MetricPoint.objects.filter(job_id=job_id).order_by("id").values_list("id", flat=True))
+    return list(MetricPoint.objects.filter(job_id=job_id).order_by("seq").values_list("seq", flat=True))
 
 
 def publish(job_id: int, points: list[list[Any]]) -> None:

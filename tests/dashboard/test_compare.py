@@ -323,6 +323,8 @@ def test_run_again_fills_in_the_form_from_the_job(client, alice, online_hosts):
         "progress_timeout_s": 600,
         "legacy_keras": False,
         "startup_deadline_s": 300,
+        "time_limit_s": 86_400,
+        "priority": "",
         "program": "script",
         "earlier_script": script.sha256,
     }

@@ -150,7 +150,7 @@ async def test_a_long_series_loads_downsampled(alice):
     assert end["downsampled"] is True
     steps = [p[4] for p in history]
     assert len(steps) == 2000 and steps[0] == 1 and steps[-1] == 10_000
-    assert end["cursor"] == await sync_to_async(lambda: MetricPoint.objects.latest("id").pk)()
+    assert end["cursor"] == await sync_to_async(lambda: MetricPoint.objects.latest("seq").seq)()
 
 
 async def test_points_from_a_running_job_reach_a_subscribed_client(alice, orchestrator, start_agent):

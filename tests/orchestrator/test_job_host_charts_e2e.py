@@ -20,7 +20,7 @@ from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
-COLUMNS = ["id", "task", "phase", "name", "step", "epoch", "value", "ts"]
+COLUMNS = ["seq", "task", "phase", "name", "step", "epoch", "value", "ts"]
 
 
 def hosts_that_ran(job_id: int) -> set[str]:

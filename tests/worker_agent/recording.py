@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -19,9 +20,13 @@ class Recorder:
         self._lock = threading.Lock()
         self.messages: list[tuple[str, dict[str, Any]]] = []
 
-    def __call__(self, name: str, body: dict[str, Any], queue: str = broker.EVENTS) -> None:
+    def __call__(
+        self, name: str, body: dict[str, Any], queue: str = broker.EVENTS, then: Callable[[], None] | None = None
+    ) -> None:
         with self._lock:
             self.messages.append((name, body))
+        if then is not None:
+            then()  # published at once
 
     def of(self, task_id: int) -> list[tuple[str, dict[str, Any]]]:
         with self._lock:

@@ -12,6 +12,7 @@ import redis
 from celery import Celery
 
 from contracts import broker
+from contracts.bundles import HOST_REPORTS
 from contracts.protocol import HOST_SAMPLES, TASK_EVENT, TASK_LOGS, TASK_METRICS
 from contracts.signing import agent_mac_key, open_sealed
 from tests.support.processes import wait_until
@@ -247,9 +248,32 @@ def test_each_kind_of_traffic_lands_in_its_stream_of_the_hosts_own(tmp_path):
         server.kill()
 
     assert [fields[b"name"].decode() for _id, fields in events] == [TASK_EVENT]
-    reports = [(fields[b"name"].decode(), json.loads(fields[b"envelope"])) for _id, fields in entries]
-    assert [(name, body_of(envelope)["n"]) for name, envelope in reports] == [
-        (HOST_SAMPLES, 1),
-        *((TASK_METRICS, n) for n in range(2, 302)),
+    sealed = [(fields[b"name"].decode(), json.loads(fields[b"envelope"])) for _id, fields in entries]
+    assert all(open_sealed(envelope, KEY, name, max_age_s=60).host == "gpu-1" for name, envelope in sealed)
+    # Metric traffic waiting together travels in bundles (one MAC, one entry; contracts/bundles.py), a lone report as
+    # itself; either way each report in the order it was made.
+    reports = [
+        (name, body["n"])
+        for outer, envelope in sealed
+        for name, body in (body_of(envelope)["reports"] if outer == HOST_REPORTS else [[outer, body_of(envelope)]])
     ]
-    assert all(open_sealed(envelope, KEY, name, max_age_s=60).host == "gpu-1" for name, envelope in reports)
+    assert reports == [(HOST_SAMPLES, 1), *((TASK_METRICS, n) for n in range(2, 302))]
+
+
+def test_a_follow_up_runs_once_its_message_is_published_in_order_and_never_for_a_dropped_one():
+    transport = FlakyTransport(failures=3)
+    transport.gate.clear()
+    outbox = Outbox(UNUSED_APP, "gpu-1", KEY, transport=transport, max_queued=3)
+    done: list[int] = []
+
+    outbox.send(TASK_EVENT, {"n": 0}, then=lambda: done.append(0))  # taken by the publisher, hanging
+    wait_until(lambda: outbox._in_flight, timeout=5, what="the first publish to start")
+    for n in range(1, 4):
+        outbox.send(TASK_LOGS if n == 1 else TASK_EVENT, {"n": n}, then=lambda n=n: done.append(n))
+    assert done == []  # nothing published yet (the output position behind a log batch is not persisted early)
+    transport.gate.set()
+
+    assert outbox.flush(10)  # returns only once the follow-ups have run
+    assert transport.numbers() == [0, 2, 3]  # the log batch (1) was dropped: the outbox was full
+    assert done == [0, 2, 3]
+    outbox.stop()

@@ -28,8 +28,8 @@ from tests.support.processes import wait_until
 from tests.worker_agent.recording import Recorder, gone
 from tests.worker_agent.supervision.specs import PROGRAMS, spec_for
 from worker_agent.heartbeat import Heartbeat
-from worker_agent.records import ReclaimedTask, TaskRecord, TaskRecords, reclaim
 from worker_agent.supervision import Supervisor
+from worker_agent.supervision.records import ReclaimedTask, TaskRecord, TaskRecords, reclaim
 
 
 def read_pids(pidfile: Path) -> list[int]:

@@ -32,9 +32,9 @@ from tests.support.processes import wait_until
 from worker_agent.app import Agent
 from worker_agent.cli import parse_args
 from worker_agent.folders import Roots
-from worker_agent.metrics_pipe import MetricsPipe
 from worker_agent.outbox import Outbox
 from worker_agent.sampler import MIB, GpuReader, Sampler
+from worker_agent.supervision.metrics_pipe import MetricsPipe
 
 SLACK_S = 0.05  # scheduling jitter of a loaded test machine on top of the 200 ms promise
 GPU_KEYS = {

@@ -2,12 +2,13 @@
 
 One child per (task_id, attempt), each in its own process group (TF ignores SIGTERM, so a task is stopped by SIGKILL
 to its group, which also takes any grandchild with it). Per child, small daemon threads do the waiting:
-two readers (stdout, stderr) number lines into one sequence, a flusher batches them into TASK_LOGS, a metrics reader
+a tailer reads its stdout and stderr files (output.py: files first, so an agent's death breaks nothing of the task's)
+and numbers lines into one sequence, a flusher batches them into TASK_LOGS, a metrics reader
 forwards what the task writes to its metrics pipe (see metrics_pipe.py), a watcher reports LISTENING once the task's
 port accepts connections, and a waiter reports EXITED after the last log batch and the last metrics.
 `launch` and `kill` return at once; nothing here blocks a Celery consumer for the length of a run.
 
-The ledger (worker_agent/ledger.py) makes orders and exits survive loss and restarts: a launch is applied once per
+The ledger (ledger.py) makes orders and exits survive loss and restarts: a launch is applied once per
 (task, attempt) however often it arrives, an exit is kept until the orchestrator acknowledges it, and `report()`
 gives the heartbeat the agent's whole truth in one consistent snapshot.
 """
@@ -17,8 +18,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import os
 import signal
 import subprocess
+import tarfile
 import threading
 import time
 from collections import OrderedDict, deque
@@ -41,14 +44,14 @@ from contracts.protocol import (
     TaskEventKind,
     TaskReport,
 )
-from worker_agent import records
-from worker_agent.ledger import Ledger
-from worker_agent.metrics_pipe import MetricsPipe, SendFn
-from worker_agent.supervision import identity, programs, tensorboard_dir
+from contracts.store import StoreUrls, store_urls_from
+from worker_agent.supervision import identity, programs, records, store_sync, tensorboard_dir
 from worker_agent.supervision.launch import Refused, check_port, validate
-from worker_agent.supervision.output import LogLine, TaskLogs, read_lines
+from worker_agent.supervision.ledger import Ledger
+from worker_agent.supervision.metrics_pipe import MetricsPipe, SendFn
+from worker_agent.supervision.output import LogLine, OutputFiles, TaskLogs
 from worker_agent.supervision.processes import killpg, tree_listens_on, wait_for_exit
-from worker_agent.supervision.workspace import Workspace
+from worker_agent.supervision.workspace import Prepared, Workspace
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +60,9 @@ Key = tuple[int, int]  # (task_id, attempt)
 
 KEEP_FINISHED = 1_000  # tails of exited tasks kept for debugging
 LISTEN_POLL_S = 0.25
-READER_JOIN_S = 5.0  # a process that escaped the group (setsid) may hold a pipe open forever
+READER_JOIN_S = 5.0  # a process that escaped the group (setsid) may hold the metrics pipe open forever
 MAX_GRACE_S = 600.0
+STORE_SCRATCH = "store-tmp"  # under the workdir: checkpoint tars on their way to or from the object store
 
 
 @dataclass(eq=False)
@@ -72,13 +76,15 @@ class _Child:
     exited: threading.Event = field(default_factory=threading.Event)  # the group leader ended (not yet reaped)
     done: threading.Event = field(default_factory=threading.Event)  # EXITED sent, or the launch was refused
     signal_lock: threading.Lock = field(default_factory=threading.Lock)
-    readers: list[threading.Thread] = field(default_factory=list)
+    tailer: threading.Thread | None = None
     metrics: MetricsPipe | None = None
     placed: bool = False  # the task has a place in the workspace: left once, when it is over
     uid: int | None = None  # the job's own user id (--task-uids), released when the task is over
     flusher: threading.Thread | None = None
     watcher: threading.Thread | None = None
     tensorboard: Path | None = None  # the task's TFDASH_TENSORBOARD_DIR, packed as an artifact when it ends
+    uploader: store_sync.CheckpointUploader | None = None  # the authoritative task's, on a cluster with a store
+    slots: store_sync.ArtifactSlots | None = None  # its artifact keys in the store
 
 
 class Supervisor:
@@ -96,8 +102,10 @@ class Supervisor:
         self._children: dict[Key, _Child] = {}
         self._tails: OrderedDict[int, deque[LogLine]] = OrderedDict()
         self._closing = False
+        self._restores = store_sync.Restores()
         self.records = records.TaskRecords(self.workdir)
         self.ledger = Ledger(self.workdir)
+        self.output = OutputFiles(self.workdir)
         # Each task's folders, uid and private /tmp (workspace.py): a job_dir outside workdir and shared roots refused.
         self.workspace = Workspace(self.workdir, [Path(p) for p in shared_roots or ()], task_uids)
 
@@ -184,9 +192,18 @@ class Supervisor:
         lost, like every attempt the previous life took but never started; call before any launch."""
         reclaimed = records.reclaim(self.records)
         self.workspace.sweep()  # what those tasks (or ones before) left running under their uid, and in their /tmp
+        # Their processes are gone: what they printed (while the agent was down too) is in their files, read from
+        # where the last life had got to, and sent before their exits.
+        lines = {key: TaskLogs(*key, self._send, self.output).drain() for key in self.output.leftovers()}
         for task in reclaimed:
             self.ledger.record_exit(
-                task.job_id, task.task_id, task.attempt, pid=task.pid, detail=task.detail, lost=True
+                task.job_id,
+                task.task_id,
+                task.attempt,
+                pid=task.pid,
+                detail=task.detail,
+                lost=True,
+                lines=lines.get((task.task_id, task.attempt)),
             )
         for entry in self.ledger.accepted():
             self.ledger.record_exit(
@@ -235,7 +252,7 @@ class Supervisor:
                     TaskEventKind.PORT_CONFLICT,
                     f"port {spec.port} is held by task {holder.spec.task_id} attempt {holder.spec.attempt}",
                 )
-            child = _Child(spec=spec, logs=TaskLogs(spec.task_id, spec.attempt, self._send))
+            child = _Child(spec=spec, logs=TaskLogs(spec.task_id, spec.attempt, self._send, self.output))
             self._children[key] = child
             return child
 
@@ -259,29 +276,66 @@ class Supervisor:
             check_port(spec.port)
         prepared = self.workspace.prepare(spec, program)
         child.placed, child.uid = True, prepared.uid
+        urls = store_urls_from(spec.store)
+        # With a shared folder the checkpoints are there for every host already: only artifacts use the store.
+        follows = urls is not None and not spec.job_dir and prepared.job_place is not None
+        named = self._restore(spec, urls, prepared) if follows and urls is not None else None
+        child.slots = store_sync.ArtifactSlots(urls.artifact_put) if urls is not None else None
         metrics = MetricsPipe(
-            spec.task_id, spec.attempt, self._send, owner=prepared.uid, artifacts_from=prepared.artifacts_from
+            spec.task_id,
+            spec.attempt,
+            self._send,
+            owner=prepared.uid,
+            artifacts_from=prepared.artifacts_from,
+            store_slots=child.slots,
         )
+        output: dict[str, int] = {}
         try:
             prepared.env[METRICS_FD_ENV] = str(metrics.write_fd)
             child.tensorboard = prepared.tensorboard
+            # Files, not pipes: the task's prints never block on, or die with, this agent (output.py).
+            output = self.output.create(spec.task_id, spec.attempt)
+            child.logs.open()
             proc = subprocess.Popen(
                 prepared.argv,
                 cwd=prepared.cwd,
                 env=prepared.env,
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                stdout=output["stdout"],
+                stderr=output["stderr"],
                 pass_fds=(metrics.write_fd,),
                 start_new_session=True,  # its own process group: one killpg stops it and everything it spawned
                 **prepared.popen,
             )
         except BaseException:
             metrics.discard()
+            child.logs.discard()
+            self.output.remove(spec.task_id, spec.attempt)
             raise
+        finally:
+            for fd in output.values():
+                os.close(fd)
         # Only the child (and what it passes the fd on to) may hold the write end, or the reader never sees EOF.
         metrics.child_started()
+        if follows and urls is not None and urls.uploads_checkpoints and prepared.job_place is not None:
+            label = f"task {spec.task_id} attempt {spec.attempt}"
+            child.uploader = store_sync.CheckpointUploader(
+                urls, prepared.job_place, prepared.uid, self.workdir / STORE_SCRATCH, label, named
+            )
+            child.uploader.start()
         return proc, metrics
+
+    def _restore(self, spec: LaunchSpec, urls: StoreUrls, prepared: Prepared) -> str | None:
+        """The store's last checkpoint unpacked into the job's folder here (store_sync.Restores); refused when the
+        store has one that cannot be had: starting over would then overwrite it with an earlier one."""
+        assert prepared.job_place is not None
+        scratch = self.workdir / STORE_SCRATCH
+        try:
+            return self._restores.once(spec.job_id, spec.attempt, urls, prepared.job_place, prepared.uid, scratch)
+        except (store_sync.StoreError, OSError, tarfile.TarError) as exc:
+            raise Refused(
+                TaskEventKind.LAUNCH_FAILED, f"could not restore the job's checkpoint from the object store: {exc}"
+            ) from None
 
     # --- running ----------------------------------------------------------------------------------------------
     def _run(self, child: _Child, proc: subprocess.Popen[bytes], metrics: MetricsPipe) -> None:
@@ -296,11 +350,7 @@ class Supervisor:
         # STARTED goes out before any thread that could send logs or EXITED exists.
         self._event(spec, TaskEventKind.STARTED, pid=proc.pid)
         name = f"{spec.task_id}.{spec.attempt}"
-        assert proc.stdout is not None and proc.stderr is not None
-        child.readers = [
-            _thread(f"out-{name}", read_lines, proc.stdout, "stdout", child.logs),
-            _thread(f"err-{name}", read_lines, proc.stderr, "stderr", child.logs),
-        ]
+        child.tailer = _thread(f"tail-{name}", child.logs.run_tailer)
         child.flusher = _thread(f"logs-{name}", child.logs.run_flusher)
         metrics.start(name)
         if spec.port is not None:
@@ -321,17 +371,24 @@ class Supervisor:
         assert proc is not None
         wait_for_exit(proc)
         child.exited.set()
+        if child.uploader is not None:
+            try:
+                child.uploader.finish()  # before EXITED: a restart restores the last checkpoint
+            except Exception:
+                log.exception("task %s attempt %s: last checkpoint upload failed", *_key(child))
         with child.signal_lock:
             # The leader is a zombie until reaped, so its pid (= the group id) cannot be reused yet: safe to killpg.
             # Killing the group before draining the pipes also ends a grandchild that holds them open.
             killpg(proc.pid, signal.SIGKILL)
             returncode = proc.wait()
             child.reaped = True
-        # Before the pipes are drained: after the job's last task here, nothing its uid runs (a setsid grandchild
-        # holding the pipes) survives, and the uid is free before EXITED goes out.
+        # After the job's last task here, nothing its uid runs (a setsid grandchild that escaped the group)
+        # survives, and the uid is free before EXITED goes out.
         self._leave(child)
-        for reader in child.readers:
-            reader.join(READER_JOIN_S)
+        # Nothing of the group writes any more: read the files to their end.
+        child.logs.end()
+        if child.tailer is not None:
+            child.tailer.join()
         if child.metrics is not None:
             # The group is dead, so EOF is due at once; the last epoch's metrics go out before EXITED.
             child.metrics.finish(READER_JOIN_S)
@@ -339,7 +396,7 @@ class Supervisor:
         child.logs.close()
         if child.flusher is not None:
             child.flusher.join()
-        child.logs.flush()
+        child.logs.flush(last=True)
         if child.watcher is not None:
             child.watcher.join()  # no LISTENING may follow EXITED
         ended = self._forget(child, proc.pid, returncode)
@@ -358,13 +415,19 @@ class Supervisor:
             content = tensorboard_dir.pack(child.tensorboard, child.uid)
             if content is None:
                 return
-            artifact = TaskArtifact(
-                task_id=spec.task_id,
-                attempt=spec.attempt,
-                name=tensorboard_dir.artifact_name(spec),
-                sha256=hashlib.sha256(content).hexdigest(),
-                content_b64=base64.b64encode(content).decode("ascii"),
-            )
+            name, digest = tensorboard_dir.artifact_name(spec), hashlib.sha256(content).hexdigest()
+            taken = child.slots.take() if child.slots else None
+            if taken is not None:  # on a cluster with an object store: there, not through the broker
+                store_sync.http_put(taken[1], content, len(content))
+                artifact = TaskArtifact(spec.task_id, spec.attempt, name, digest, "", size=len(content), slot=taken[0])
+            else:
+                artifact = TaskArtifact(
+                    task_id=spec.task_id,
+                    attempt=spec.attempt,
+                    name=name,
+                    sha256=digest,
+                    content_b64=base64.b64encode(content).decode("ascii"),
+                )
             self._send(TASK_ARTIFACT, asdict(artifact), queue=broker.METRICS)
             log.info("task %s attempt %s: summaries collected (%d bytes)", spec.task_id, spec.attempt, len(content))
         except Exception:  # never expected; the exit must go out whatever happens here
@@ -376,7 +439,13 @@ class Supervisor:
             self._children.pop((spec.task_id, spec.attempt), None)
             _remember(self._tails, spec.task_id, child.logs.tail)
             return self.ledger.record_exit(
-                spec.job_id, spec.task_id, spec.attempt, pid=pid, exit_code=returncode, detail=child.kill_reason
+                spec.job_id,
+                spec.task_id,
+                spec.attempt,
+                pid=pid,
+                exit_code=returncode,
+                detail=child.kill_reason,
+                lines=child.logs.lines,
             )
 
     # --- killing ----------------------------------------------------------------------------------------------
@@ -432,6 +501,10 @@ def _remember(table: OrderedDict[Any, Any], key: Any, value: Any) -> None:
     table.move_to_end(key)
     while len(table) > KEEP_FINISHED:
         table.popitem(last=False)
+
+
+def _key(child: _Child) -> Key:
+    return child.spec.task_id, child.spec.attempt
 
 
 def _thread(name: str, target: Callable[..., None], *args: Any) -> threading.Thread:

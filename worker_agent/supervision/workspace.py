@@ -42,6 +42,7 @@ class Prepared:
     artifacts_from: Roots
     tensorboard: Path  # the task's own folder for summaries (env TENSORBOARD_DIR_ENV), packed when it ends
     popen: dict[str, Any] = field(default_factory=dict)
+    job_place: Place | None = None  # the job's folder here (checkpoints restored from the object store go there)
 
 
 class Workspace:
@@ -184,4 +185,4 @@ class Workspace:
             # setgid/setgroups/setuid in the child between fork and exec (no shell), and files private by default.
             popen = dict(user=uid, group=uid, extra_groups=[], umask=identity.TASK_UMASK)
         artifacts_from = Roots([job_dir, home])
-        return Prepared(argv, env, cwd.path, uid, artifacts_from, summaries.path, popen)
+        return Prepared(argv, env, cwd.path, uid, artifacts_from, summaries.path, popen, job_dir)

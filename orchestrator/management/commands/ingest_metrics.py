@@ -1,4 +1,5 @@
-"""Run the metrics ingest: the one consumer of the hosts' metric streams (see orchestrator/metrics/stream.py)."""
+"""Run one partition of the metrics ingest: the consumer of its share of the hosts' metric streams (see
+orchestrator/metrics/stream.py; TFDASH_INGEST_PARTITIONS processes, one per --partition)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import redis
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from orchestrator.metrics.stream import MetricsConsumer
 
@@ -20,9 +21,16 @@ class Command(BaseCommand):
     help = "Store agents' metric points, host samples and artifacts as they arrive, and push them to open pages."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--consumer", default="ingest", help="the consumer name in the stream's group")
+        parser.add_argument("--consumer", default="", help="the consumer name in the stream's group (default ingest-P)")
+        parser.add_argument("--partition", type=int, default=0, help="which of TFDASH_INGEST_PARTITIONS (from 0)")
 
-    def handle(self, *args: Any, consumer: str, **options: Any) -> None:
+    def handle(self, *args: Any, consumer: str, partition: int, **options: Any) -> None:
+        partitions = settings.TFDASH_INGEST_PARTITIONS
+        if not 0 <= partition < partitions:
+            raise CommandError(
+                f"--partition {partition}: TFDASH_INGEST_PARTITIONS is {partitions} (0 to {partitions - 1})"
+            )
+        consumer = consumer or f"ingest-{partition}"
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
@@ -34,8 +42,8 @@ class Command(BaseCommand):
             socket_keepalive=True,
             health_check_interval=15,
         )
-        ingest = MetricsConsumer(client, consumer=consumer)
-        self.stdout.write(f"metrics ingest {consumer} ready", ending="\n")
+        ingest = MetricsConsumer(client, consumer=consumer, partition=partition, partitions=partitions)
+        self.stdout.write(f"metrics ingest {consumer} ready (partition {partition} of {partitions})", ending="\n")
         self.stdout.flush()
         ingest.run(stop)
         s = ingest.stored

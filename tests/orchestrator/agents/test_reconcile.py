@@ -28,7 +28,8 @@ from contracts.protocol import (
     TaskReport,
 )
 from contracts.signing import agent_mac_key
-from orchestrator.agents import reconcile, reports
+from orchestrator.agents import events, reconcile, reports
+from orchestrator.metrics.log_store import store_lines
 from orchestrator.models import Host, HostStatus, Job, JobState, Task, TaskLogLine, TaskState
 from tests import factories
 from tests.support.processes import wait_until
@@ -208,9 +209,34 @@ def test_recorded_exits_end_their_tasks_once_and_are_acknowledged(placed, orders
 
     w0 = fresh(w0)
     assert (w0.state, w0.exit_code, w0.event_seq) == (TaskState.SUCCEEDED, 0, SEQ + 5)
-    assert fresh(job).state == JobState.SUCCEEDED  # worker 0 speaks for a MultiWorkerMirrored job
+    # Worker 0 speaks for a MultiWorkerMirrored job: it has succeeded, and is final once worker 1 has ended too.
+    assert (fresh(job).state, fresh(job).ending) == (JobState.RUNNING, JobState.SUCCEEDED)
     assert orders["ack"] == [(w0.pk, 1), (w0.pk, 1)]
     assert fresh(w1).state == TaskState.RUNNING
+
+    ended = [RecordedExit(job_id=job.pk, task_id=w1.pk, attempt=1, seq=SEQ + 6, pid=1001, exit_code=0)]
+    reports.handle_report(report_of(host, token, TaskReport(exits=ended, events_upto=SEQ + 6)), hello=False)
+    assert fresh(job).state == JobState.SUCCEEDED
+    assert fresh(job).reason == f"worker 0 on {host.name} exited 0"
+
+
+@pytest.mark.django_db
+def test_an_exit_waits_for_the_lines_its_task_printed(placed, orders):
+    host, token, job, (w0, w1) = placed
+    Task.objects.filter(pk=w1.pk).update(state=TaskState.SUCCEEDED)
+    exits = [RecordedExit(job_id=job.pk, task_id=w0.pk, attempt=1, seq=SEQ + 5, pid=1000, exit_code=0, lines=3)]
+    report = TaskReport(exits=exits, events_upto=SEQ + 5)
+    reports.handle_report(report_of(host, token, report), hello=False)
+
+    assert fresh(w0).state == TaskState.RUNNING  # two of its three lines are still on their way
+    assert fresh(w0).exit_waiting["lines"] == 3
+    assert orders["ack"] == []  # the agent keeps the exit, and says it again
+    assert not fresh(job).is_terminal
+
+    store_lines([TaskLogLine(task_id=w0.pk, seq=seq, stream="stdout", text=f"line {seq}") for seq in range(3)])
+    events.apply_waiting_exits([w0.pk])
+    assert (fresh(w0).state, fresh(w0).exit_waiting) == (TaskState.SUCCEEDED, None)
+    assert fresh(job).state == JobState.SUCCEEDED
 
 
 @pytest.mark.django_db

@@ -87,7 +87,7 @@ def thirty_points(running: Any) -> tuple[Any, Job, list[int]]:
         MetricPoint(job=job, task=task, phase="train", name="loss", step=s, value=1.0 / s, ts=float(s))
         for s in range(1, 31)
     )
-    return owner, job, list(MetricPoint.objects.filter(job=job).order_by("id").values_list("id", flat=True))
+    return owner, job, list(MetricPoint.objects.filter(job=job).order_by("seq").values_list("seq", flat=True))
 
 
 @override_settings(TFDASH_SOCKET_BACKLOG_POINTS=10)

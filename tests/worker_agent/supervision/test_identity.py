@@ -16,7 +16,7 @@ import pytest
 from contracts.protocol import TaskEventKind
 from tests.support.wire import control_key_flags
 from tests.worker_agent.recording import Recorder
-from tests.worker_agent.test_metrics_pipe import artifacts, script_spec
+from tests.worker_agent.supervision.test_metrics_pipe import artifacts, script_spec
 from worker_agent.folders import Place, Roots
 from worker_agent.supervision import Supervisor, identity, uid_pool
 from worker_agent.supervision.identity import UidRange
@@ -123,7 +123,7 @@ def test_a_task_runs_as_its_jobs_uid_at_home_in_its_folder_and_uploads_only_its_
         emit({{"kind": "artifact", "ts": 1.0, "name": "model.keras", "path": mine}})
     """)
 
-    with caplog.at_level(logging.WARNING, logger="worker_agent.metrics_pipe"):
+    with caplog.at_level(logging.WARNING, logger="worker_agent.supervision.metrics_pipe"):
         isolated.launch(spec)
         exited = sent.wait_for(spec.task_id, TaskEventKind.EXITED)
 

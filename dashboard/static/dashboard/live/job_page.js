@@ -2,7 +2,8 @@
 // (`log`), and its charts (`metrics` history then live, `hosts`, `facts`). No polling: nothing on this page asks the
 // server again by itself.
 //
-// No gap, no duplicate: point ids grow in commit order, so the page keeps `cursor`, the highest id it has seen, and
+// No gap, no duplicate: a job's points are numbered in commit order (its sequence, whichever ingest partition stored
+// them), so the page keeps `cursor`, the highest number it has seen, and
 // after a lost connection asks for `?since=<cursor>`: the server sends exactly the points after it. A point at or
 // below the cursor is counted and dropped. Log lines have a cursor per task (each `log` frame says it; the page
 // starts from the one it was served with) and a reconnect passes them as `log_since`; a line is kept once by its

@@ -21,7 +21,7 @@ export class SeriesStore {
   constructor() {
     this.metrics = new Map();
     this.hosts = new Map();
-    this.cursor = 0; // the highest point id seen: a reconnect asks for what comes after it
+    this.cursor = 0; // the highest point number (the job's sequence) seen: a reconnect asks for what comes after it
     this.pointsReceived = 0;
     this.duplicatesReceived = 0;
     this.hostSamplesReceived = 0;
@@ -29,11 +29,11 @@ export class SeriesStore {
     this.stepTimesChanged = false;
   }
 
-  /** A `metrics` frame's points, by the column names the frame announces; ids at or below the cursor are dropped. */
+  /** A `metrics` frame's points, by the column names the frame announces; numbers at or below the cursor are dropped. */
   addPoints(frame) {
     const cols = frame.columns;
     const at = (name) => cols.indexOf(name);
-    const [iId, iTask, iPhase, iName, iStep, iEpoch, iValue] = ["id", "task", "phase", "name", "step", "epoch", "value"].map(at);
+    const [iId, iTask, iPhase, iName, iStep, iEpoch, iValue] = ["seq", "task", "phase", "name", "step", "epoch", "value"].map(at);
     for (const p of frame.points || []) {
       const id = p[iId];
       if (id <= this.cursor) {

@@ -155,7 +155,7 @@ def test_malformed_lines_are_dropped_and_the_good_ones_around_them_arrive(superv
         raw(b'{"kind": "metric", "step": 3}')  # the last line has no newline: it still counts
     """)
 
-    with caplog.at_level(logging.WARNING, logger="worker_agent.metrics_pipe"):
+    with caplog.at_level(logging.WARNING, logger="worker_agent.supervision.metrics_pipe"):
         supervisor.launch(spec)
         exited = sent.wait_for(spec.task_id, TaskEventKind.EXITED)
 
@@ -227,7 +227,7 @@ def test_bad_artifacts_are_skipped_and_the_reader_goes_on(supervisor, sent, capl
         str(MAX_ARTIFACT_BYTES),
     )
 
-    with caplog.at_level(logging.WARNING, logger="worker_agent.metrics_pipe"):
+    with caplog.at_level(logging.WARNING, logger="worker_agent.supervision.metrics_pipe"):
         supervisor.launch(spec)
         exited = sent.wait_for(spec.task_id, TaskEventKind.EXITED)
 
@@ -357,7 +357,7 @@ def test_a_process_that_escaped_the_group_with_the_pipe_delays_the_exit_only_bou
     monkeypatch.setattr(supervisor_module, "READER_JOIN_S", 0.5)
     spec = script_spec(GRANDCHILD, "--escape")
 
-    with caplog.at_level(logging.WARNING, logger="worker_agent.metrics_pipe"):
+    with caplog.at_level(logging.WARNING, logger="worker_agent.supervision.metrics_pipe"):
         supervisor.launch(spec)
         pid = grandchild_pid(sent, spec.task_id)
         try:

@@ -34,7 +34,10 @@ from contracts.protocol import (
     TaskArtifact,
     TaskMetricsBatch,
 )
-from worker_agent.folders import Outside, Roots, read_file
+from contracts.store import ARTIFACT_SLOTS, MAX_STORE_ARTIFACT_BYTES
+from worker_agent.folders import Outside, Roots, open_file, read_file
+from worker_agent.supervision import store_sync
+from worker_agent.supervision.store_sync import ArtifactSlots
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,7 @@ BATCH_EVENTS = 500
 READ_CHUNK = 64 * 1024
 WARN_EVERY_S = 10.0
 STOP_JOIN_S = 2.0  # after a stop the reader only flushes what it holds: this is a safety net, not a wait
+UPLOAD_WAIT_S = 900.0  # an artifact upload under way when the task ends: how long its exit may wait for it
 EVENT_KINDS = frozenset({"metric", "facts"})
 
 
@@ -60,6 +64,7 @@ class MetricsPipe:
         send: SendFn,
         owner: int | None = None,
         artifacts_from: Roots | None = None,
+        store_slots: ArtifactSlots | None = None,
     ) -> None:
         self.task_id = task_id
         self.attempt = attempt
@@ -69,6 +74,8 @@ class MetricsPipe:
         # the agent's token file or another job's checkpoint and have it uploaded.
         self.owner = owner
         self.artifacts_from = artifacts_from
+        # On a cluster with an object store: artifacts go there (presigned PUTs), not through the broker.
+        self.store_slots = store_slots
         # os.pipe() fds are non-inheritable: only the child gets the write end (Popen's pass_fds), no sibling task.
         self._read_fd, self.write_fd = os.pipe()
         # Closing the wake pipe's write end tells a reader blocked in poll() to stop: no fd is closed under a thread
@@ -81,6 +88,7 @@ class MetricsPipe:
         self._pending: list[dict[str, Any]] = []
         # Held while handing a message on, so nothing goes out once `finish` has closed the stream (EXITED is last).
         self._send_lock = threading.Lock()
+        self._upload_lock = threading.Lock()  # held while an artifact is uploaded to the object store
         self._closed = False
         self.dropped = 0
         self._unwarned = 0
@@ -116,6 +124,11 @@ class MetricsPipe:
         thread = self._thread
         if thread is not None:
             thread.join(timeout)
+            if thread.is_alive() and self._upload_lock.locked():
+                # An artifact on its way to the object store: its record goes before the exit (bounded wait).
+                if self._upload_lock.acquire(timeout=UPLOAD_WAIT_S):
+                    self._upload_lock.release()
+                thread.join(timeout)
             if thread.is_alive():
                 log.warning(
                     "%s: metrics pipe still open %.1f s after the exit (a process outside its group holds it): "
@@ -232,6 +245,10 @@ class MetricsPipe:
         if problem:
             self._drop(f"artifact {str(name)[:100]!r}: {problem}")
             return
+        if self.store_slots:
+            self._flush()
+            self._artifact_to_store(name, path)
+            return
         content = read_artifact(path, self.artifacts_from, self.owner)
         if isinstance(content, str):
             self._drop(f"artifact {name!r} ({str(path)[:300]!r}): {content}")
@@ -249,6 +266,36 @@ class MetricsPipe:
         if self._emit(TASK_ARTIFACT, asdict(artifact)):
             self.sent_artifacts += 1
             log.info("%s: artifact %r (%d bytes) handed on", self.label, name, len(content))
+
+    def _artifact_to_store(self, name: str, path: Any) -> None:
+        """Upload the file to the task attempt's next artifact slot (read by fd, as `read_artifact` checks), then
+        hand on its name, slot, size and SHA-256 (hashed while sent): the control plane checks the stored size."""
+        assert self.store_slots is not None
+        with self._upload_lock:
+            self._upload_to_store(name, path)
+
+    def _upload_to_store(self, name: str, path: Any) -> None:
+        assert self.store_slots is not None
+        fd = open_artifact(path, self.artifacts_from, self.owner, MAX_STORE_ARTIFACT_BYTES)
+        if isinstance(fd, str):
+            self._drop(f"artifact {name!r} ({str(path)[:300]!r}): {fd}")
+            return
+        with os.fdopen(fd, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            taken = self.store_slots.take()
+            if taken is None:
+                self._drop(f"artifact {name!r}: this task attempt used all its {ARTIFACT_SLOTS} artifact slots")
+                return
+            slot, url = taken
+            try:
+                digest = store_sync.http_put(url, handle, size)
+            except store_sync.StoreError as exc:
+                self._drop(f"artifact {name!r}: upload failed: {exc}")
+                return
+        artifact = TaskArtifact(self.task_id, self.attempt, name, digest, "", size=size, slot=slot)
+        if self._emit(TASK_ARTIFACT, asdict(artifact)):
+            self.sent_artifacts += 1
+            log.info("%s: artifact %r (%d bytes) uploaded to the store, slot %d", self.label, name, size, slot)
 
     # --- sending and warning --------------------------------------------------------------------------------------
     def _emit(self, task_name: str, body: dict[str, Any]) -> bool:
@@ -309,3 +356,16 @@ def read_artifact(path: Any, artifacts_from: Roots | None, owner: int | None = N
     except Outside as exc:
         return f"not in the job's folders: {exc}"
     return read_file(place, owner=owner, max_bytes=MAX_ARTIFACT_BYTES)
+
+
+def open_artifact(path: Any, artifacts_from: Roots | None, owner: int | None, max_bytes: int) -> int | str:
+    """`read_artifact`'s checks, and an fd of the file rather than its bytes."""
+    if not isinstance(path, str) or not os.path.isabs(path):
+        return "the path must be an absolute path"
+    if artifacts_from is None:
+        return "this task has no folder to send artifacts from"
+    try:
+        place = artifacts_from.place(path)
+    except Outside as exc:
+        return f"not in the job's folders: {exc}"
+    return open_file(place, owner=owner, max_bytes=max_bytes)

@@ -4,8 +4,9 @@ TF processes run in their own session (and ignore SIGTERM), so an agent that is 
 running, holding their ports and devices, with nobody reading their output. The supervisor writes one small JSON file
 per task process under `<workdir>/running/` right after the process starts (before STARTED is reported) and removes
 it once the task's EXITED has been handed on. A starting agent reads those files before it takes any order
-(`reclaim`): a process still alive is an orphan; its stdout/stderr and metrics pipes ended with the old agent, so it
-cannot be adopted: its process group is killed with SIGKILL, and the task is reported as reclaimed (lost).
+(`reclaim`): a process still alive is an orphan; its metrics pipe ended with the old agent, so it is not adopted:
+its process group is killed with SIGKILL, and the task is reported as reclaimed (lost). Its output is not lost: it
+went to files (supervision/output.py), which the new agent reads to the end from where the old one had got to.
 
 A pid alone proves nothing after a restart (the kernel reuses pids), so a record also keeps the process's start
 time as the OS reports it; a process counts as the task's only when both match.
@@ -18,12 +19,13 @@ import json
 import logging
 import os
 import signal
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
+
+from worker_agent import atomic
 
 log = logging.getLogger(__name__)
 
@@ -80,14 +82,7 @@ class TaskRecords:
     def _write(self, record: TaskRecord) -> None:
         # Atomic (temp file + rename): an agent killed mid-write leaves the old state or the new one, never half.
         self.folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".record.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as out:
-                json.dump(asdict(record), out)
-            os.replace(tmp, self.path(record.task_id, record.attempt))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic.write_json(self.path(record.task_id, record.attempt), asdict(record))
 
     def remove(self, task_id: int, attempt: int) -> None:
         try:

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -27,6 +25,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from contracts.protocol import MAX_REPORTED_EXITS, RecordedExit
+from worker_agent import atomic
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +51,7 @@ class Entry:
     exit_code: int | None = None
     detail: str = ""
     lost: bool = False
+    lines: int | None = None  # the task's output lines, all sent before its exit
 
     @property
     def key(self) -> Key:
@@ -67,6 +67,7 @@ class Entry:
             exit_code=self.exit_code,
             detail=self.detail,
             lost=self.lost,
+            lines=self.lines,
         )
 
 
@@ -130,10 +131,13 @@ class Ledger:
         exit_code: int | None = None,
         detail: str = "",
         lost: bool = False,
+        lines: int | None = None,
     ) -> RecordedExit:
         """Number the attempt's exit and keep it until acknowledged; the caller sends it as its EXITED event."""
         with self._lock:
-            entry = Entry(job_id, task_id, attempt, State.EXITED, self._tick(), pid, exit_code, detail[:500], lost)
+            entry = Entry(
+                job_id, task_id, attempt, State.EXITED, self._tick(), pid, exit_code, detail[:500], lost, lines
+            )
             self._put(entry)
             return entry.as_exit()
 
@@ -164,14 +168,7 @@ class Ledger:
 
     def _put(self, entry: Entry) -> None:
         """Write first, then remember: what the agent acts on is always on disk (called holding the lock)."""
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".entry.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as out:
-                json.dump(asdict(entry), out)
-            os.replace(tmp, self._path(entry.key))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic.write_json(self._path(entry.key), asdict(entry))
         self._entries[entry.key] = entry
         if entry.state == State.ACKED:
             self._acked[entry.key] = None

@@ -10,9 +10,8 @@ from contracts.protocol import KillOrder, TaskEventKind
 from tests.support.processes import wait_until
 from tests.worker_agent.recording import Recorder
 from tests.worker_agent.supervision.specs import spec_for
-from worker_agent import ledger
-from worker_agent.ledger import Ledger
-from worker_agent.supervision import Supervisor
+from worker_agent.supervision import Supervisor, ledger
+from worker_agent.supervision.ledger import Ledger
 
 
 def test_a_launch_sent_again_runs_once_even_after_the_agent_restarts(supervisor, sent, shared):

@@ -1,0 +1,231 @@
+"""What every bench starts from: the product's stack on this machine, and the few helpers the benches share.
+
+`Stack` (bench/chaos.py's soak, bench/scale.py, bench/pass_cost.py): every process of the product on a stack of its
+own under a folder (an embedded PostgreSQL and Redis on free ports, a throwaway control-plane key and secret), each
+restartable after a SIGKILL. `local_env` (bench/pipeline.py, bench/page_load.py): the environment for a bench that uses
+this machine's PostgreSQL and Redis under a database of its own, with a throwaway control-plane key, so no bench needs
+a key set by hand. A bench script imports this module by name: a script's own folder is on its import path.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from local_services import EmbeddedPostgres, EmbeddedRedis, control_key_file, wait_for  # noqa: E402
+from run_local import Child  # noqa: E402
+
+from contracts.broker import without_credentials  # noqa: E402
+
+PY = sys.executable
+DATABASES = ("redis", "postgres")
+AGENT_HEARTBEAT_S = 1.0
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def local_env(database: str, redis_db: int, **extra: str) -> dict[str, str]:
+    """Point this process (and what it starts) at this machine's PostgreSQL (database `database`, or the one named by
+    TFDASH_BENCH_DATABASE, as the suite does) and Redis (`redis_db`), with a throwaway control-plane key and secret.
+    Returns the environment, also set in os.environ."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from contracts.signing import private_key_text
+
+    database = os.environ.get("TFDASH_BENCH_DATABASE") or database
+    os.environ.update(
+        DJANGO_SETTINGS_MODULE="config.settings",
+        DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{database}",
+        REDIS_URL=f"redis://127.0.0.1:6379/{redis_db}",
+        DEBUG="0",
+        SECRET_KEY="bench-only",
+        LOG_LEVEL="WARNING",
+        # The settings have no built-in key: the bench and the servers it starts share a throwaway one.
+        TFDASH_CONTROL_KEY=private_key_text(Ed25519PrivateKey.generate()),
+        **extra,
+    )
+    os.environ.pop("TFDASH_CONTROL_KEY_FILE", None)
+    return dict(os.environ)
+
+
+def prepare_database(*, collectstatic: bool = False) -> None:
+    """A fresh database for `local_env`'s DATABASE_URL, migrated; its Redis database emptied."""
+    import psycopg
+    import redis
+
+    name = os.environ["DATABASE_URL"].rsplit("/", 1)[1]
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    subprocess.run([PY, "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True)
+    if collectstatic:
+        subprocess.run([PY, "manage.py", "collectstatic", "--noinput", "-v", "0"], cwd=ROOT, check=True)
+    redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
+
+
+def start(name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    """A server of the bench's, its output in /tmp/bench-<name>.log, in a session of its own (killed as a group)."""
+    log = open(f"/tmp/bench-{name}.log", "wb")  # noqa: SIM115 - held open for the process's life
+    return subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_port(port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise SystemExit(f"nothing listens on {port}")
+
+
+def wait_line(path: str, text: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in Path(path).read_text(errors="replace"):
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"{path} never said {text!r}")
+
+
+# --- the stack -------------------------------------------------------------------------------------------------------
+class Stack:
+    """Every process of the product, each restartable after a SIGKILL."""
+
+    def __init__(self, var: Path) -> None:
+        self.var = var
+        self.logs = var / "log"
+        self.logs.mkdir(parents=True)
+        self.pg = EmbeddedPostgres(var, port=free_port())
+        self.redis = EmbeddedRedis(var / "redis", free_port(), password_file=var / "redis-password")
+        self.web_port = free_port()
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "PYTHONUNBUFFERED": "1",
+            "TFDASH_VAR_DIR": str(var),
+            "DATABASE_URL": self.pg.url,
+            "REDIS_URL": self.redis.url("0"),
+            "LOG_LEVEL": "INFO",
+            # The settings have no built-in key: the soak's stack gets a throwaway one.
+            "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(32),
+            "DEBUG": os.environ.get("DEBUG", "1"),
+            "TFDASH_CONTROL_KEY_FILE": str(control_key_file(var / "control-key")),
+        }
+        self.children: dict[str, Child] = {}
+        self.agents: dict[str, dict[str, str]] = {}  # host -> {"token", "port_range"}
+        self.control_key = ""  # the public key every agent pins
+        self.lock = threading.Lock()
+
+    def start(self, name: str) -> None:
+        argv, env, options = self._command(name)
+        with self.lock:
+            self.children[name] = Child(name, argv, env, self.logs, **options)
+
+    def _command(self, name: str) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+        if name == "postgres":
+            return self.pg.argv(), self.env, self.pg.popen_options()
+        if name == "redis":
+            return self.redis.argv(), self.env, {}
+        if name == "web":
+            return (
+                [PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port), "config.asgi:application"],
+                self.env,
+                {},
+            )
+        if name == "orchestrator":
+            return (
+                [PY, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B", "--pool", "threads", "-c",
+                 "4", "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",
+                 "--hostname", "orchestrator@%h", "-s", str(self.var / "celerybeat-schedule")],
+                self.env,
+                {},
+            )  # fmt: skip
+        if name == "ingest" or name.startswith("ingest-"):  # ingest-P: partition P of TFDASH_INGEST_PARTITIONS
+            partition = name.removeprefix("ingest").removeprefix("-") or "0"
+            return [PY, "manage.py", "ingest_metrics", "--partition", partition], self.env, {}
+        host = name.removeprefix("agent-")
+        agent = self.agents[host]
+        env = {**self.env, "TFDASH_AGENT_TOKEN": agent["token"]}
+        for secret in ("DATABASE_URL", "TFDASH_CONTROL_KEY_FILE"):  # an agent needs none of the control plane's secrets
+            env.pop(secret, None)
+        return (
+            [PY, "-m", "worker_agent", "--server", without_credentials(self.env["REDIS_URL"]), "--host", host,
+             "--control-key", self.control_key, "--port-range",
+             agent["port_range"], "--heartbeat-interval", str(AGENT_HEARTBEAT_S), "--workdir",
+             str(self.var / "agents" / host), "--shared-root", str(self.var / "shared")],
+            env,
+            {},
+        )  # fmt: skip
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the service's whole process group (an agent's task processes have sessions of their own)."""
+        with self.lock:
+            child = self.children[name]
+        child.signal(signal.SIGKILL)
+        child.proc.wait()
+        child.log.close()
+
+    def alive(self, name: str) -> bool:
+        with self.lock:
+            return self.children[name].proc.poll() is None
+
+    def stop_all(self) -> None:
+        """The product first (agents kill their tasks and report it), then the servers it was talking to."""
+        with self.lock:
+            children = dict(self.children)
+        for group in ([c for n, c in children.items() if n not in DATABASES], [children[n] for n in DATABASES]):
+            for child in group:
+                child.signal(signal.SIGTERM)
+            deadline = time.monotonic() + 20
+            for child in group:
+                child.stop(deadline)
+
+    def start_databases(self) -> None:
+        self.pg.prepare()
+        self.start("postgres")
+        wait_for(self.pg.answers, 60, "PostgreSQL", self.logs / "postgres.log")
+        self.pg.ensure_database()
+        self.start("redis")
+        wait_for(self._redis_answers, 30, "Redis", self.logs / "redis.log")
+
+    def _redis_answers(self) -> bool:
+        import redis
+
+        try:
+            return bool(redis.Redis.from_url(self.env["REDIS_URL"], socket_connect_timeout=1).ping())
+        except redis.RedisError:
+            return False
+
+
+def with_retry(what: str, action: Callable[[], T], timeout_s: float = 120) -> T:
+    """Run a database action, waiting out PostgreSQL restarts (the monkey kills it too)."""
+    from django.db import InterfaceError, OperationalError, close_old_connections
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return action()
+        except (OperationalError, InterfaceError):
+            if time.monotonic() > deadline:
+                raise
+            close_old_connections()
+            time.sleep(0.5)

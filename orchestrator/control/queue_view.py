@@ -1,0 +1,93 @@
+"""The queue as people see it (like `squeue --start`) and what staff do to it: hold, release, change the priority.
+
+Everyone signed in sees every waiting job's place, owner, priority, shape and expected start (a shared fleet's queue
+is the team's business, as Slurm's is); a job's name and reason only its owner and staff, as everywhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from orchestrator.control import passes, scheduling
+from orchestrator.models import Cluster, Job, JobEvent, PriorityClass
+
+
+class QueueActionRefused(Exception):
+    pass
+
+
+def rows(cluster: Cluster, user: Any) -> list[dict[str, Any]]:
+    out = []
+    for position, job in enumerate(scheduling.ordered_queue(cluster), start=1):
+        mine = user.is_staff or job.owner_id == user.pk
+        out.append(
+            {
+                "position": position,
+                "id": job.pk,
+                "name": job.name if mine else "",
+                "owner": job.owner.get_username(),
+                "priority": job.priority,
+                "state": job.state,
+                "held": job.held,
+                "strategy": job.strategy,
+                "workers": job.workers,
+                "ps": job.ps,
+                "devices": scheduling.placement_needs(job),
+                "time_limit_s": job.time_limit_s,
+                "reason": job.reason if mine else "",
+                "expected_start": job.expected_start,
+                "reservation": job.reservation or {},
+                "submitted_at": job.created_at,
+                "visible": mine,
+            }
+        )
+    return out
+
+
+def _waiting(job_id: int) -> Job:
+    job = Job.objects.select_for_update().get(pk=job_id)
+    if job.state not in scheduling.WAITING_STATES:
+        raise QueueActionRefused(
+            f"Job #{job.pk} is {job.state}: only a waiting job can be held, released or reprioritised."
+        )
+    return job
+
+
+def hold(job_id: int, by: str) -> Job:
+    with transaction.atomic():
+        job = _waiting(job_id)
+        if not job.held:
+            job.held = True
+            job.save(update_fields=["held"])
+            JobEvent.objects.create(job=job, kind="held", text=f"held by {by}")
+        passes.schedule_after_commit(job.cluster_id)
+    return job
+
+
+def release(job_id: int, by: str) -> Job:
+    with transaction.atomic():
+        job = _waiting(job_id)
+        if job.held:
+            job.held = False
+            job.save(update_fields=["held"])
+            JobEvent.objects.create(job=job, kind="released", text=f"released by {by}")
+        passes.schedule_after_commit(job.cluster_id)
+    return job
+
+
+def set_priority(job_id: int, name: str, by: str) -> Job:
+    found = PriorityClass.objects.filter(name=name).first()
+    if found is None:
+        names = ", ".join(PriorityClass.objects.values_list("name", flat=True)) or "none defined"
+        raise QueueActionRefused(f"Unknown priority class {name[:40]!r}; choose one of: {names}.")
+    with transaction.atomic():
+        job = _waiting(job_id)
+        if job.priority_class_id != found.pk:
+            before = job.priority or "default"
+            job.priority_class = found
+            job.save(update_fields=["priority_class"])
+            JobEvent.objects.create(job=job, kind="priority", text=f"priority {before} -> {found.name} by {by}")
+        passes.schedule_after_commit(job.cluster_id)
+    return job

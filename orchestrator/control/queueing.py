@@ -1,0 +1,135 @@
+"""The queue's order and its rules: priority classes, time limits, quotas and fair share, preemption candidates.
+
+Order (Slurm's multifactor, reduced to what a team needs): the priority class's value first, then fair share (an
+account under its quota before one over it, then the account using the smaller part of its quota), then submission
+(a restarted or preempted job keeps its `created_at`, so its place). Without quotas, fair share is the devices
+an account uses now: fewer first. An account is the user's own quota on the
+cluster, else the largest quota of one of their groups (shared by the group's members), else none. On a cluster where
+staff set no quota nobody is over; where they set any, a user with none has a quota of 0 (all they run is borrowed).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth import get_user_model
+
+from orchestrator.models import Cluster, Job, PriorityClass, Quota
+from orchestrator.models.queueing import STANDARD_CLASSES
+
+Account = tuple[str, int]  # ("user", id) or ("group", id)
+
+
+def default_class() -> PriorityClass | None:
+    standard_classes_if_none()
+    return PriorityClass.objects.filter(is_default=True).first()
+
+
+def standard_classes_if_none() -> None:
+    """A fleet with no class at all (a fresh test database flushed after its migrations, say) gets the standard
+    three: a job naming `low`, `normal` or `high` always finds them, as the README promises."""
+    if PriorityClass.objects.exists():
+        return
+    for name, value, preemptible, default, text in STANDARD_CLASSES:
+        PriorityClass.objects.get_or_create(
+            name=name, defaults={"value": value, "preemptible": preemptible, "is_default": default, "description": text}
+        )
+
+
+def settle(job: Job) -> list[tuple[str, str]]:
+    """Resolve a new job's priority class (by name; blank: the default) and time limit (none: the cluster's default;
+    never above its maximum). Returns (field, message) problems."""
+    errors: list[tuple[str, str]] = []
+    asked = getattr(job, "asked_priority", None)
+    if asked is not None:
+        standard_classes_if_none()
+        found = PriorityClass.objects.filter(name=asked).first() if asked else default_class()
+        if asked and found is None:
+            names = ", ".join(PriorityClass.objects.values_list("name", flat=True)) or "none defined"
+            errors.append(("priority", f"Unknown priority class {asked!r}; choose one of: {names}."))
+        job.priority_class = found
+    cluster = job.cluster
+    if not job.time_limit_s:
+        # A default staff set above the maximum is the maximum.
+        job.time_limit_s = min(cluster.default_time_limit_s, cluster.max_time_limit_s)
+    elif job.time_limit_s > cluster.max_time_limit_s:
+        errors.append(
+            ("time_limit_s", f"At most {cluster.max_time_limit_s} s on cluster {cluster.name} (its maximum).")
+        )
+    return errors
+
+
+@dataclass
+class Shares:
+    """Who is which account on a cluster, each account's quota and what it uses now (devices of active tasks)."""
+
+    account_of: dict[int, Account]
+    quota: dict[Account, int | None]
+    usage: dict[Account, int]
+
+    def over(self, owner_id: int, more: int) -> bool:
+        """Whether `owner_id`'s account would be beyond its quota with `more` devices."""
+        account = self.account_of[owner_id]
+        quota = self.quota[account]
+        return quota is not None and self.usage[account] + more > quota
+
+    def ratio(self, owner_id: int) -> float:
+        account = self.account_of[owner_id]
+        quota = self.quota[account]
+        used = self.usage[account]
+        if quota is None:
+            return float(used)  # no quotas on the cluster: the account using fewer devices now goes first
+        return used / quota if quota else float(used + 1) * 1e9
+
+    def use(self, owner_id: int, devices: int) -> None:
+        self.usage[self.account_of[owner_id]] += devices
+
+
+def shares(cluster: Cluster, owner_ids: Iterable[int], usage_by_owner: dict[int, int]) -> Shares:
+    """`usage_by_owner`: the devices each owner's active tasks hold on the cluster (fleet_state.running_gangs)."""
+    owners = set(owner_ids)
+    quotas = list(Quota.objects.filter(cluster=cluster).values_list("user_id", "group_id", "devices"))
+    user_quota = {user: devices for user, group, devices in quotas if user is not None}
+    group_quota = {group: devices for user, group, devices in quotas if group is not None}
+    owners |= set(usage_by_owner)
+    memberships: dict[int, list[int]] = defaultdict(list)
+    if group_quota:
+        through = get_user_model().groups.through
+        for user_id, group_id in through.objects.filter(user_id__in=owners, group_id__in=group_quota).values_list(
+            "user_id", "group_id"
+        ):
+            memberships[user_id].append(group_id)
+    account_of: dict[int, Account] = {}
+    quota: dict[Account, int | None] = {}
+    for owner in owners:
+        if owner in user_quota:
+            account: Account = ("user", owner)
+            quota[account] = user_quota[owner]
+        elif memberships.get(owner):
+            group = max(memberships[owner], key=lambda g: (group_quota[g], -g))
+            account = ("group", group)
+            quota[account] = group_quota[group]
+        else:
+            account = ("user", owner)
+            quota[account] = 0 if quotas else None
+        account_of[owner] = account
+    usage: dict[Account, int] = defaultdict(int)
+    for owner, devices in usage_by_owner.items():
+        usage[account_of[owner]] += devices
+    return Shares(account_of, quota, usage)
+
+
+def class_values() -> tuple[dict[int, tuple[int, bool]], int]:
+    """Each class's (value, preemptible) by id, and the value of a job with no class (the default's)."""
+    classes = {pk: (value, preemptible) for pk, value, preemptible in PriorityClass.objects.values_list(
+        "pk", "value", "preemptible")}  # fmt: skip
+    default = default_class()
+    return classes, (default.value if default is not None else 0)
+
+
+def order_key(job: Job, classes: dict[int, tuple[int, bool]], default_value: int, share: Shares, need: int) -> Any:
+    value = classes[job.priority_class_id][0] if job.priority_class_id in classes else default_value
+    return (-value, share.over(job.owner_id, need), share.ratio(job.owner_id), job.created_at, job.pk)

@@ -1,0 +1,78 @@
+"""What a shared fleet's queue is made of besides jobs: priority classes, quotas, and each job's story.
+
+Staff define priority classes and quotas in the admin; the scheduler (orchestrator/control/scheduling.py) orders the
+queue by class, then fair share, then submission, and may preempt lower preemptible classes or borrowers.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.db import models
+from django.db.models import Q
+
+from orchestrator.models.clusters import Cluster
+from orchestrator.models.jobs import Job
+
+# What a team starts with (migration 0015 creates them; staff change them in the admin): (name, value, preemptible,
+# default, description).
+STANDARD_CLASSES = (
+    ("low", 0, True, False, "may be preempted by normal and high jobs; resumes from its checkpoint"),
+    ("normal", 100, False, True, "the default"),
+    ("high", 200, False, False, "goes first; may preempt low jobs"),
+)
+
+
+class PriorityClass(models.Model):
+    name = models.SlugField(max_length=32, unique=True)
+    value = models.IntegerField(help_text="higher goes first; a job may preempt jobs of lower preemptible classes")
+    preemptible = models.BooleanField(default=False, help_text="its jobs may be stopped for a higher class's")
+    is_default = models.BooleanField(default=False, help_text="the class of a job that names none")
+    description = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-value", "name"]
+        verbose_name_plural = "priority classes"
+        constraints = [models.UniqueConstraint(fields=["is_default"], condition=Q(is_default=True), name="one_default")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Quota(models.Model):
+    """Devices a user (or a Django group, shared by its members) is entitled to on a cluster at once. Beyond it a job
+    may still start on idle devices, borrowing them; a user under quota reclaims them by preemption (Kueue's model)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="quotas")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True)
+    group = models.ForeignKey(Group, on_delete=models.CASCADE, null=True, blank=True)
+    devices = models.PositiveIntegerField(help_text="devices (GPUs, or CPU slots) in use at once")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(user__isnull=False, group__isnull=True) | Q(user__isnull=True, group__isnull=False),
+                name="quota_for_user_or_group",
+            ),
+            models.UniqueConstraint(fields=["cluster", "user"], condition=Q(user__isnull=False), name="quota_user"),
+            models.UniqueConstraint(fields=["cluster", "group"], condition=Q(group__isnull=False), name="quota_group"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user or self.group} on {self.cluster}: {self.devices} devices"
+
+
+class JobEvent(models.Model):
+    """One line of a job's story that its state alone does not tell: preempted, resumed, timed out, held, released,
+    priority changed. Shown on the job page and in the API."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(auto_now_add=True)
+    kind = models.CharField(max_length=16)
+    text = models.CharField(max_length=500)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.kind}: {self.text}"

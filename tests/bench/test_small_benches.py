@@ -1,0 +1,52 @@
+"""The benches without a test of their own, each in its smallest mode, so none stops starting unnoticed (bench/
+page_load.py once died on a missing control-plane key). Correctness only, never speed: bench/pipeline.py delivers
+every point to its viewers and stores each once; bench/page_load.py draws the chart; bench/overhead.py trains with
+and without the metrics callback. Each uses a database of its own (TFDASH_BENCH_DATABASE)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import ROOT, ManagedProcess, own_stack_env
+
+
+def run(name: str, argv: list[str], artifacts_dir: Path, timeout: float) -> tuple[int, str]:
+    env = own_stack_env()
+    env["TFDASH_BENCH_DATABASE"] = f"{os.environ.get('TEST_DATABASE_NAME', 'test_tfdash')}_{name}"
+    bench = ManagedProcess(name, [sys.executable, *argv], env, cwd=ROOT)
+    try:
+        code = bench.proc.wait(timeout=timeout)
+    finally:
+        bench.stop()
+        (artifacts_dir / f"{name}.log").write_text(bench.output())
+    return code, bench.output()
+
+
+@pytest.mark.timeout(300)
+def test_pipeline_bench_delivers_and_stores_every_point_once(artifacts_dir):
+    code, output = run("pipeline", ["bench/pipeline.py", "--jobs", "1", "--tasks", "2", "--seconds", "1",
+                                    "--crowd", "2", "--ingest-points", "2000"], artifacts_dir, 240)  # fmt: skip
+    assert code == 0, output[-4000:]
+    for due, received in re.findall(r"points due to viewers (\d+), received (\d+)", output):
+        assert due == received, output[-4000:]
+    assert re.search(r"ingest: 2000 points .* stored 2000 .* lost 0, duplicated 0", output), output[-4000:]
+
+
+@pytest.mark.timeout(300)
+def test_page_load_bench_draws_the_long_history(artifacts_dir):
+    code, output = run("pageload", ["bench/page_load.py", "--points", "1000", "--loads", "1"], artifacts_dir, 240)
+    assert "first chart drawn: median" in output, output[-4000:]
+    assert re.search(r"load 1: first chart drawn at \d+ ms \(\d+ x values drawn", output), output[-4000:]
+    assert code in (0, 1), output[-4000:]  # 1: slower than the target, which is the bench's to report, not this test's
+
+
+@pytest.mark.timeout(300)
+def test_overhead_bench_trains_with_and_without_the_callback(artifacts_dir):
+    code, output = run("overhead", ["bench/overhead.py", "--rounds", "1", "--epochs", "1", "--examples", "512"],
+                       artifacts_dir, 240)  # fmt: skip
+    assert code == 0, output[-4000:]

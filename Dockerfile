@@ -6,6 +6,7 @@ WORKDIR /app
 
 COPY pyproject.toml README.md ./
 COPY kombu_redis ./kombu_redis
+COPY celery_steps ./celery_steps
 COPY config ./config
 COPY contracts ./contracts
 COPY orchestrator ./orchestrator

@@ -8,7 +8,7 @@ from typing import Any
 from celery import Celery, signals
 
 from contracts.protocol import ORCHESTRATOR_QUEUE
-from kombu_redis.wakeup import keep_consumer_awake
+from celery_steps.wakeup import keep_consumer_awake
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -17,7 +17,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_default_queue = ORCHESTRATOR_QUEUE
 app.autodiscover_tasks(["orchestrator"])
 # The worker runs a thread pool (--pool threads): without this its consumer takes new messages only every 10 s once its
-# prefetch count is reached (kombu_redis/wakeup.py).
+# prefetch count is reached (celery_steps/wakeup.py).
 keep_consumer_awake(app)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # Packages that must work with neither Django nor TensorFlow importable: both sides and the runtime build on them.
 PLAIN_PACKAGES = ("kombu_redis", "contracts", "orchestrator/core")
-PRODUCT_PACKAGES = ("kombu_redis", "contracts", "orchestrator", "dashboard", "worker_agent", "config")
+PRODUCT_PACKAGES = ("kombu_redis", "celery_steps", "contracts", "orchestrator", "dashboard", "worker_agent", "config")
 
 
 def _modules(package: str) -> Iterator[tuple[str, Path]]:
@@ -124,8 +124,10 @@ def test_the_agent_imports_no_django_and_the_orchestrator_no_agent_code() -> Non
     assert not {t for m in agent for t in graph[m] if t.startswith(("orchestrator", "dashboard", "config"))}
     assert not {t for m in orchestrator for t in graph[m] if t.startswith("worker_agent")}
     # What both sides' Celery apps share is neither side's.
-    shared = {m for m in graph if m.startswith("kombu_redis")}
-    assert not {t for m in shared for t in graph[m] if not t.startswith("kombu_redis")}
+    for package in ("kombu_redis", "celery_steps"):
+        shared = {m for m in graph if m.startswith(package)}
+        assert shared
+        assert not {t for m in shared for t in graph[m] if not t.startswith(package)}
 
 
 def _package_of(module: str) -> str:

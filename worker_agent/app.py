@@ -30,7 +30,7 @@ from contracts.protocol import (
 )
 from contracts.signing import Refused
 from kombu_redis.transport import TRANSPORT
-from kombu_redis.wakeup import keep_consumer_awake
+from celery_steps.wakeup import keep_consumer_awake
 from worker_agent import __version__, facts
 from worker_agent.heartbeat import Heartbeat
 from worker_agent.orders import OrderGate

@@ -1,4 +1,4 @@
-"""A thread-pool worker takes its next message as soon as it has handled the last one (kombu_redis/wakeup.py).
+"""A thread-pool worker takes its next message as soon as it has handled the last one (celery_steps/wakeup.py).
 
 A real Celery worker with the project's transport, `--pool threads`, one thread, a prefetch count of one and
 acknowledgement after the handler (as the orchestrator and the agents run): without the tick its consumer loop sleeps
@@ -16,7 +16,7 @@ from celery import Celery
 from celery.contrib.testing.worker import start_worker
 
 from kombu_redis.transport import TRANSPORT
-from kombu_redis.wakeup import KeepAwake, keep_consumer_awake
+from celery_steps.wakeup import KeepAwake, keep_consumer_awake
 from tests.support.processes import wait_until
 
 MESSAGES = 40

@@ -7,8 +7,8 @@ from typing import Any
 
 from celery import Celery, signals
 
-from contracts.protocol import ORCHESTRATOR_QUEUE
 from celery_steps.wakeup import keep_consumer_awake
+from contracts.protocol import ORCHESTRATOR_QUEUE
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 

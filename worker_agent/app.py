@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from celery import Celery
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from celery_steps.wakeup import keep_consumer_awake
 from contracts import broker
 from contracts.protocol import (
     AGENT_ACK_EXITS,
@@ -30,7 +31,6 @@ from contracts.protocol import (
 )
 from contracts.signing import Refused
 from kombu_redis.transport import TRANSPORT
-from celery_steps.wakeup import keep_consumer_awake
 from worker_agent import __version__, facts
 from worker_agent.heartbeat import Heartbeat
 from worker_agent.orders import OrderGate

@@ -11,6 +11,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
@@ -41,6 +42,15 @@ PORT_BLOCK_FOR = timedelta(minutes=10)
 # After the chief (or worker 0) succeeded, other workers may still be finishing their last step or writing their
 # temporary checkpoints (TF_NOTES: up to ~30 s): they get this long to exit by themselves before they are killed.
 FINISH_GRACE = timedelta(seconds=60)
+
+
+def peer_word_wait() -> timedelta:
+    """How long a gang's permanent failure waits for word of its peers' hosts before the job fails (task_failed).
+
+    A lost host makes its peers fail too, and first: a MultiWorkerMirrored survivor exits 1 with `UnavailableError`
+    within seconds (TF_NOTES; measured here 1.6 s after its chief's host went), long before the host's heartbeats are
+    missed for a whole timeout. Two timeouts leave the watchdog its pauses (orchestrator/agents/liveness.py)."""
+    return timedelta(seconds=2 * settings.TFDASH_HEARTBEAT_TIMEOUT_S)
 
 
 def schedule_later(cluster_id: int) -> None:
@@ -115,7 +125,8 @@ def _exited(task: Task, code: int | None, detail: str, now: Any) -> None:
     _finish_task(task, state, code, detail, now)
     if _is_live_task(job, task) and not was_stopping:
         if code == 0 and (task.type, task.index) == speaks_for_job(job.strategy):
-            _succeed(job, f"{task.label} exited 0")
+            if job.ending != JobState.FAILED:  # a failure awaiting its peers' word is not undone by an exit 0
+                _succeed(job, f"{task.label} exited 0")
         elif code != 0:
             reason = f"{task.label} exited with code {code}"
             if code is not None and code < 0:
@@ -129,7 +140,10 @@ def _is_live_task(job: Job, task: Task) -> bool:
     """Whether what happens to `task` still matters to the job: its attempt is the job's and the job goes on (its
     success rule has not decided it)."""
     return (
-        not job.is_terminal and not job.ending and job.state not in STOPPED_TO_REQUEUE and task.attempt == job.attempt
+        not job.is_terminal
+        and job.ending in ("", JobState.FAILED)  # a failure awaiting its peers' word may still become a restart
+        and job.state not in STOPPED_TO_REQUEUE
+        and task.attempt == job.attempt
     )
 
 
@@ -139,6 +153,10 @@ STOPPED_TO_REQUEUE = (JobState.RESTARTING, JobState.PREEMPTED)
 
 # --- ending: a final job has no live task --------------------------------------------------------------------------
 WAITING_FOR_OTHERS = "; waiting for the job's other tasks to end"
+
+
+def _awaiting_peers(wait: timedelta) -> str:
+    return f"; failing unless a peer's host proves lost within {wait.seconds} s (a lost host makes its peers fail)"
 
 
 def _succeed(job: Job, reason: str) -> None:
@@ -159,7 +177,14 @@ def _succeed(job: Job, reason: str) -> None:
 def _maybe_final(job: Job) -> None:
     """A task of the job ended: the job takes the state its success rule decided once it was the last."""
     if job.ending and not job.is_terminal and not job.tasks.filter(state__in=ACTIVE_TASK_STATES).exists():
-        _end_job(job, job.ending, job.reason.removesuffix(WAITING_FOR_OTHERS))
+        failed = job.failed_task if job.ending == JobState.FAILED else None
+        _end_job(job, job.ending, _without_suffix(job.reason), failed=failed)
+
+
+def _without_suffix(reason: str) -> str:
+    """The decided reason, without what it was waiting for."""
+    reason = reason.removesuffix(WAITING_FOR_OTHERS)
+    return reason.removesuffix(_awaiting_peers(peer_word_wait()))
 
 
 # --- restarts ------------------------------------------------------------------------------------------------------
@@ -173,6 +198,8 @@ def task_failed(task: Task, reason: str, retryable: bool, *, host_gone: bool = F
     """
     job = task.job
     allowed = retryable and job.restarts < job.max_restarts
+    if job.ending == JobState.FAILED and not allowed:
+        return  # the gang already fails, awaiting its peers' word: this adds nothing a restart could change
     if _is_ps_worker(job, task):
         if allowed and not host_gone:
             _relaunch_in_place(job, task, reason)
@@ -186,7 +213,28 @@ def task_failed(task: Task, reason: str, retryable: bool, *, host_gone: bool = F
         return
     if retryable and job.max_restarts:
         reason = f"{reason} ({_why_no_restart(job, retryable)})"
+    if _peers_still_running(job, task):
+        # A peer's host may be what failed this task (a lost chief fails its workers first): the verdict waits for
+        # the host to be judged. Its loss restarts the job (lose_tasks); else the job fails as it would have.
+        wait = peer_word_wait()
+        job.ending, job.ending_at, job.failed_task = JobState.FAILED, timezone.now(), task
+        job.reason = reason + _awaiting_peers(wait)
+        job.save(update_fields=["ending", "ending_at", "failed_task", "reason"])
+        log.info("job %s: %s; awaiting its peers' word for %s s", job.pk, reason, wait.seconds)
+        return
     _end_job(job, JobState.FAILED, reason, failed=task)
+
+
+def _peers_still_running(job: Job, task: Task) -> bool:
+    """Whether other tasks of the gang still run on other hosts (whose loss could explain this failure)."""
+    if job.restarts >= job.max_restarts or not restarts.retryable(job.restart_policy, None, lost=True):
+        return False  # a lost host could not restart the job either: nothing to wait for
+    return (
+        job.tasks.filter(attempt=job.attempt, state__in=ACTIVE_TASK_STATES)
+        .exclude(state=TaskState.STOPPING)
+        .exclude(host_id=task.host_id)
+        .exists()
+    )
 
 
 def _is_ps_worker(job: Job, task: Task) -> bool:
@@ -206,7 +254,8 @@ def restart_job(job: Job, reason: str, failed: Task | None = None) -> None:
     job.restarts += 1
     job.state, job.failed_task, job.restart_reason = JobState.RESTARTING, failed, reason
     job.reason = f"{reason}; restarting from the last checkpoint (restart {job.restarts} of {job.max_restarts})"
-    job.save(update_fields=["restarts", "state", "failed_task", "restart_reason", "reason"])
+    job.ending, job.ending_at = "", None  # a failure that awaited its peers' word is this restart now
+    job.save(update_fields=["restarts", "state", "failed_task", "restart_reason", "reason", "ending", "ending_at"])
     log.warning("job %s restarting: %s", job.pk, reason)
     _stop_tasks(job, f"restarting the job: {reason}")
     schedule_later(job.cluster_id)
@@ -474,6 +523,14 @@ def reap_finished_jobs() -> int:
         with transaction.atomic():
             job = Job.objects.select_for_update().get(pk=job_id)
             stopped += len(_stop_tasks(job, f"still running {FINISH_GRACE.seconds} s after the job {job.state}"))
+    awaited = timezone.now() - peer_word_wait()
+    for job_id in Job.objects.filter(ending=JobState.FAILED, ending_at__lt=awaited).values_list("pk", flat=True):
+        with transaction.atomic():
+            job = Job.objects.select_for_update().get(pk=job_id)
+            if job.ending == JobState.FAILED and not job.is_terminal:
+                # No peer's host was lost: the failure was the program's own.
+                stopped += job.tasks.filter(state__in=ACTIVE_TASK_STATES).exclude(state=TaskState.STOPPING).count()
+                _end_job(job, JobState.FAILED, _without_suffix(job.reason), failed=job.failed_task)
     for job_id in Job.objects.filter(ending=JobState.SUCCEEDED, ending_at__lt=cutoff).values_list("pk", flat=True):
         with transaction.atomic():
             job = Job.objects.select_for_update().get(pk=job_id)

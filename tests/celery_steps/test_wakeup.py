@@ -15,8 +15,8 @@ import redis
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
 
-from kombu_redis.transport import TRANSPORT
 from celery_steps.wakeup import KeepAwake, keep_consumer_awake
+from kombu_redis.transport import TRANSPORT
 from tests.support.processes import wait_until
 
 MESSAGES = 40

@@ -100,14 +100,64 @@ def test_the_gang_is_not_placed_again_while_its_old_processes_still_run(alice):
     assert (job.state, job.attempt) == (JobState.RESTARTING, 1)  # worker 1 is still being stopped
 
 
-def test_a_program_error_fails_the_job_without_a_restart(alice):
+def test_a_program_error_fails_the_job_without_a_restart_once_its_peers_end_too(alice):
     job = running_job(alice, max_restarts=3)
+    failed = task_of(job, "worker", 0)
+
+    apply(failed, TaskEventKind.EXITED, exit_code=1)
+
+    # Its peer still runs on another host, whose loss could have caused this: the verdict waits, saying so.
+    job.refresh_from_db()
+    assert (job.state, job.ending, job.restarts) == (JobState.RUNNING, JobState.FAILED, 0)
+    assert job.reason == f"{failed.label} exited with code 1" + lifecycle._awaiting_peers(lifecycle.peer_word_wait())
+    assert task_of(job, "worker", 1).state == TaskState.RUNNING
+    apply(task_of(job, "worker", 1), TaskEventKind.EXITED, exit_code=1)  # the same bug in the peer
+
+    job.refresh_from_db()
+    assert (job.state, job.reason, job.restarts, job.failed_task_id) == (
+        JobState.FAILED, f"{failed.label} exited with code 1", 0, failed.pk
+    )  # fmt: skip
+
+
+def test_a_program_error_whose_peers_go_on_fails_the_job_after_the_wait_and_stops_them(alice):
+    job = running_job(alice, max_restarts=3)
+    failed = task_of(job, "worker", 0)
+    apply(failed, TaskEventKind.EXITED, exit_code=1)
+    lifecycle.reap_finished_jobs()
+    assert Job.objects.get(pk=job.pk).ending == JobState.FAILED  # still within the wait
+
+    just_inside = timezone.now() - lifecycle.peer_word_wait() - timedelta(seconds=1)
+    Job.objects.filter(pk=job.pk).update(ending_at=just_inside)  # the wait has passed, every host still answering
+    lifecycle.reap_finished_jobs()
+
+    job.refresh_from_db()
+    assert (job.state, job.reason, job.ending) == (JobState.FAILED, f"{failed.label} exited with code 1", "")
+    assert task_of(job, "worker", 1).state == TaskState.STOPPING
+
+
+def test_a_permanent_exit_caused_by_a_lost_peer_host_restarts_the_job(alice):
+    job = running_job(alice, max_restarts=1)
+    survivor, lost = task_of(job, "worker", 1), task_of(job, "worker", 0)
+    # The chief's host is gone: its survivor exits 1 (UnavailableError) before the host's heartbeats are missed.
+    apply(survivor, TaskEventKind.EXITED, exit_code=1)
+
+    lifecycle.host_lost(lost.host_id, lost.host.name)
+
+    job.refresh_from_db()
+    assert (job.state, job.ending, job.restarts) == (JobState.RESTARTING, "", 1)
+    assert job.restart_reason == f"host {lost.host.name} went offline; lost {lost}"
+    assert job.failed_task_id == lost.pk
+
+
+def test_with_no_restart_left_a_program_error_fails_at_once(alice):
+    job = running_job(alice, strategy="multi_worker_mirrored", workers=2, max_restarts=0)
 
     apply(task_of(job, "worker", 0), TaskEventKind.EXITED, exit_code=1)
 
+    # No restart is left: a lost host could not change the verdict, so nothing waits for one.
     job.refresh_from_db()
-    assert (job.state, job.restarts) == (JobState.FAILED, 0)
-    assert job.reason.endswith("exited with code 1")
+    assert (job.state, job.reason) == (JobState.FAILED, "worker 0 on {} exited with code 1".format(
+        task_of(job, "worker", 0).host.name))  # fmt: skip
 
 
 def test_when_restarts_are_used_up_the_job_fails_saying_so(alice):

@@ -155,8 +155,11 @@ STOPPED_TO_REQUEUE = (JobState.RESTARTING, JobState.PREEMPTED)
 WAITING_FOR_OTHERS = "; waiting for the job's other tasks to end"
 
 
+AWAITING_PEERS = "; failing unless a peer's host proves lost within "
+
+
 def _awaiting_peers(wait: timedelta) -> str:
-    return f"; failing unless a peer's host proves lost within {wait.seconds} s (a lost host makes its peers fail)"
+    return f"{AWAITING_PEERS}{wait.seconds} s (a lost host makes its peers fail)"
 
 
 def _succeed(job: Job, reason: str) -> None:
@@ -183,8 +186,7 @@ def _maybe_final(job: Job) -> None:
 
 def _without_suffix(reason: str) -> str:
     """The decided reason, without what it was waiting for."""
-    reason = reason.removesuffix(WAITING_FOR_OTHERS)
-    return reason.removesuffix(_awaiting_peers(peer_word_wait()))
+    return reason.removesuffix(WAITING_FOR_OTHERS).split(AWAITING_PEERS)[0]
 
 
 # --- restarts ------------------------------------------------------------------------------------------------------

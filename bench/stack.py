@@ -45,7 +45,9 @@ def free_port() -> int:
 def local_env(database: str, redis_db: int, **extra: str) -> dict[str, str]:
     """Point this process (and what it starts) at this machine's PostgreSQL (database `database`, or the one named by
     TFDASH_BENCH_DATABASE, as the suite does) and Redis (`redis_db`), with a throwaway control-plane key and secret.
-    Returns the environment, also set in os.environ."""
+    TFDASH_BENCH_POSTGRES and TFDASH_BENCH_REDIS name other servers (a URL without its database: the suite passes
+    its own, which are embedded ones on a machine with neither running). Returns the environment, also set in
+    os.environ."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from contracts.signing import private_key_text
@@ -53,8 +55,8 @@ def local_env(database: str, redis_db: int, **extra: str) -> dict[str, str]:
     database = os.environ.get("TFDASH_BENCH_DATABASE") or database
     os.environ.update(
         DJANGO_SETTINGS_MODULE="config.settings",
-        DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{database}",
-        REDIS_URL=f"redis://127.0.0.1:6379/{redis_db}",
+        DATABASE_URL=f"{os.environ.get('TFDASH_BENCH_POSTGRES') or 'postgres://postgres@127.0.0.1:5432'}/{database}",
+        REDIS_URL=f"{os.environ.get('TFDASH_BENCH_REDIS') or 'redis://127.0.0.1:6379'}/{redis_db}",
         DEBUG="0",
         SECRET_KEY="bench-only",
         LOG_LEVEL="WARNING",
@@ -71,8 +73,8 @@ def prepare_database(*, collectstatic: bool = False) -> None:
     import psycopg
     import redis
 
-    name = os.environ["DATABASE_URL"].rsplit("/", 1)[1]
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+    server, name = os.environ["DATABASE_URL"].rsplit("/", 1)
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")
     subprocess.run([PY, "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True)

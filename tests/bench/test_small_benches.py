@@ -1,7 +1,8 @@
 """The benches without a test of their own, each in its smallest mode, so none stops starting unnoticed (bench/
 page_load.py once died on a missing control-plane key). Correctness only, never speed: bench/pipeline.py delivers
 every point to its viewers and stores each once; bench/page_load.py draws the chart; bench/overhead.py trains with
-and without the metrics callback. Each uses a database of its own (TFDASH_BENCH_DATABASE)."""
+and without the metrics callback. Each uses a database of its own (TFDASH_BENCH_DATABASE) on the suite's servers.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from tests.support.processes import ROOT, ManagedProcess, own_stack_env
 def run(name: str, argv: list[str], artifacts_dir: Path, timeout: float) -> tuple[int, str]:
     env = own_stack_env()
     env["TFDASH_BENCH_DATABASE"] = f"{os.environ.get('TEST_DATABASE_NAME', 'test_tfdash')}_{name}"
+    # The suite's own servers (embedded ones where this machine runs none), each bench in a database of its own.
+    env["TFDASH_BENCH_POSTGRES"] = os.environ["DATABASE_URL"].rsplit("/", 1)[0]
+    env["TFDASH_BENCH_REDIS"] = os.environ["REDIS_URL"].rsplit("/", 1)[0]
     bench = ManagedProcess(name, [sys.executable, *argv], env, cwd=ROOT)
     try:
         code = bench.proc.wait(timeout=timeout)

@@ -123,7 +123,12 @@ def _exited(task: Task, code: int | None, detail: str, now: Any) -> None:
     else:
         state = TaskState.KILLED if was_stopping else TaskState.FAILED
     _finish_task(task, state, code, detail, now)
-    if _is_live_task(job, task) and not was_stopping:
+    if code == 0 and _completed_while_stopped(job, task):
+        # Its run ended before the stop did (TF ignores SIGTERM; the grace or the stop order's way was long enough):
+        # the work is done and its checkpoint already emptied, so placing it again would train from epoch 1.
+        stop = "preemption" if job.state == JobState.PREEMPTED else "restart"
+        _succeed(job, f"{task.label} exited 0 (its run completed before the {stop}'s stop took effect)")
+    elif _is_live_task(job, task) and not was_stopping:
         if code == 0 and (task.type, task.index) == speaks_for_job(job.strategy):
             if job.ending != JobState.FAILED:  # a failure awaiting its peers' word is not undone by an exit 0
                 _succeed(job, f"{task.label} exited 0")
@@ -149,6 +154,17 @@ def _is_live_task(job: Job, task: Task) -> bool:
 
 # States whose gang is being stopped on purpose, to be placed again: its tasks' ends say nothing about the job.
 STOPPED_TO_REQUEUE = (JobState.RESTARTING, JobState.PREEMPTED)
+
+
+def _completed_while_stopped(job: Job, task: Task) -> bool:
+    """Whether `task` is the one whose exit 0 decides its job (speaks_for_job) and it came while the job's current gang
+    was being stopped to be placed again: then the run finished, and nothing is left to resume."""
+    return (
+        job.state in STOPPED_TO_REQUEUE
+        and not job.ending
+        and task.attempt == job.attempt
+        and (task.type, task.index) == speaks_for_job(job.strategy)
+    )
 
 
 # --- ending: a final job has no live task --------------------------------------------------------------------------

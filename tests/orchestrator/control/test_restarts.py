@@ -100,6 +100,39 @@ def test_the_gang_is_not_placed_again_while_its_old_processes_still_run(alice):
     assert (job.state, job.attempt) == (JobState.RESTARTING, 1)  # worker 1 is still being stopped
 
 
+@pytest.mark.parametrize("strategy", ["multi_worker_mirrored", "parameter_server"])
+def test_a_run_that_completes_while_being_preempted_succeeds_and_is_not_trained_again(alice, strategy):
+    # TF ignores SIGTERM: a gang may finish its last epoch (emptying its checkpoint) before the stop's SIGKILL. Placed
+    # again, it would start over from epoch 1.
+    job = running_job(alice, strategy=strategy, ps=1 if strategy == "parameter_server" else 0)
+    with transaction.atomic():
+        assert lifecycle.preempt(job.pk, by=job.pk + 1, why="a lower priority class")
+    speaker = task_of(job, *lifecycle.speaks_for_job(job.strategy))
+    others = [task for task in job.current_tasks() if task.pk != speaker.pk]
+
+    apply(speaker, TaskEventKind.EXITED, exit_code=0)
+    job.refresh_from_db()
+    assert (job.state, job.ending) == (JobState.PREEMPTED, JobState.SUCCEEDED)  # its other tasks are still stopping
+    for task in others:
+        apply(task, TaskEventKind.EXITED, exit_code=-9)
+    scheduling.schedule_cluster(job.cluster_id)
+
+    job.refresh_from_db()
+    assert (job.state, job.attempt, job.restarts) == (JobState.SUCCEEDED, 1, 0)
+    assert job.reason == f"{speaker.label} exited 0 (its run completed before the preemption's stop took effect)"
+
+
+def test_a_preempted_gang_whose_tasks_are_killed_goes_back_to_the_queue(alice):
+    job = running_job(alice)
+    with transaction.atomic():
+        lifecycle.preempt(job.pk, by=job.pk + 1, why="a lower priority class")
+    for task in job.current_tasks():
+        apply(task, TaskEventKind.EXITED, exit_code=-9)
+
+    job.refresh_from_db()
+    assert (job.state, job.ending, job.attempt) == (JobState.PREEMPTED, "", 1)
+
+
 def test_a_program_error_fails_the_job_without_a_restart_once_its_peers_end_too(alice):
     job = running_job(alice, max_restarts=3)
     failed = task_of(job, "worker", 0)

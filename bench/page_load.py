@@ -1,15 +1,18 @@
-"""Job page load with a long history: a finished job with 100,000 stored points per series, opened in headless
-Chromium; how long until its loss chart is drawn.
+"""Job page load with a long history: a finished job with 100,000 (or, with --points, 10 million) stored points per
+train series, opened in headless Chromium; how long until its loss chart is drawn.
 
 The figure is `tfdashLive.firstDrawMs`, which the job page (dashboard/static/dashboard/live/) sets when uPlot
 finishes the page's first chart draw: milliseconds from navigation start (performance.timeOrigin). It covers the
-HTML, the scripts, the WebSocket, the history query and its downsampling in PostgreSQL (2,000 points per series),
-and the first draw. Real parts:
+HTML, the scripts, the WebSocket, the history query and its downsampling in PostgreSQL (2,000 points per series;
+from the job's rollups, orchestrator/metrics/rollups.py, which the bench builds the way the periodic task does, and
+times), and the first draw. Besides the train series each task has an epoch_end loss per 1,000 steps (short series
+are read whole). Real parts:
 PostgreSQL, Redis (Channels), Daphne, Chromium. Uses its own database (tfdash_pageload) and Redis database 5.
 
     .venv/bin/python bench/page_load.py [--points 100000] [--tasks 2] [--loads 5]
+    .venv/bin/python bench/page_load.py --points 10000000 --tasks 1     # 20 M train points: about 4 minutes
 
-Target: under 1 s.
+Target: under 400 ms at the median, at 100 k and at 10 M points per series.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ SERIES = ("loss", "examples_per_s")
 
 
 def make_job(points: int, tasks: int) -> int:
-    """A succeeded MultiWorkerMirrored job with `points` train points per (task, metric), written with COPY."""
+    """A succeeded MultiWorkerMirrored job: `points` train points per (task, metric), an epoch_end loss per 1,000
+    steps."""
     from django.contrib.auth import get_user_model
     from django.db import connection
 
@@ -61,25 +65,52 @@ def make_job(points: int, tasks: int) -> int:
         Task.objects.create(job=job, attempt=1, type="worker", index=i, host=host, state="succeeded").pk
         for i in range(tasks)
     ]
+    # Written by PostgreSQL itself (generate_series): 20 M rows through the client took minutes. Numbered by step,
+    # then task, then series, as the ingest would number a run where every task reports each step together.
     table = MetricPoint._meta.db_table
-    with (
-        connection.cursor() as cursor,
-        cursor.connection.cursor().copy(
-            f"COPY {table} (job_id, task_id, phase, name, step, epoch, value, ts, seq) FROM STDIN"
-        ) as copy,
-    ):
-        seq = 0  # the job's point sequence, as ingest numbers points (the page's live cursor reads it)
-        for step in range(1, points + 1):
-            for i, task in enumerate(task_ids):
-                for name in SERIES:
-                    seq += 1
-                    value = (1 + 0.2 * i) / step**0.5 if name == "loss" else 1000.0 - 50 * i + (step % 97)
-                    ts = 1.7e9 + step * 0.01
-                    copy.write_row((job.pk, task, "train", name, step, 1 + step // 1000, value, ts, seq))
-    Job.objects.filter(pk=job.pk).update(points_seq=seq)
+    series = len(SERIES) * tasks
     with connection.cursor() as cursor:
+        for i, task in enumerate(task_ids):
+            cursor.execute(
+                f"""INSERT INTO {table} (job_id, task_id, phase, name, step, epoch, value, ts, seq)
+                    SELECT %s, %s, 'train', 'loss', s, 1 + s / 1000, (1 + 0.2 * %s) / sqrt(s), 1.7e9 + s * 0.01,
+                           (s - 1) * %s + %s
+                    FROM generate_series(1, %s) AS s""",  # noqa: S608 - the model's table; values are parameters
+                [job.pk, task, i, series, 2 * i + 1, points],
+            )
+            cursor.execute(
+                f"""INSERT INTO {table} (job_id, task_id, phase, name, step, epoch, value, ts, seq)
+                    SELECT %s, %s, 'train', 'examples_per_s', s, 1 + s / 1000, 1000.0 - 50 * %s + s %% 97,
+                           1.7e9 + s * 0.01, (s - 1) * %s + %s
+                    FROM generate_series(1, %s) AS s""",  # noqa: S608
+                [job.pk, task, i, series, 2 * i + 2, points],
+            )
+            cursor.execute(
+                f"""INSERT INTO {table} (job_id, task_id, phase, name, step, epoch, value, ts, seq)
+                    SELECT %s, %s, 'epoch_end', 'loss', s, s / 1000, (1 + 0.2 * %s) / sqrt(s), 1.7e9 + s * 0.01,
+                           %s + s / 1000
+                    FROM generate_series(1000, %s, 1000) AS s""",  # noqa: S608
+                [job.pk, task, i, points * series + i * (points // 1000), points],
+            )
+        cursor.execute(f"SELECT max(seq) FROM {table} WHERE job_id = %s", [job.pk])  # noqa: S608
+        Job.objects.filter(pk=job.pk).update(points_seq=cursor.fetchone()[0])
         cursor.execute(f"ANALYZE {table}")
     return job.pk
+
+
+def roll_up(job_id: int) -> int:
+    """The job's rollups, batch after batch, as the periodic task builds them while a job runs."""
+    from django.db import connection
+
+    from orchestrator.metrics import rollups
+    from orchestrator.models import PointRollup
+
+    done = 0
+    while moved := rollups.roll_up(job_id):
+        done += moved
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {PointRollup._meta.db_table}")
+    return done
 
 
 def main() -> int:
@@ -96,8 +127,11 @@ def main() -> int:
     t0 = time.perf_counter()
     job_id = make_job(args.points, args.tasks)
     stored = args.points * args.tasks * len(SERIES)
-    print(f"stored {stored:,} points ({args.points:,} per series, {args.tasks * len(SERIES)} series) "
-          f"in {time.perf_counter() - t0:.1f} s")  # fmt: skip
+    print(f"stored {stored:,} train points ({args.points:,} per series, {args.tasks * len(SERIES)} series) and "
+          f"{args.tasks * (args.points // 1000):,} epoch ends in {time.perf_counter() - t0:.1f} s")  # fmt: skip
+    t0 = time.perf_counter()
+    rolled = roll_up(job_id)
+    print(f"rolled up {rolled:,} points in {time.perf_counter() - t0:.1f} s (what the periodic task does meanwhile)")
 
     port = free_port()
     log = open("/tmp/bench-pageload-web.log", "wb")  # noqa: SIM115 - the server writes to it until the bench ends
@@ -149,8 +183,8 @@ def measure(base: str, job_id: int, loads: int, points: int) -> int:
         browser.close()
     median = statistics.median(results)
     print(f"navigation start -> first chart drawn: median {median:.0f} ms, min {min(results):.0f}, "
-          f"max {max(results):.0f} over {len(results)} loads (target < 1000 ms)")  # fmt: skip
-    return 0 if median < 1000 else 1
+          f"max {max(results):.0f} over {len(results)} loads (target < 400 ms)")  # fmt: skip
+    return 0 if median < 400 else 1
 
 
 if __name__ == "__main__":

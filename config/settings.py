@@ -239,6 +239,11 @@ TFDASH_MAX_LOG_BYTES_PER_TASK = env_int("TFDASH_MAX_LOG_BYTES_PER_TASK", 64 * 10
 # point) is kept, and past twice it nothing more.
 TFDASH_MAX_POINTS_PER_JOB = env_int("TFDASH_MAX_POINTS_PER_JOB", 1_000_000, minimum=1)
 TFDASH_POINTS_THIN_STRIDE = env_int("TFDASH_POINTS_THIN_STRIDE", 10, minimum=2)
+# A job with this many points not yet in its rollups gets them rolled up (orchestrator/metrics/rollups.py), at most
+# TFDASH_ROLLUP_BATCH points per transaction, by a periodic task every TFDASH_ROLLUP_INTERVAL_S.
+TFDASH_ROLLUP_AFTER_POINTS = env_int("TFDASH_ROLLUP_AFTER_POINTS", 50_000, minimum=1)
+TFDASH_ROLLUP_BATCH = env_int("TFDASH_ROLLUP_BATCH", 500_000, minimum=1)
+TFDASH_ROLLUP_INTERVAL_S = env_float("TFDASH_ROLLUP_INTERVAL_S", 10.0)
 # Artifacts one job may store: how many and how many bytes in all (one artifact is at most 64 MiB: contracts/limits).
 TFDASH_MAX_ARTIFACTS_PER_JOB = env_int("TFDASH_MAX_ARTIFACTS_PER_JOB", 16, minimum=1)
 TFDASH_MAX_ARTIFACT_BYTES_PER_JOB = env_int("TFDASH_MAX_ARTIFACT_BYTES_PER_JOB", 256 * 1024 * 1024, minimum=1)
@@ -300,6 +305,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "orchestrator.webhooks",
         "schedule": TFDASH_WEBHOOK_SWEEP_S,
         "options": {"expires": TFDASH_WEBHOOK_SWEEP_S * 2},
+    },
+    "rollups": {
+        "task": "orchestrator.rollups",
+        "schedule": TFDASH_ROLLUP_INTERVAL_S,
+        "options": {"expires": TFDASH_ROLLUP_INTERVAL_S},
     },
     "retention": {
         "task": "orchestrator.retention",

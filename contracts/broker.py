@@ -33,14 +33,15 @@ METRICS = "metrics"  # metric points, log lines, host samples, artifacts: read b
 STREAM_KINDS = (HEARTBEATS, EVENTS, METRICS)
 
 # The commands a host's user may run: a Kombu consumer of one Redis list without acknowledgement emulation (BRPOP; the
-# binding set; putting back what it had taken and not handled when it closes) and XADD to its streams. No KEYS/SCAN/
+# binding set; putting back what it had taken and not handled when it closes), XADD to its streams and XLEN of them (its
+# metrics stream's backlog: contracts/protocol.py SHED_BACKLOG). No KEYS/SCAN/
 # MONITOR/CLIENT (but SETINFO, which redis-py sends on connect)/CONFIG/FLUSH*/DEBUG/ACL, no PUBLISH/SUBSCRIBE, no
 # EVAL/EVALSHA/FUNCTION, no stream reads or group commands.
 AGENT_COMMANDS = (
     "ping", "select", "client|setinfo",
     "brpop", "lpush", "rpush", "llen", "exists", "multi", "exec", "discard",
     "sadd", "srem", "smembers",
-    "xadd",
+    "xadd", "xlen",
 )  # fmt: skip
 
 

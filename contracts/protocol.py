@@ -374,7 +374,7 @@ def ingest_partition(host: str, partitions: int) -> int:
 
 # Each host's streams are capped at about this many entries (oldest dropped first), so a long-stopped reader cannot
 # fill Redis: a day of one host's events, 50 minutes of heartbeats, hours of a busy host's metric traffic.
-STREAM_MAXLEN = {broker.EVENTS: 100_000, broker.HEARTBEATS: 1_000, broker.METRICS: 200_000}
+STREAM_MAXLEN = {broker.EVENTS: 100_000, broker.HEARTBEATS: 1_000, broker.METRICS: 200_000}  # see SHED_BACKLOG
 # What a stream entry may weigh (its fields' bytes) before anyone parses it: a bigger one is dead-lettered unread
 # (orchestrator/streams.py). An artifact carries a file in base64, so its kind may weigh what the largest signed
 # message may (contracts/signing.py); everything else is small.
@@ -412,6 +412,40 @@ class TaskMetricsBatch:
     task_id: int
     attempt: int
     events: list[dict[str, Any]]  # the process's JSON objects, as written (kinds "metric" and "facts")
+    # Step-level points the agent left out of this task attempt's reports so far (SHED_BACKLOG): a running total, so
+    # a report lost, late or delivered twice still leaves the right count (the ingest keeps the highest).
+    shed: int = 0
+
+
+# Backpressure: while its metrics stream holds this many entries the ingest has not stored yet, an agent sends only
+# every SHED_STRIDE-th step of a task's "metric" events (every epoch end and every facts object still go), counting
+# the points it left out (TaskMetricsBatch.shed). A hundredth of STREAM_MAXLEN: a stopped ingest makes agents thin
+# their traffic long before Redis would trim unread entries, and a merely slow one never does (at full fleet rate
+# one ingest partition that fell behind was about 11 entries per host behind: README Sizing).
+SHED_BACKLOG = 2_000
+SHED_STRIDE = 10
+
+
+def shed_step_points(events: list[Any]) -> tuple[list[Any], int]:
+    """The events an agent still sends while its stream is backed up, and how many points it left out (one per
+    metric value of a dropped event). Kept: anything that is not a step-level "metric" event (facts, epoch ends),
+    and metric events on every SHED_STRIDE-th step."""
+    kept: list[Any] = []
+    shed = 0
+    for event in events:
+        step = event.get("step") if isinstance(event, dict) else None
+        if (
+            isinstance(event, dict)
+            and event.get("kind") == "metric"
+            and event.get("phase") != "epoch_end"
+            and type(step) is int
+            and step % SHED_STRIDE != 0
+        ):
+            metrics = event.get("metrics")
+            shed += len(metrics) if isinstance(metrics, dict) else 1
+            continue
+        kept.append(event)
+    return kept, shed
 
 
 @dataclass(frozen=True)

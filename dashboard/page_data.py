@@ -162,6 +162,7 @@ def job_parts(job: Job) -> dict[str, Any]:
         "points_thinned_note": limits.points_thinned_note(job.points_stored, job.points_thinned)
         if job.points_thinned
         else "",
+        "points_shed_note": limits.points_shed_note(shed) if (shed := job.points_shed()) else "",
     }
 
 

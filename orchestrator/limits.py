@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from contracts.protocol import SHED_STRIDE
+
 
 def _bytes(n: int) -> str:
     return f"{n:,} bytes"
@@ -96,6 +98,15 @@ def points_thinned_note(stored: int, thinned: int) -> str:
         f"The metric series were thinned: past {limit:,} points per job only every {stride}th step (and every "
         f"epoch end) is stored, past {2 * limit:,} none (limit TFDASH_MAX_POINTS_PER_JOB); {thinned:,} points "
         f"were not stored, {stored:,} are."
+    )
+
+
+def points_shed_note(shed: int) -> str:
+    """What the job page says once agents left points out because the ingest was behind (contracts/protocol.py
+    SHED_BACKLOG)."""
+    return (
+        f"While the metrics ingest was far behind, the agents sent only every {SHED_STRIDE}th step of the step-level "
+        f"points (and every epoch end): {shed:,} points were left out."
     )
 
 

@@ -27,6 +27,7 @@ from orchestrator.agents import events, heartbeats, liveness, relay, reports
 from orchestrator.control import dispatch, experiments, lifecycle, passes, scheduling
 from orchestrator.control.scheduling import WAITING_STATES
 from orchestrator.identity import broker_users
+from orchestrator.metrics import rollups as point_rollups
 from orchestrator.models import Job
 from orchestrator.retention import thin_host_samples
 from orchestrator.webhooks import outbox as webhook_outbox
@@ -126,6 +127,12 @@ def watchdog() -> None:
 def webhooks() -> None:
     """Every TFDASH_WEBHOOK_SWEEP_S: job state changes fanned out to webhooks, due deliveries POSTed (bounded)."""
     webhook_outbox.sweep()
+
+
+@entry("orchestrator.rollups")
+def rollups() -> None:
+    """Every TFDASH_ROLLUP_INTERVAL_S: long jobs' new points added to their rollups (bounded per run)."""
+    point_rollups.roll_up_due()
 
 
 @entry("orchestrator.retention")

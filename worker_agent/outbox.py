@@ -14,6 +14,12 @@ leaves at once (no flush timer adds latency). Metric points, log lines and host 
 sealed entry (contracts/bundles.py: one MAC, one XADD, in the order they were made); when such a report is at the
 head the thread lingers up to BUNDLE_LINGER_S for others to join it.
 
+Backpressure: every round trip that adds to the METRICS stream also reads its length (XLEN, its own key). While the
+ingest leaves SHED_BACKLOG entries or more unstored there, the metric reports that go out carry only every
+SHED_STRIDE-th step of the step-level points (epoch ends and facts always), and each task attempt's running total of
+points left out rides in its reports (contracts/protocol.py `shed_step_points`, TaskMetricsBatch.shed): the job page
+says how many, nothing is dropped unsaid.
+
 Every message is sealed (contracts/signing.py: host, time, nonce, name, body, MAC under the host's key) when it is
 published, not when it is queued: a message held back by a broker outage leaves with a fresh timestamp, so it is not
 refused as stale. The outbox holds the derived MAC key, never the token.
@@ -33,7 +39,16 @@ from celery import Celery
 
 from contracts import broker
 from contracts.bundles import BUNDLE_LINGER_S, BUNDLED, HOST_REPORTS, bundle_entries
-from contracts.protocol import HOST_SAMPLES, STREAM_MAXLEN, TASK_LOGS, stream_entry
+from contracts.protocol import (
+    HOST_SAMPLES,
+    SHED_BACKLOG,
+    SHED_STRIDE,
+    STREAM_MAXLEN,
+    TASK_LOGS,
+    TASK_METRICS,
+    shed_step_points,
+    stream_entry,
+)
 from contracts.signing import seal
 
 log = logging.getLogger(__name__)
@@ -51,6 +66,7 @@ MAX_QUEUED = 10_000
 # Stream entries published in one round trip, at most (and about this many bytes of envelopes).
 STREAM_BATCH = 500
 STREAM_BATCH_BYTES = 4_000_000
+MAX_SHED_TASKS = 10_000
 FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 2.0
 
@@ -91,6 +107,8 @@ class Outbox:
         self.sent = 0
         self.dropped = 0
         self.failures = 0
+        self.metrics_backlog = 0  # entries in the host's METRICS stream at the last round trip that added to it
+        self._shed: dict[tuple[Any, Any], int] = {}  # (task, attempt) -> step-level points left out so far
         self._thread = threading.Thread(target=self._run, name="outbox", daemon=True)
         self._thread.start()
 
@@ -219,6 +237,8 @@ class Outbox:
             pipe.xadd(broker.stream(self.host, queue), entry, maxlen=STREAM_MAXLEN[queue], approximate=True)
 
         for name, body, queue, _then, _queued_at in batch:
+            if queue == broker.METRICS and name == TASK_METRICS and isinstance(body, dict):
+                self._shed_from(body)
             if queue == broker.METRICS and name in BUNDLED:
                 run.append((name, body))
                 continue
@@ -231,7 +251,28 @@ class Outbox:
                 add(queue, stream_entry(name, envelope))
         for entry in bundle_entries(run, self._seal_quietly):
             add(broker.METRICS, entry)
-        pipe.execute()
+        metrics = any(queue == broker.METRICS for _name, _body, queue, _then, _at in batch)
+        if metrics:
+            pipe.xlen(broker.stream(self.host, broker.METRICS))
+        replies = pipe.execute()
+        if metrics:
+            self.metrics_backlog = int(replies[-1])
+
+    def _shed_from(self, body: dict[str, Any]) -> None:
+        """While the metrics stream is backed up, thin the report's step-level points; every report of a task attempt
+        that has had points left out carries its running total (the last one sent is the one that counts)."""
+        key = (body.get("task_id"), body.get("attempt"))
+        if self.metrics_backlog >= SHED_BACKLOG and isinstance(body.get("events"), list):
+            body["events"], shed = shed_step_points(body["events"])
+            if shed:
+                if key not in self._shed:
+                    log.warning("the ingest is %d entries behind: sending every %dth step only (epoch ends all)",
+                                self.metrics_backlog, SHED_STRIDE)  # fmt: skip
+                self._shed[key] = self._shed.get(key, 0) + shed
+                if len(self._shed) > MAX_SHED_TASKS:  # an agent up for months: the oldest attempts are long over
+                    del self._shed[next(iter(self._shed))]
+        if key in self._shed:
+            body["shed"] = self._shed[key]
 
     def _seal_quietly(self, name: str, body: Any) -> dict[str, Any] | None:
         """`_seal` for bundle_entries: a bundle that cannot be sealed is split, and only a lone report that cannot be

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db import connection
 
+from orchestrator.metrics import rollups
 from orchestrator.models import MetricPoint
 
 # The columns of a point row as every reader returns it (and frames announce it: the page reads them from there).
@@ -36,26 +37,44 @@ def thinned(job_id: int, after: int = 0) -> tuple[list[list[Any]], int, bool]:
     """A fresh load (or, with `after`, a backlog too long to send whole: the points numbered above that): every series
     whole up to SERIES_POINTS points, a longer one cut to the lowest and the highest
     point of each of SERIES_POINTS / 2 step buckets, in PostgreSQL (reading 400,000 rows into Python to thin them
-    there took ~5.6 s: bench/page_load.py). Returns (points in sequence order, the cursor, whether any series was
-    thinned). The cursor is the highest number stored when the read began; nothing above it is returned, so a live
-    frame never repeats a history point."""
+    there took ~5.6 s: bench/page_load.py). A fresh load of a long job buckets its rollups (metrics/rollups.py: at
+    most 16 rows per bucket) and the points above their watermark instead of every point. Returns (points in
+    sequence order, the cursor, whether any series was thinned). The cursor is the highest number stored when the
+    read began; nothing above it is returned, so a live frame never repeats a history point."""
+    rolled = rollups.rolled_to(job_id) if after == 0 else 0
+    per_series = SERIES_POINTS // 2  # each drawn as its lowest and highest point
     with connection.cursor() as cursor:
-        cursor.execute(_SERIES_SQL, [job_id, after])
-        series = cursor.fetchall()  # (task, phase, name, count, first step, last step, highest seq)
-        if not series:
+        cursor.execute(_SERIES_SQL, [job_id, max(after, rolled)])
+        tail = cursor.fetchall()
+        # per series: [count, first step, last step]; the top: the highest number read
+        stats = {(t, p, n): [count, lo, hi] for t, p, n, count, lo, hi, _top in tail}
+        top = max([row[6] for row in tail] + [rolled])
+        for t, p, n, count, lo, hi in rollups.series(job_id) if rolled else ():
+            known = stats.setdefault((t, p, n), [0, lo, hi])
+            known[0], known[1], known[2] = known[0] + count, min(known[1], lo), max(known[2], hi)
+        if not stats:
             return [], after, False
-        top = max(row[6] for row in series)
-        small = [row for row in series if row[3] <= SERIES_POINTS]
-        large = [row for row in series if row[3] > SERIES_POINTS]
+        small = [(*key, count) for key, (count, _lo, _hi) in stats.items() if count <= SERIES_POINTS]
+        large = [(*key, lo, hi) for key, (count, lo, hi) in stats.items() if count > SERIES_POINTS]
+        # A large series is bucketed from its rollups when the job has some and the series is long enough to have a
+        # level that fits its buckets (rollups.level_for), else from every point.
+        levels = {series: rollups.level_for(series[3], series[4], per_series) if rolled else None for series in large}
+        from_points = [series for series in large if levels[series] is None]
+        from_rollups = [(*series, levels[series]) for series in large if levels[series] is not None]
         points: list[list[Any]] = []
+        buckets: list[tuple[Any, ...]] = []
         if small:
             cursor.execute(_SMALL_SQL, [*_columns(small, 3), job_id, after, top])
             points.extend(list(row) for row in cursor.fetchall())
-        if large:
-            cursor.execute(_BUCKETS_SQL, [*_columns(large, 6), job_id, after, top, SERIES_POINTS // 2])
-            for task, phase, name, low, high in cursor.fetchall():
-                for value, step, pk, epoch, ts in {tuple(low), tuple(high)}:
-                    points.append([int(pk), task, phase, name, int(step), None if epoch < 0 else int(epoch), value, ts])
+        if from_points:
+            cursor.execute(_BUCKETS_SQL, [*_columns(from_points, 5), job_id, after, top, per_series])
+            buckets.extend(cursor.fetchall())
+        if from_rollups:
+            cursor.execute(rollups.BUCKETS_SQL, [*_columns(from_rollups, 6), job_id, job_id, rolled, top, per_series])
+            buckets.extend(cursor.fetchall())
+        for task, phase, name, low, high in buckets:
+            for value, step, pk, epoch, ts in {tuple(low), tuple(high)}:
+                points.append([int(pk), task, phase, name, int(step), None if epoch < 0 else int(epoch), value, ts])
     points.sort(key=lambda p: p[0])
     return points, top, bool(large)
 
@@ -82,8 +101,8 @@ _BUCKETS_SQL = f"""
            min(ARRAY[p.value, p.step, p.seq, coalesce(p.epoch, -1), p.ts]),
            max(ARRAY[p.value, p.step, p.seq, coalesce(p.epoch, -1), p.ts])
     FROM {_TABLE} p
-    JOIN unnest(%s::bigint[], %s::varchar[], %s::varchar[], %s::bigint[], %s::bigint[], %s::bigint[])
-         AS s(task_id, phase, name, n, lo, hi) USING (task_id, phase, name)
+    JOIN unnest(%s::bigint[], %s::varchar[], %s::varchar[], %s::bigint[], %s::bigint[])
+         AS s(task_id, phase, name, lo, hi) USING (task_id, phase, name)
     WHERE p.job_id = %s AND p.seq > %s AND p.seq <= %s
     GROUP BY p.task_id, p.phase, p.name, width_bucket(p.step, s.lo, s.hi + 1, %s)
 """  # noqa: S608

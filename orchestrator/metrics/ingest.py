@@ -45,6 +45,7 @@ from orchestrator.metrics.points import (
     MAX_EVENTS_PER_BATCH,
     PointRow,
     count_points,
+    count_shed,
     metric_rows,
     upsert_points,
     within_limits,
@@ -80,6 +81,7 @@ class _Batch:
     samples: dict[int, tuple[Host, list[HostSample]]] = field(default_factory=dict)
     lines: list[TaskLogLine] = field(default_factory=list)
     log_jobs: set[int] = field(default_factory=set)
+    shed: dict[int, int] = field(default_factory=dict)  # per task: the highest running total of points its agent shed
     stored_points: dict[int, list[list[Any]]] = field(default_factory=dict)  # per job, once written
     stored_lines: int = 0  # once written: log lines (and truncation markers) added
 
@@ -97,6 +99,8 @@ class _Batch:
             self.samples.setdefault(host_id, (host, []))[1].extend(rows)
         self.lines.extend(other.lines)
         self.log_jobs |= other.log_jobs
+        for task_id, shed in other.shed.items():
+            self.shed[task_id] = max(shed, self.shed.get(task_id, 0))
 
 
 # SQLSTATE classes of errors that say nothing about the data: connection, rollback (deadlock), resources, operator
@@ -276,6 +280,8 @@ def _collect_metrics(part: Part, batch: _Batch) -> bool:
     task, body, sent_at = found
     rows, facts = metric_rows(task, body.events if isinstance(body.events, list) else [])
     batch.points.extend(rows)
+    if type(body.shed) is int and 0 < body.shed < 2**62:
+        batch.shed[task.pk] = body.shed
     if facts is not None:
         batch.facts[task.pk] = (task, facts, sent_at)
     return True
@@ -340,6 +346,8 @@ def _write(batch: _Batch) -> None:
         if rows:
             batch.stored_points, inserted = upsert_points(rows)
         count_points(inserted, left_out)
+    if batch.shed:
+        count_shed(batch.shed)
     for task, facts, sent_at in list(batch.facts.values()):
         # Not over the facts of a newer report (a late or replayed entry): refused, counted, not pushed to pages.
         newer = Q(facts_at__isnull=True) | Q(facts_at__lte=sent_at)

@@ -114,6 +114,19 @@ def count_points(inserted: dict[int, int], left_out: dict[int, int]) -> None:
         )
 
 
+def count_shed(shed: dict[int, int]) -> None:
+    """Each task's running total of points its agent shed (contracts/protocol.py SHED_BACKLOG), never lowered: a late
+    or repeated report carries a total already passed."""
+    tasks = sorted(shed)
+    with connection.cursor() as cursor:
+        cursor.execute(_SHED_SQL, [tasks, [shed[task] for task in tasks]])
+
+
+_SHED_SQL = f"""
+    UPDATE {Task._meta.db_table} t SET points_shed = n.shed
+    FROM unnest(%s::bigint[], %s::bigint[]) AS n(id, shed) WHERE t.id = n.id AND t.points_shed < n.shed
+"""  # noqa: S608 - the model's table; values are parameters
+
 _COUNT_SQL = f"""
     UPDATE {Job._meta.db_table} j
     SET points_stored = j.points_stored + n.stored, points_thinned = j.points_thinned + n.thinned

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import connection, models, transaction
 from django.urls import reverse
 
@@ -144,6 +145,8 @@ class Job(models.Model):
     # The last metric point sequence number given out (contracts/protocol.py POINT_SEQ): a job's points are numbered
     # 1, 2, ... in the order their transactions commit, whichever ingest partition stored them.
     points_seq = models.PositiveBigIntegerField(default=0)
+    # Every point numbered up to this is in the job's rollups (PointRollup, orchestrator/metrics/rollups.py).
+    points_rolled = models.PositiveBigIntegerField(default=0)
     artifacts_refused = models.PositiveIntegerField(default=0)
     artifact_refusal = models.TextField(blank=True, help_text="why the latest artifact was refused")
     # The task whose end failed the job; its log tail is read at display time, so late log lines still show.
@@ -182,6 +185,10 @@ class Job(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("dashboard:job", args=[self.pk])
+
+    def points_shed(self) -> int:
+        """Step-level points the agents left out of this job's reports, every attempt (Task.points_shed)."""
+        return self.tasks.aggregate(shed=models.Sum("points_shed"))["shed"] or 0
 
     @property
     def priority(self) -> str:
@@ -251,6 +258,9 @@ class Task(models.Model):
     # that says its task printed more waits in `exit_waiting` (its EXITED event) until they are in.
     log_lines_in = models.PositiveBigIntegerField(default=0)
     exit_waiting = models.JSONField(null=True, blank=True)
+    # Step-level points its agent left out while the ingest was behind (contracts/protocol.py SHED_BACKLOG): the
+    # highest running total its reports carried.
+    points_shed = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         ordering = ["job", "attempt", "type", "index", "restart"]
@@ -370,6 +380,39 @@ class MetricPoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_id}:{self.name}@{self.step}={self.value}"
+
+
+class PointRollup(models.Model):
+    """A block of 2**level consecutive steps of one series (task, phase, name), summed up: how many points, the first
+    and last step, and the points with the lowest and the highest value, whole. A long job's page draws a series from
+    the coarsest level still finer than its chart's buckets instead of reading millions of points
+    (orchestrator/metrics/rollups.py)."""
+
+    id = models.BigAutoField(primary_key=True)
+    # No database constraint, as for MetricPoint: the ORM deletes a job's rollups with it.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False)
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False)
+    phase = models.CharField(max_length=10)
+    name = models.CharField(max_length=64)
+    level = models.SmallIntegerField(help_text="a block spans 2**level steps")
+    block = models.BigIntegerField(help_text="step >> level (rounded down)")
+    count = models.BigIntegerField()
+    first_step = models.BigIntegerField()
+    last_step = models.BigIntegerField()
+    # [value, step, seq, epoch (-1: none), ts] of the block's lowest and highest value (history.thinned's shape).
+    low = ArrayField(models.FloatField())
+    high = ArrayField(models.FloatField())
+
+    class Meta:
+        # Level before series: a read takes one level of a job's series (history.thinned), a range of this index.
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "level", "task", "phase", "name", "block"], name="point_rollup_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}:{self.name}@{self.level}#{self.block} ({self.count} points)"
 
 
 class JobArtifact(models.Model):

@@ -45,6 +45,7 @@ def test_pipeline_bench_delivers_and_stores_every_point_once(artifacts_dir):
 def test_page_load_bench_draws_the_long_history(artifacts_dir):
     code, output = run("pageload", ["bench/page_load.py", "--points", "1000", "--loads", "1"], artifacts_dir, 240)
     assert "first chart drawn: median" in output, output[-4000:]
+    assert "rolled up 4,002 points" in output, output[-4000:]  # 2 tasks x (2 series x 1,000 and one epoch end)
     assert re.search(r"load 1: first chart drawn at \d+ ms \(\d+ x values drawn", output), output[-4000:]
     assert code in (0, 1), output[-4000:]  # 1: slower than the target, which is the bench's to report, not this test's
 

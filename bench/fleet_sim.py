@@ -13,8 +13,8 @@ One thread reads every host's queue with one BRPOP (as kombu's Redis transport d
 sending. The whole fleet signs in to Redis as one user (`redis_url`: 500 hosts' users would be 500 connections from
 one process; what a host's user may do is tested in tests/security/test_host_credential.py).
 
-On SIGTERM (or at `stop_at`) it writes its tallies and every launch order's (job, task, issued_at, received_at) to
-`out`.
+On SIGTERM (or at `stop_at`) it writes its tallies, every launch order's (job, task, issued_at, received_at) and
+every task's end here (task, ended_at) to `out`.
 """
 
 from __future__ import annotations
@@ -136,6 +136,7 @@ class Fleet:
         self.orders: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
         self.ends: list[tuple[float, str, tuple[int, int]]] = []  # heap of (ends_at, host, key)
         self.launches: list[tuple[int, int, float, float]] = []
+        self.exits: list[tuple[int, float]] = []  # (task id, when its process ended here): bench/scale.py's latencies
         self.tally: dict[str, int] = {
             "hellos": 0, "heartbeats": 0, "events": 0, "metric_entries": 0, "orders": 0, "refused": 0,
             "launches": 0, "kills": 0, "acks": 0, "send_failures": 0,
@@ -226,6 +227,7 @@ class Fleet:
 
     def _exit(self, host: SimHost, key: tuple[int, int], code: int, detail: str = "") -> None:
         task = host.running.pop(key)
+        self.exits.append((task.task_id, time.time()))
         host.seq += 1
         recorded = RecordedExit(task.job_id, task.task_id, task.attempt, host.seq, task.pid, code, detail)
         host.exits[key] = recorded
@@ -326,7 +328,7 @@ class Fleet:
         consumer.join(3)
 
     def results(self) -> dict[str, Any]:
-        return {"tally": self.tally, "launches": self.launches}
+        return {"tally": self.tally, "launches": self.launches, "exits": self.exits}
 
 
 def _has_chief(env: dict[str, str]) -> bool:

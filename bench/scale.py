@@ -1,7 +1,7 @@
 """The control plane at fleet scale: a simulated fleet on the real orchestrator, ingest and web, measured.
 
     .venv/bin/python bench/scale.py [--hosts 500] [--jobs 1000] [--minutes 4] [--sim-procs 2] [--json FILE]
-                                    [--policy backfill|fifo] [--seed N]
+                                    [--policy backfill|fifo] [--packing spread|pack] [--seed N]
 
 A stack of its own (bench/chaos.py's: embedded PostgreSQL and Redis on free ports, Daphne, the orchestrator as a
 Celery worker + beat, the metrics ingest) and `--hosts` simulated agents with 8 GPUs each (bench/fleet_sim.py, in
@@ -144,11 +144,11 @@ class ScaleStack(Stack):
 
 
 # --- setup ---------------------------------------------------------------------------------------------------------
-def register_fleet(hosts: int) -> list[dict[str, Any]]:
+def register_fleet(hosts: int, packing: str = "spread") -> list[dict[str, Any]]:
     from orchestrator.identity import tokens
     from orchestrator.models import Cluster, Host
 
-    cluster = Cluster.objects.create(name="scale")
+    cluster = Cluster.objects.create(name="scale", packing=packing)
     rows, entries = [], []
     for i in range(hosts):
         host = Host(cluster=cluster, name=f"sim-{i:04d}", address=f"10.{i // 250}.{i % 250}.1", port_min=20000,
@@ -271,6 +271,37 @@ def queue_figures(job_ids: list[int], start: float, end: float, devices: int) ->
             (placed.timestamp() - start) if placed else float("nan"),
         )
     return figures
+
+
+def booked_time(
+    job_ids: list[int], received: dict[int, float], ended: dict[int, float], phase: tuple[float, float]
+) -> dict[str, Any]:
+    """Where a task's devices were booked but no process ran on them (the control plane's share of idle devices):
+    placement -> the agent has the launch order, and the process's end there -> the devices free again (its EXITED
+    applied). Device-seconds within the jobs phase, from the orchestrator's rows and the simulated agents' clocks."""
+    from orchestrator.models import Task
+
+    start, end = phase
+    booked = ran = 0.0
+    to_launch: list[float] = []
+    to_free: list[float] = []
+    rows = Task.objects.filter(job__in=job_ids, attempt=1).values_list("pk", "devices", "job__placed_at", "finished_at")
+    for task_id, devices, placed_at, finished_at in rows:
+        if not devices or placed_at is None:
+            continue
+        placed, freed = placed_at.timestamp(), finished_at.timestamp() if finished_at else end
+        booked += len(devices) * max(0.0, min(freed, end) - max(placed, start))
+        if task_id in received:
+            to_launch.append(received[task_id] - placed)
+            stop = ended.get(task_id, end)
+            ran += len(devices) * max(0.0, min(stop, end) - max(received[task_id], start))
+            if task_id in ended and finished_at is not None:
+                to_free.append(freed - ended[task_id])
+    return {
+        "device-time booked that ran at the agents, %": ran / booked * 100 if booked else float("nan"),
+        "placed -> launch order at the agent p50/p95, s": (pct(to_launch, 50), pct(to_launch, 95)),
+        "process ended -> devices free (EXITED applied) p50/p95, s": (pct(to_free, 50), pct(to_free, 95)),
+    }
 
 
 def fill_history(total: int) -> None:
@@ -501,6 +532,7 @@ def main() -> int:
     )
     parser.add_argument("--orchestrators", type=int, default=1, help="orchestrator workers on the one queue")
     parser.add_argument("--policy", choices=("backfill", "fifo"), default="backfill", help="the scheduler's policy")
+    parser.add_argument("--packing", choices=("spread", "pack"), default="spread", help="the cluster's packing")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
@@ -516,7 +548,7 @@ def main() -> int:
                       "TFDASH_SCHEDULER_POLICY": args.policy})  # fmt: skip
     sims: list[subprocess.Popen[bytes]] = []
     results: dict[str, Any] = {"hosts": args.hosts, "jobs": args.jobs, "seed": args.seed, "policy": args.policy,
-                               "load at start": load_start}  # fmt: skip
+                               "packing": args.packing, "load at start": load_start}  # fmt: skip
     failures: list[str] = []
     print(f"[scale] {args.hosts} hosts x 8 GPUs, {args.jobs} jobs; stack under {var}", flush=True)
     try:
@@ -535,7 +567,7 @@ def main() -> int:
         from orchestrator.identity.keys import control_public_key
 
         call_command("migrate", "--noinput", verbosity=0, stdout=io.StringIO())
-        fleet = register_fleet(args.hosts)
+        fleet = register_fleet(args.hosts, args.packing)
         stack.env["TFDASH_INGEST_PARTITIONS"] = str(args.ingest_partitions)
         ingests = ("ingest", *(f"ingest-{p}" for p in range(1, args.ingest_partitions)))
         for name in ("orchestrator", *(f"orchestrator-{n}" for n in range(2, args.orchestrators + 1)), *ingests, "web"):
@@ -612,7 +644,8 @@ def main() -> int:
                 break
             time.sleep(2)
         results["jobs phase, s"] = time.monotonic() - (deadline - args.minutes * 60)
-        results.update(queue_figures(list(submitted), submit_start + submit_s, time.time(), args.hosts * 8))
+        jobs_phase = (submit_start + submit_s, time.time())
+        results.update(queue_figures(list(submitted), *jobs_phase, args.hosts * 8))
 
         # Placement: each job's tasks of attempt 1 are created in one scheduler pass at job.placed_at.
         placed = list(
@@ -682,6 +715,8 @@ def main() -> int:
         for proc in sims:
             proc.wait(30)
         launches: dict[int, float] = {}
+        received: dict[int, float] = {}  # task id -> when its agent got the launch order
+        ended: dict[int, float] = {}  # task id -> when its process ended at the agent
         tally: dict[str, int] = {}
         for out in var.glob("sim-*.json"):
             if out.name.endswith(".config.json"):
@@ -689,8 +724,10 @@ def main() -> int:
             data = json.loads(out.read_text())
             for key, value in data["tally"].items():
                 tally[key] = tally.get(key, 0) + value
-            for job_id, _task, issued, _received in data["launches"]:
+            for job_id, task_id, issued, got in data["launches"]:
                 launches[job_id] = min(issued, launches.get(job_id, issued))
+                received[task_id] = min(got, received.get(task_id, got))
+            ended.update(data.get("exits", ()))
         created = {pk: at.timestamp() for pk, at, *_ in placed}
         # From when the queue was committed (all jobs were submitted in one transaction): nothing could be placed
         # before that.
@@ -701,6 +738,7 @@ def main() -> int:
         results["queued->launch order p50/p99, s (first wave)"] = (pct(lat_wave, 50), pct(lat_wave, 99))
         results["queued->launch order p50/p99, s (all, waiting included)"] = (pct(lat, 50), pct(lat, 99))
         results["fleet tally"] = tally
+        results.update(booked_time(list(submitted), received, ended, jobs_phase))
         # The orchestrator's own claim, from its rows; what the agents saw also counts a stray process that was still
         # running when its host came back after being declared lost (it is killed on that host's next report).
         longest_pass = max([*sched, *watchdog, *(t for _n, t in placing)], default=1.0)

@@ -110,6 +110,7 @@ class ClusterAdmin(admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("name", "description", "shared_dir")}),
         ("Time limits", {"fields": ("default_time_limit_s", "max_time_limit_s", "stop_grace_s")}),
+        ("Placement", {"fields": ("packing",)}),
         (
             "Object store",
             {

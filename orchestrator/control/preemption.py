@@ -59,7 +59,7 @@ def consider(
             since = _work_at_risk(rows, planner.now)
         candidates = [preemption.Candidate(pk, gangs[pk].devices, since[pk]) for pk in why if pk in gangs]
         shape = shape_of(job)
-        victims = preemption.choose_victims(shape, states, candidates)
+        victims = preemption.choose_victims(shape, states, candidates, planner.packing)
         if not victims:
             continue
         for victim in victims:
@@ -70,7 +70,7 @@ def consider(
             for host, ids in gangs[victim].devices.items():
                 freed[host] = freed.get(host, frozenset()) | ids
         states = backfill.free(states, freed)
-        where = place(shape, states)
+        where = place(shape, states, packing=planner.packing)
         if isinstance(where, Placement):
             states = planner.take(states, where)  # the next preemptor must not count on these
         share.use(job.owner_id, needs[job.pk])

@@ -45,15 +45,19 @@ def job_shape(job: Job) -> placement.JobShape:
     )
 
 
+def packing_of(cluster: Cluster) -> placement.Packing:
+    return placement.Packing(cluster.packing)
+
+
 def plan(job: Job) -> placement.Placement | placement.Unplaceable:
     """Where the job would run now, without writing anything."""
-    return placement.place(job_shape(job), fleet_state.host_states(fleet_state.placement_hosts(job.cluster_id)))
+    hosts = fleet_state.host_states(fleet_state.placement_hosts(job.cluster_id))
+    return placement.place(job_shape(job), hosts, packing=packing_of(job.cluster))
 
 
 def plan_on_empty_cluster(job: Job) -> placement.Placement | placement.Unplaceable:
-    return placement.place(
-        job_shape(job), fleet_state.host_states(fleet_state.placement_hosts(job.cluster_id), empty=True)
-    )
+    hosts = fleet_state.host_states(fleet_state.placement_hosts(job.cluster_id), empty=True)
+    return placement.place(job_shape(job), hosts, packing=packing_of(job.cluster))
 
 
 def tf_configs(job: Job, where: placement.Placement) -> dict[tuple[str, int], dict | None]:
@@ -127,6 +131,7 @@ def _plan_pass(cluster: Cluster, waiting: list[Job], now: datetime) -> list[tupl
         depth=1 if fifo else settings.TFDASH_BACKFILL_DEPTH,
         take=fleet_state.take,
         previous=_reserved.get(cluster.pk),
+        packing=packing_of(cluster),
     )
     grace = cluster.stop_grace_s
     placed: list[tuple[Job, placement.Placement]] = []
@@ -355,7 +360,7 @@ def fits_together(jobs: list[Job], cluster: Cluster) -> str | None:
     """Whether `jobs` could all run at once on the idle cluster (None), or the first that could not, and why."""
     states = fleet_state.host_states(fleet_state.placement_hosts(cluster.pk), empty=True)
     for job in jobs:
-        result = placement.place(job_shape(job), states)
+        result = placement.place(job_shape(job), states, packing=packing_of(cluster))
         if isinstance(result, placement.Unplaceable):
             return f"{job.variant or job.name}: {result.reason}"
         states = fleet_state.take(states, result)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from orchestrator.core.placement import HostState, JobShape, Placement, Unplaceable, place, required_tasks
+from orchestrator.core.placement import HostState, JobShape, Packing, Placement, Unplaceable, place, required_tasks
 
 Devices = dict[str, frozenset[int]]  # host name -> device ids
 
@@ -107,8 +107,10 @@ class Planner:
         depth: int,
         take: Callable[[list[HostState], Placement], list[HostState]],
         previous: dict[int, Reservation] | None = None,
+        packing: Packing = Packing.SPREAD,
     ) -> None:
         self.states = list(states)
+        self.packing = packing  # the cluster's: how a job starting now, or a reservation, picks its hosts
         # The last pass's reservations: one that still holds (its devices are free by its start, and no reservation
         # ahead now overlaps it) is kept instead of planned again (Planner.finish(plan_all=True) plans all afresh).
         self._previous = previous or {}
@@ -201,7 +203,7 @@ class Planner:
         seen = (job.shape, tuple(sorted(held.items())))
         if seen in self._misfits:
             return self._misfits[seen]
-        result = place(job.shape, _block(self.states, held), fits_empty=True)
+        result = place(job.shape, _block(self.states, held), fits_empty=True, packing=self.packing)
         if isinstance(result, Unplaceable):
             self._misfits[seen] = result
         return result
@@ -286,7 +288,7 @@ class Planner:
                 continue
             tries += 1
             states = _block(free(self.states, _frozen(freed)), held)
-            result = place(job.shape, states, fits_empty=True)
+            result = place(job.shape, states, fits_empty=True, packing=self.packing)
             if isinstance(result, Placement):
                 return Reservation(job.job_id, at, at + job.limit_s, devices_of(result))
             if tries >= RESERVE_TRIES:

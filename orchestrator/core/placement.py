@@ -10,6 +10,7 @@ import dataclasses
 import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import cached_property
 from operator import attrgetter
 
@@ -164,9 +165,12 @@ def required_tasks(shape: JobShape) -> tuple[TaskSpec, ...]:
     return chief + workers + tuple(TaskSpec(TaskType.PS, i, 0) for i in range(shape.ps))
 
 
-def place(shape: JobShape, hosts: Iterable[HostState], *, fits_empty: bool = False) -> Placement | Unplaceable:
+def place(
+    shape: JobShape, hosts: Iterable[HostState], *, fits_empty: bool = False, packing: Packing | None = None
+) -> Placement | Unplaceable:
     """Where the job runs now, or why not (`permanent`: never on these hosts). `fits_empty`: the caller knows this
-    shape fits these hosts when idle (it placed the same shape in the same pass), so that check is skipped."""
+    shape fits these hosts when idle (it placed the same shape in the same pass), so that check is skipped.
+    `packing`: the cluster's (spread when not given)."""
     errors = validate_shape(shape)
     if errors:
         return Unplaceable("; ".join(message for _field, message in errors), permanent=True)
@@ -188,7 +192,7 @@ def place(shape: JobShape, hosts: Iterable[HostState], *, fits_empty: bool = Fal
     free = [len(h.free_devices) for h in online]
     reason = _device_shortfall(d, workers, free, now=True, where=where) if online else None
     if online and reason is None:
-        result = _assign(shape, online, all_hosts)
+        result = _assign(shape, online, all_hosts, packing or Packing.SPREAD)
         if not isinstance(result, str):
             # What fits the hosts as they are fits them idle (more free devices and ports, never fewer): the idle
             # check is only asked when the job does not fit now, to tell "not yet" from "never".
@@ -263,6 +267,17 @@ def _machine(address: str) -> str:
     return address
 
 
+class Packing(StrEnum):
+    """Which host a device-holding task takes (a cluster's choice; Kubernetes' LeastAllocated / MostAllocated)."""
+
+    # The most free devices: a gang's workers land on many hosts (a lost host takes fewer of them), but a busy fleet
+    # is left with a few free devices on every host and no whole host for an 8-device worker.
+    SPREAD = "spread"
+    # Best fit (Slurm's default): the fewest free devices that still hold the task. Small tasks fill hosts already in
+    # use, whole hosts stay free for wide workers, and a gang's workers share hosts (local collectives).
+    PACK = "pack"
+
+
 @dataclass
 class _Slot:
     """Working state of one candidate host while a job is being placed."""
@@ -272,21 +287,16 @@ class _Slot:
     job_tasks: int = 0
 
 
-def _rank(free: int, job_tasks: int, name: str, with_devices: bool) -> tuple[int, int, str]:
-    """Which host a task takes first (the smallest): for a device-holding task the most free devices (the spread that
-    keeps whole hosts for wide jobs comes from the FIFO order), then, for every task, the host with fewest of this
-    job's tasks, then the name: a total order, so placement is deterministic."""
-    return (-free if with_devices else 0, job_tasks, name)
-
-
 def _assign(
-    shape: JobShape, candidates: Sequence[HostState], all_hosts: Sequence[HostState]
+    shape: JobShape, candidates: Sequence[HostState], all_hosts: Sequence[HostState], packing: Packing = Packing.SPREAD
 ) -> tuple[TaskPlacement, ...] | str:
-    """Greedy spread placement onto `candidates`; a reason string when some task does not fit.
+    """Greedy placement onto `candidates` by `packing`; a reason string when some task does not fit.
 
-    Each task takes the best-ranked host (`_rank`) that has a free
-    port. The ranks live in heaps, so a task costs O(log hosts) rather than a sort of every host: a 64-worker job on
-    500 hosts was 64 sorts of 500."""
+    A device-holding task takes, among the hosts with enough free devices and a free port, the one whose free count
+    comes first by `packing` (most or fewest), then the one with the fewest of this job's tasks, then the name: a total
+    order, so placement is deterministic. Chief and ps (no devices) take the host with the fewest of the job's tasks.
+    Hosts wait in heaps bucketed by free devices, so a task costs O(devices per host + log hosts) rather than a sort
+    of every host: a 64-worker job on 500 hosts was 64 sorts of 500."""
     by_machine: dict[str, list[HostState]] = {}
     for h in all_hosts:
         by_machine.setdefault(h.machine, []).append(h)
@@ -306,53 +316,85 @@ def _assign(
             slots[i] = _Slot(candidates[i], list(candidates[i].free_devices))
         return slots[i]
 
-    def rank(i: int, with_devices: bool) -> tuple[int, int, str]:
-        slot = slots.get(i)
-        if slot is not None:
-            return _rank(len(slot.free), slot.job_tasks, slot.host.name, with_devices)
-        return _rank(len(candidates[i].free_devices), 0, candidates[i].name, with_devices)
+    def free_of(i: int) -> int:
+        return len(slots[i].free) if i in slots else len(candidates[i].free_devices)
+
+    def tasks_of(i: int) -> int:
+        return slots[i].job_tasks if i in slots else 0
+
+    # Device-holding tasks: free count -> heap of (the job's tasks there, name, index). An entry is current when its
+    # host still has that free count and task count; a host that takes a task is pushed again under its new ones.
+    buckets: dict[int, list[tuple[int, str, int]]] = {}
+    # Chief and ps: one heap of (the job's tasks there, name, index), re-ranked lazily when popped.
+    plain: list[tuple[int, str, int]] | None = None
+
+    def pop_fitting(devices: int) -> tuple[int | None, list[int]]:
+        """The host a task of `devices` devices takes and its port's owner, or None and the fitting hosts that had no
+        free port."""
+        if not buckets:
+            for i in range(len(candidates)):
+                buckets.setdefault(free_of(i), []).append((0, candidates[i].name, i))
+            for heap in buckets.values():
+                heapq.heapify(heap)
+        counts = sorted((c for c in buckets if c >= devices), reverse=packing is Packing.SPREAD)
+        portless: list[int] = []
+        for count in counts:
+            heap = buckets[count]
+            while heap:
+                job_tasks, _name, i = heapq.heappop(heap)
+                if free_of(i) != count or tasks_of(i) != job_tasks:
+                    continue  # outdated: the host is in the heaps under its current counts
+                if port_for(slot_at(i)) is None:
+                    portless.append(i)
+                    continue
+                for j in portless:
+                    heapq.heappush(buckets[free_of(j)], (tasks_of(j), candidates[j].name, j))
+                return i, []
+        for j in portless:
+            heapq.heappush(buckets[free_of(j)], (tasks_of(j), candidates[j].name, j))
+        return None, portless
+
+    def pop_plain() -> tuple[int | None, list[int]]:
+        nonlocal plain
+        if plain is None:
+            plain = [(tasks_of(i), candidates[i].name, i) for i in range(len(candidates))]
+            heapq.heapify(plain)
+        portless: list[int] = []
+        chosen = None
+        while plain:
+            job_tasks, _name, i = heapq.heappop(plain)
+            if job_tasks != tasks_of(i):
+                continue  # outdated: the host was pushed again when it took a task
+            if port_for(slot_at(i)) is None:
+                portless.append(i)
+                continue
+            chosen = i
+            break
+        for j in portless:
+            heapq.heappush(plain, (tasks_of(j), candidates[j].name, j))
+        return chosen, ([] if chosen is not None else portless)
 
     specs = required_tasks(shape)
     # Device-holding tasks first, so the devices decide the spread; chief and ps then fill in around them.
     ordered = [s for s in specs if s.devices] + [s for s in specs if not s.devices]
-    heaps: dict[bool, list[tuple[tuple[int, int, str], int]]] = {}
     placed: list[TaskPlacement] = []
     for spec in ordered:
-        with_devices = spec.devices > 0
-        if with_devices not in heaps:
-            heaps[with_devices] = [(rank(i, with_devices), i) for i in range(len(candidates))]
-            heapq.heapify(heaps[with_devices])
-        heap = heaps[with_devices]
-        skipped: list[tuple[tuple[int, int, str], int]] = []  # fitting hosts without a free port, looked at once
-        chosen: int | None = None
-        port: int | None = None
-        while heap:
-            pushed, i = heapq.heappop(heap)
-            current = rank(i, with_devices)
-            if pushed != current:  # changed since it was pushed (another heap's task took from it): rank it afresh
-                heapq.heappush(heap, (current, i))
-                continue
-            slot = slot_at(i)
-            if len(slot.free) < spec.devices:  # the best-ranked has the most free devices: nothing else fits
-                heapq.heappush(heap, (pushed, i))
-                break
-            port = port_for(slot)
-            if port is not None:
-                chosen = i
-                break
-            skipped.append((pushed, i))
-        for entry in skipped:
-            heapq.heappush(heap, entry)
-        if chosen is None or port is None:
-            if skipped:
-                return f"no free port on {', '.join(slots[i].host.name for _r, i in sorted(skipped))}"
-            largest = max(len(slots[i].free) if i in slots else len(h.free_devices) for i, h in enumerate(candidates))
+        chosen, portless = pop_fitting(spec.devices) if spec.devices else pop_plain()
+        if chosen is None:
+            if portless:
+                return f"no free port on {', '.join(sorted(candidates[i].name for i in portless))}"
+            largest = max((free_of(i) for i in range(len(candidates))), default=0)
             return f"needs {spec.devices} devices on one host; largest free is {largest}"
         slot = slots[chosen]
+        port = port_for(slot)
+        assert port is not None
         devices = tuple(slot.free[: spec.devices])
         del slot.free[: spec.devices]
         slot.job_tasks += 1
-        heapq.heappush(heap, (rank(chosen, with_devices), chosen))
+        if buckets:
+            heapq.heappush(buckets.setdefault(len(slot.free), []), (slot.job_tasks, slot.host.name, chosen))
+        if plain is not None:
+            heapq.heappush(plain, (slot.job_tasks, slot.host.name, chosen))
         taken[slot.host.machine].add(port)
         placed.append(TaskPlacement(spec.type, spec.index, slot.host.name, slot.host.address, port, devices))
     return tuple(sorted(placed, key=lambda t: (ROLE_ORDER.index(t.type), t.index)))

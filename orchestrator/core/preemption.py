@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestrator.core.backfill import Devices, free
-from orchestrator.core.placement import HostState, JobShape, Placement, place, required_tasks
+from orchestrator.core.placement import HostState, JobShape, Packing, Placement, place, required_tasks
 
 # A preemption stops at most this many jobs (the cheapest first): each try is a placement over the fleet.
 MAX_VICTIMS = 64
@@ -29,7 +29,7 @@ class Candidate:
         return sum(len(ids) for ids in self.devices.values())
 
 
-def _fits(shape: JobShape, states: Sequence[HostState], victims: Sequence[Candidate]) -> bool:
+def _fits(shape: JobShape, states: Sequence[HostState], victims: Sequence[Candidate], packing: Packing) -> bool:
     freed: dict[str, set[int]] = {}
     for victim in victims:
         for host, ids in victim.devices.items():
@@ -37,21 +37,23 @@ def _fits(shape: JobShape, states: Sequence[HostState], victims: Sequence[Candid
     after = free(states, {h: frozenset(i) for h, i in freed.items()})
     if sum(len(state.free_devices) for state in after if state.online) < sum(t.devices for t in required_tasks(shape)):
         return False  # too few devices whatever the placement: no need to try one
-    return isinstance(place(shape, after), Placement)
+    return isinstance(place(shape, after, packing=packing), Placement)
 
 
-def choose_victims(shape: JobShape, states: Sequence[HostState], candidates: Sequence[Candidate]) -> list[int] | None:
+def choose_victims(
+    shape: JobShape, states: Sequence[HostState], candidates: Sequence[Candidate], packing: Packing = Packing.SPREAD
+) -> list[int] | None:
     """The ids of the jobs to stop so that `shape` fits, or None when stopping all of them would not be enough."""
     ordered = sorted(candidates, key=lambda c: (c.device_count, c.since_checkpoint_s, -c.job_id))[:MAX_VICTIMS]
     chosen: list[Candidate] = []
     for candidate in ordered:
         chosen.append(candidate)
-        if _fits(shape, states, chosen):
+        if _fits(shape, states, chosen, packing):
             break
     else:
         return None
     for candidate in reversed(chosen[:-1]):  # the last one was needed: without it the gang did not fit
         trial = [c for c in chosen if c is not candidate]
-        if _fits(shape, states, trial):
+        if _fits(shape, states, trial, packing):
             chosen = trial
     return [c.job_id for c in chosen]

@@ -56,6 +56,17 @@ class Cluster(models.Model):
     stop_grace_s = models.PositiveIntegerField(
         "stop grace (s)", default=3, help_text="between SIGTERM and SIGKILL when a task is stopped (TF ignores SIGTERM)"
     )
+    # Which host a device-holding task takes (orchestrator/core/placement.py Packing): spread keeps a gang's workers
+    # apart; pack (best fit) keeps whole hosts free for wide workers, which a fleet shared by jobs of mixed widths
+    # needs (README "Sizing": utilization while jobs wait).
+    packing = models.CharField(
+        max_length=8,
+        choices=[("spread", "spread: the host with the most free devices"),
+                 ("pack", "pack: the host with the fewest free devices that hold the task (best fit)")],
+        default="spread",
+        help_text="pack for a fleet shared by jobs of mixed widths: small tasks fill used hosts, whole hosts stay "
+        "free for 8-device workers",
+    )  # fmt: skip
     # The cluster's object store (S3-compatible, orchestrator/storage.py): checkpoints and artifacts follow the job
     # there through presigned URLs. The credentials stay on the control plane, in a file named here, never here.
     store_endpoint = models.URLField(

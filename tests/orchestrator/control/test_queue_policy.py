@@ -137,6 +137,22 @@ def test_a_high_job_preempts_the_low_job_losing_the_least_work_and_the_victim_re
     assert states(fresh_checkpoint) == [JobState.STARTING]
 
 
+@pytest.mark.parametrize(("packing", "wide_runs"), [("pack", True), ("spread", False)])
+def test_a_packing_cluster_keeps_a_whole_host_free_for_a_wide_worker(alice, packing, wide_runs):
+    hosts = [one_host(devices=4) for _ in range(2)]
+    hosts[0].cluster.packing = packing
+    hosts[0].cluster.save(update_fields=["packing"])
+    small = [job(alice, hosts[0], f"small {n}") for n in range(2)]
+    scheduling.schedule_cluster(hosts[0].cluster_id)
+    wide = job(alice, hosts[0], "one 4-device worker", devices=4)
+
+    scheduling.schedule_cluster(hosts[0].cluster_id)
+
+    assert states(*small) == [JobState.STARTING] * 2
+    assert len({task.host_id for task in Task.objects.filter(job__in=small)}) == (1 if packing == "pack" else 2)
+    assert states(wide) == [JobState.STARTING if wide_runs else JobState.QUEUED]
+
+
 def test_a_normal_job_never_preempts_a_normal_one(alice, bob):
     host = one_host(devices=1)
     running = job(alice, host, "running")

@@ -2,9 +2,12 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from orchestrator.core.placement import (
     HostState,
     JobShape,
+    Packing,
     Placement,
     Strategy,
     TaskPlacement,
@@ -244,6 +247,73 @@ def test_it_is_deterministic_whatever_the_host_order() -> None:
         shuffled = hosts[:]
         random.Random(seed).shuffle(shuffled)
         assert place(shape, shuffled) == expected
+
+
+# --- packing: best fit -------------------------------------------------------------------------------------------
+PACK = Packing.PACK
+
+
+def test_packing_puts_a_worker_on_the_host_with_the_fewest_free_devices_that_hold_it() -> None:
+    hosts = [host("host-a", devices=4, used_devices=frozenset({0, 1, 2})), host("host-b", devices=2),
+             host("host-c", devices=4, used_devices=frozenset({0, 1}))]  # fmt: skip
+    assert placed(place(JobShape(MWMS, 1, 0, 1), hosts, packing=PACK))[0].host == "host-a"
+    assert placed(place(JobShape(MWMS, 1, 0, 2), hosts, packing=PACK))[0].host == "host-b"  # host-a has 1
+
+
+def test_packing_keeps_a_whole_host_free_where_spreading_splits_it() -> None:
+    def after_two_small_jobs(packing: Packing) -> list[HostState]:
+        hosts = [host("host-a", devices=4), host("host-b", devices=4)]
+        for _ in range(2):
+            where = placed(place(JobShape(MWMS, 1, 0, 1), hosts, packing=packing))[0]
+            hosts = [h.with_used([where.port], where.devices) if h.name == where.host else h for h in hosts]
+        return hosts
+
+    wide = JobShape(MWMS, 1, 0, 4)
+    assert placed(place(wide, after_two_small_jobs(PACK), packing=PACK))[0].host == "host-b"
+    assert place(wide, after_two_small_jobs(Packing.SPREAD)) == Unplaceable(
+        "needs 4 devices on one host; largest free is 3", permanent=False
+    )
+
+
+def test_packing_puts_a_gangs_workers_on_one_host_when_they_fit() -> None:
+    tasks = placed(place(JobShape(MWMS, 2, 0, 1), [host("host-a"), host("host-b")], packing=PACK))
+    assert [(t.host, t.port, t.devices) for t in tasks] == [("host-a", 23000, (0,)), ("host-a", 23001, (1,))]
+
+
+def test_packing_moves_a_worker_past_a_best_fit_host_with_no_free_port() -> None:
+    hosts = [host("host-a", devices=4, ports=(23000, 23000), used_ports=frozenset({23000}),
+                  used_devices=frozenset({0, 1, 2})), host("host-b", devices=4)]  # fmt: skip
+    tasks = placed(place(JobShape(MWMS, 1, 0, 1), hosts, packing=PACK))
+    assert (tasks[0].host, tasks[0].port) == ("host-b", 23000)
+    assert place(JobShape(MWMS, 1, 0, 1), hosts[:1], packing=PACK) == Unplaceable(
+        "no free port on host-a", permanent=False
+    )
+
+
+@pytest.mark.parametrize("packing", list(Packing))
+def test_random_fleets_get_every_task_on_free_devices_and_ports_by_either_packing(packing: Packing) -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        hosts = []
+        for c in "abcdef":
+            n = rng.choice([2, 4, 8])
+            used = frozenset(rng.sample(range(n), rng.randint(0, n)))
+            hosts.append(host(f"host-{c}", devices=n, ports=(23000, 23000 + rng.randint(0, 4)), used_devices=used))
+        shape = JobShape(rng.choice([MWMS, PS]), rng.randint(1, 6), rng.randint(1, 2), rng.choice([1, 2, 4]))
+        result = place(shape, hosts, packing=packing)
+        if isinstance(result, Unplaceable):
+            continue
+        by_name = {h.name: h for h in hosts}
+        seats = [(t.host, d) for t in result.tasks for d in t.devices]
+        assert len(seats) == len(set(seats)) == sum(t.devices for t in required_tasks(shape))
+        assert all(d not in by_name[h].used_devices for h, d in seats)
+        ports = [(by_name[t.host].address, t.port) for t in result.tasks]
+        assert len(ports) == len(set(ports))
+        if shape.strategy is MWMS and shape.workers == 1:  # one task: the first fitting host by the packing's order
+            fitting = [len(h.free_devices) for h in hosts if len(h.free_devices) >= shape.devices_per_worker
+                       and len(h.used_ports) <= h.port_max - h.port_min]  # fmt: skip
+            best = min(fitting) if packing is PACK else max(fitting)
+            assert len(by_name[result.tasks[0].host].free_devices) == best
 
 
 def test_it_lists_the_tasks_each_strategy_needs() -> None:

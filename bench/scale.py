@@ -230,8 +230,13 @@ def give_time_limits(job_ids: list[int], duration: tuple[float, float], rng: ran
     from orchestrator.models import Job
 
     for job_id in job_ids:
-        limit = math.ceil(true_run_time(job_id, duration) * rng.uniform(1.5, 5.0)) + LIMIT_SLACK_S
-        Job.objects.filter(pk=job_id).update(time_limit_s=limit)
+        Job.objects.filter(pk=job_id).update(time_limit_s=drawn_limit(job_id, duration, rng))
+
+
+def drawn_limit(job_id: int, duration: tuple[float, float], rng: random.Random) -> int:
+    """The time limit a user gives a job: 1.5-5x its true run time, plus the start-up slack (bench/queue_replay.py
+    draws the same)."""
+    return math.ceil(true_run_time(job_id, duration) * rng.uniform(1.5, 5.0)) + LIMIT_SLACK_S
 
 
 def queue_figures(job_ids: list[int], start: float, end: float, devices: int) -> dict[str, Any]:

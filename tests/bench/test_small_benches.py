@@ -55,3 +55,14 @@ def test_overhead_bench_trains_with_and_without_the_callback(artifacts_dir):
     code, output = run("overhead", ["bench/overhead.py", "--rounds", "1", "--epochs", "1", "--examples", "512"],
                        artifacts_dir, 240)  # fmt: skip
     assert code == 0, output[-4000:]
+
+
+@pytest.mark.timeout(120)
+def test_queue_replay_bench_replays_every_policy_and_packing_keeping_its_reservations(artifacts_dir):
+    code, output = run("queuereplay", ["bench/queue_replay.py", "--seeds", "5", "--hosts", "20", "--jobs", "60",
+                                       "--minutes", "2"], artifacts_dir, 100)  # fmt: skip
+    assert code == 0, output[-4000:]  # 1: a reserved job started after its first reservation
+    rows = re.findall(r"^5\s+(fifo|backfill|easy)\s+(spread|pack)\s+(\d+)\s", output, re.MULTILINE)
+    assert len(rows) == 6, output[-4000:]
+    finished = {(policy, packing): int(n) for policy, packing, n in rows}
+    assert finished["backfill", "pack"] > finished["fifo", "pack"], output[-4000:]  # a wide head no longer holds all

@@ -1,0 +1,173 @@
+"""The scheduler's policy without the control plane's latency: bench/scale.py's job mix replayed through the real
+planner (orchestrator/core: backfill.Planner, placement) in simulated time, no database, agents or broker.
+
+    .venv/bin/python bench/queue_replay.py [--seeds 21,22,23] [--hosts 500] [--jobs 1000] [--minutes 4]
+                                           [--policies fifo,backfill,easy] [--packings spread,pack]
+
+Every job is queued at time 0 (as bench/scale.py commits its queue in one transaction) with the same shapes, true run
+times (its 20-60 s draw, by job id) and time limits (1.5-5x the true time, from seed + 1) as bench/scale.py gives the
+same seed. A pass runs at 0 and at every job's end; a started job holds its devices for its true run time. `fifo`
+stops at the first job that does not fit; `backfill` reserves for 8 jobs (TFDASH_BACKFILL_DEPTH's default); `easy`
+for the head only (depth 1). Prints, per seed, policy and packing: jobs finished within --minutes, GPU utilization
+over that window and while jobs waited (to the last start), how long the queue was non-empty, mean wait, and the
+reserved jobs that started after their first reservation (backfill's promise; must be 0 here, where every run ends
+by its limit). What bench/scale.py measures beyond these figures is the control plane's own latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import heapq
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from scale import drawn_limit, job_mix, true_run_time  # noqa: E402 - bench/scale.py (a script's folder is on its path)
+
+from orchestrator.core import backfill, placement  # noqa: E402
+from orchestrator.core.placement import HostState, JobShape, Packing, Placement, Strategy  # noqa: E402
+
+DEPTHS = {"fifo": 1, "backfill": 8, "easy": 1}
+DEVICES_PER_HOST = 8
+
+
+def fleet(hosts: int) -> list[HostState]:
+    return [
+        HostState(name=f"sim-{i:04d}", address=f"10.{i // 250}.{i % 250}.1", port_min=20000, port_max=20099,
+                  device_ids=tuple(range(DEVICES_PER_HOST)), gpu=True, labels=frozenset(), online=True,
+                  used_devices=frozenset(), used_ports=frozenset())
+        for i in range(hosts)
+    ]  # fmt: skip
+
+
+def take(states: list[HostState], where: Placement) -> list[HostState]:
+    mine: dict[str, list[placement.TaskPlacement]] = {}
+    for task in where.tasks:
+        mine.setdefault(task.host, []).append(task)
+    return [
+        state.with_used([t.port for t in mine[state.name]], [d for t in mine[state.name] for d in t.devices])
+        if state.name in mine
+        else state
+        for state in states
+    ]
+
+
+def release(states: list[HostState], where: Placement) -> list[HostState]:
+    ports: dict[str, set[int]] = {}
+    devices: dict[str, set[int]] = {}
+    for task in where.tasks:
+        ports.setdefault(task.host, set()).add(task.port)
+        devices.setdefault(task.host, set()).update(task.devices)
+    return [
+        dataclasses.replace(state, used_ports=state.used_ports - ports[state.name],
+                            used_devices=state.used_devices - devices.get(state.name, set()))
+        if state.name in ports
+        else state
+        for state in states
+    ]  # fmt: skip
+
+
+def replay(seed: int, policy: str, packing: Packing, *, hosts: int, jobs: int, window: float) -> dict[str, Any]:
+    duration = (20.0, 60.0)
+    limits = random.Random(seed + 1)
+    queue = []
+    for job_id, shape in enumerate(job_mix(jobs, random.Random(seed), gpus=hosts * DEVICES_PER_HOST), start=1):
+        job_shape = JobShape(Strategy(shape["strategy"]), shape["workers"], shape.get("ps", 0),
+                             shape["devices_per_worker"])  # fmt: skip
+        queue.append((job_id, job_shape, true_run_time(job_id, duration), drawn_limit(job_id, duration, limits)))
+    states = fleet(hosts)
+    now, ends = 0.0, []  # ends: (time, job id)
+    running: dict[int, tuple[float, Placement]] = {}  # job id -> (limit's end, placement)
+    started: dict[int, float] = {}
+    first_reserved: dict[int, float] = {}
+    reservations: dict[int, backfill.Reservation] = {}
+    busy = busy_waiting = 0.0
+    queue_empty_at: float | None = None
+    finished = 0
+    while True:
+        planner = backfill.Planner(
+            states,
+            [backfill.Running(pk, end, backfill.devices_of(where)) for pk, (end, where) in running.items()],
+            now=now, depth=DEPTHS[policy], take=take, previous=reservations, packing=packing,
+        )  # fmt: skip
+        waiting = []
+        for n, (job_id, shape, runs, limit) in enumerate(queue):
+            where = planner.offer(backfill.Waiting(job_id, shape, float(limit)))
+            if isinstance(where, Placement):
+                started[job_id] = now
+                running[job_id] = (now + limit, where)
+                heapq.heappush(ends, (now + runs, job_id))
+                continue
+            waiting.append(queue[n])
+            if policy == "fifo" and job_id not in planner.outcome.never:
+                waiting.extend(queue[n + 1 :])
+                break
+        planner.finish(plan_all=True)
+        reservations = planner.outcome.reservations
+        for job_id, reservation in reservations.items():
+            first_reserved.setdefault(job_id, reservation.start)
+        states, queue = planner.states, waiting
+        if not queue and queue_empty_at is None:
+            queue_empty_at = now
+        if not ends:
+            break
+        # Every end at the same time, then one pass (as the orchestrator's passes after exits).
+        at = ends[0][0]
+        in_use = sum(len(t.devices) for _end, where in running.values() for t in where.tasks)
+        span = max(0.0, min(at, window) - min(now, window))
+        busy += in_use * span
+        if queue_empty_at is None:
+            busy_waiting += in_use * span
+        now = at
+        while ends and ends[0][0] <= now:
+            _at, job_id = heapq.heappop(ends)
+            states = release(states, running.pop(job_id)[1])
+            finished += now <= window
+    waited_until = queue_empty_at if queue_empty_at is not None else window
+    capacity = hosts * DEVICES_PER_HOST
+    late = [pk for pk, start in started.items() if pk in first_reserved and start > first_reserved[pk] + 1e-6]
+    return {
+        "finished": finished,
+        "util %": busy / (capacity * window) * 100,
+        "util while waiting %": busy_waiting / (capacity * min(waited_until, window)) * 100 if waited_until else 0.0,
+        "queue non-empty s": waited_until,
+        "wait mean s": statistics.fmean(started.get(j, window) for j in range(1, jobs + 1)),
+        "reserved late / reserved": (len(late), len(first_reserved)),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="21,22,23")
+    parser.add_argument("--hosts", type=int, default=500)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--minutes", type=float, default=4.0)
+    parser.add_argument("--policies", default="fifo,backfill,easy")
+    parser.add_argument("--packings", default="spread,pack")
+    args = parser.parse_args()
+    broken = 0
+    print("seed  policy    packing  finished  util %  util while waiting %  queue non-empty s  wait mean s  "
+          "reserved late / reserved  replay s")  # fmt: skip
+    for seed in (int(s) for s in args.seeds.split(",")):
+        for policy in args.policies.split(","):
+            for packing in (Packing(p) for p in args.packings.split(",")):
+                began = time.monotonic()
+                r = replay(seed, policy, packing, hosts=args.hosts, jobs=args.jobs, window=args.minutes * 60)
+                late, reserved = r["reserved late / reserved"]
+                broken += late if policy != "fifo" else 0
+                print(f"{seed:<5} {policy:<9} {packing.value:<8} {r['finished']:>8}  {r['util %']:>6.1f}  "
+                      f"{r['util while waiting %']:>20.1f}  {r['queue non-empty s']:>17.1f}  "
+                      f"{r['wait mean s']:>11.1f}  {f'{late} / {reserved}':>24}  {time.monotonic() - began:>8.1f}",
+                      flush=True)  # fmt: skip
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

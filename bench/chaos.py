@@ -338,7 +338,7 @@ def main() -> int:
         help=f"the parts to kill, comma-separated, of {','.join([*SERVICES, 'agent', 'task'])} (default: all)",
     )
     parser.add_argument("--json", type=Path, help="also write the results here")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, data)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, data); kept on a failure")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1_000_000)
     rng = random.Random(seed)
@@ -407,7 +407,7 @@ def main() -> int:
     failed = [key for key in INVARIANTS if results.get(key)]
     if args.json:
         args.json.write_text(json.dumps({**results, "invariants": list(INVARIANTS), "failed": failed}, indent=2))
-    if args.keep:
+    if args.keep or failed:  # a failure keeps its evidence: every part's log under log/, the data, the truth files
         print(f"[chaos] kept {var}")
     else:
         shutil.rmtree(var, ignore_errors=True)

@@ -30,8 +30,8 @@ ORCHESTRATOR_QUEUE = "orchestrator"  # the control plane's own Celery queue: no 
 # streams (contracts/broker.py: the only keys besides its order queue its broker user may write), fields {"name":
 # <one of the names below>, "envelope": <the sealed message, JSON>} (`stream_entry`):
 # - broker.EVENTS: AGENT_HELLO (once per agent start) and TASK_EVENT. Every orchestrator worker reads every host's
-#   events stream (group EVENTS_GROUP) and hands each entry on to its Celery handler on ORCHESTRATOR_QUEUE, where it
-#   is applied at least once and exactly once (orchestrator/agents/relay.py).
+#   events stream (group EVENTS_GROUP) and hands the entries on to their Celery handlers on ORCHESTRATOR_QUEUE (task
+#   events in batches), where each is applied at least once and exactly once (orchestrator/agents/relay.py).
 # - broker.HEARTBEATS: AGENT_HEARTBEAT. Every orchestrator worker reads them in batches (group HEARTBEAT_GROUP, one
 #   consumer per worker) and applies hundreds in a few statements (orchestrator/agents/heartbeats.py); as Celery
 #   messages, one per host every few seconds, their handling cost more than a core at 500 hosts. A heartbeat says

@@ -17,7 +17,7 @@ import kombu.utils.json
 import redis
 from celery.signals import worker_ready, worker_shutting_down
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, close_old_connections
+from django.db import close_old_connections
 
 from config.celery import app
 from contracts.protocol import AGENT_HELLO, ORCHESTRATOR_QUEUE, TASK_EVENT
@@ -29,6 +29,7 @@ from orchestrator.control.scheduling import WAITING_STATES
 from orchestrator.identity import broker_users
 from orchestrator.metrics import rollups as point_rollups
 from orchestrator.models import Job
+from orchestrator.outages import TRANSIENT
 from orchestrator.retention import thin_host_samples
 from orchestrator.webhooks import outbox as webhook_outbox
 
@@ -37,16 +38,6 @@ log = logging.getLogger(__name__)
 # Malformed messages this app's consumers dropped (kombu_redis/transport.py), in all orchestrator processes together.
 BROKER_MESSAGES_DROPPED = "broker_messages_dropped"
 transport.on_drop(lambda: counters.incr(BROKER_MESSAGES_DROPPED))
-
-# Outages worth waiting out: the database or the broker away or busy (a lock wait past its timeout is an
-# OperationalError too). Anything else is a bug or bad input, and retrying would fail the same way.
-TRANSIENT = (
-    OperationalError,
-    InterfaceError,
-    redis.ConnectionError,
-    redis.TimeoutError,
-    kombu.exceptions.OperationalError,
-)
 
 
 def entry(name: str) -> Callable[[Callable[..., None]], Any]:
@@ -84,6 +75,15 @@ def agent_hello(payload: Any) -> None:
 @entry(TASK_EVENT)
 def task_event(payload: Any) -> None:
     events.handle_task_event(payload)
+
+
+@entry(events.TASK_EVENTS)
+def task_events(payloads: Any) -> None:
+    """Task events the relay handed on together (orchestrator/agents/relay.py)."""
+    if not isinstance(payloads, list):
+        log.warning("ignored a task events message that is not a list")
+        return
+    events.handle_task_events(payloads[: events.MAX_BATCH])
 
 
 # The hello and task events reach this queue from the hosts' events streams (orchestrator/agents/relay.py);

@@ -1,6 +1,8 @@
 """The hosts' hello and task events onto the orchestrator's own queue: every orchestrator worker reads every host's
-EVENTS stream (orchestrator/streams.py) and hands each entry to its Celery handler (orchestrator/tasks.py), which
-applies it at least once and exactly once (acknowledged after it ran, retried through outages, its nonce remembered).
+EVENTS stream (orchestrator/streams.py) and hands the entries to their Celery handlers (orchestrator/tasks.py), which
+apply each at least once and exactly once (acknowledged after it ran, retried through outages, its nonce remembered).
+Task events go in batches of up to `events.MAX_BATCH`, in the order read, so a gang's events are applied under one
+lock of its job (orchestrator/agents/events.py); a hello goes alone.
 
 Hosts may not write the orchestrator queue (contracts/broker.py): a host's credential could then call any
 orchestrator task with any arguments. Only a sealed hello or task event of the stream's own host is handed on, after
@@ -12,13 +14,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import redis
 
 from config.celery import app
 from contracts import broker
 from contracts.protocol import AGENT_HELLO, EVENTS_GROUP, ORCHESTRATOR_QUEUE, TASK_EVENT
-from orchestrator import counters, streams
+from orchestrator import broker_sends, counters, streams
+from orchestrator.agents import events
 from orchestrator.identity import auth
 
 RELAYED = (AGENT_HELLO, TASK_EVENT)
@@ -28,10 +32,17 @@ CLAIM_IDLE_MS = 30_000  # what a dead worker had read and not handed on is taken
 
 
 def hand_on(entries: list[streams.Entry]) -> list[tuple[streams.Entry, Exception]]:
-    """The reader's handler: each event to its Celery handler, in the order read; a broker error raises, so the batch
-    is read again."""
+    """The reader's handler: the entries to their Celery handlers, in the order read (task events in batches); a
+    broker error raises, so the entries are read again."""
     refused: list[tuple[streams.Entry, Exception]] = []
+    batch: list[Any] = []
     with app.producer_or_acquire() as producer:
+
+        def send_batch() -> None:
+            if batch:
+                broker_sends.send(events.TASK_EVENTS, [list(batch)], ORCHESTRATOR_QUEUE, producer)
+                batch.clear()
+
         for entry in entries:
             try:
                 name, envelope = streams.read_entry(entry)
@@ -41,7 +52,14 @@ def hand_on(entries: list[streams.Entry]) -> list[tuple[streams.Entry, Exception
                 counters.incr(auth.MALFORMED)
                 refused.append((entry, exc))
                 continue
-            app.send_task(name, args=[envelope], queue=ORCHESTRATOR_QUEUE, producer=producer)
+            if name == TASK_EVENT:
+                batch.append(envelope)
+                if len(batch) == events.MAX_BATCH:
+                    send_batch()
+            else:
+                send_batch()  # a host's hello after its earlier events, as it sent them
+                broker_sends.send(name, [envelope], ORCHESTRATOR_QUEUE, producer)
+        send_batch()
     return refused
 
 

@@ -33,8 +33,8 @@ from contracts.protocol import (
 from contracts.run_config import script_env
 from contracts.signing import sign_order
 from contracts.strategies import Strategy
-from orchestrator import storage
-from orchestrator.control.passes import BROKER_ERRORS
+from orchestrator import broker_sends, storage
+from orchestrator.broker_sends import BROKER_ERRORS
 from orchestrator.core import tf_config
 from orchestrator.identity.keys import control_private_key
 from orchestrator.models import Host, Job, ProgramKind, Task, TaskState
@@ -108,7 +108,7 @@ def launch_after_commit(task_ids: list[int]) -> None:
         for start in range(0, len(task_ids), LAUNCH_CHUNK):
             chunk = task_ids[start : start + LAUNCH_CHUNK]
             try:
-                app.send_task(LAUNCH, args=[chunk], queue=ORCHESTRATOR_QUEUE)
+                broker_sends.send(LAUNCH, [chunk], ORCHESTRATOR_QUEUE)
             except BROKER_ERRORS as exc:
                 log.warning("could not ask for %s launch orders (convergence sends them): %r", len(chunk), exc)
 
@@ -198,7 +198,7 @@ def _producer() -> Iterator[Any]:
 def _send(order: str, body: dict[str, Any], host: str, producer: Any = None) -> None:
     message = sign_order(control_private_key(), host, order, body)
     try:
-        app.send_task(order, args=[message], queue=agent_queue(host), producer=producer)
+        broker_sends.send(order, [message], agent_queue(host), producer)
     except BROKER_ERRORS as exc:  # stamped already: the heartbeat's convergence sends it again
         log.warning("could not send %s to %s (it will be sent again): %r", order, host, exc)
 

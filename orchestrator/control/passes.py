@@ -7,13 +7,13 @@ import logging
 from dataclasses import dataclass
 from functools import lru_cache
 
-import kombu.exceptions
 import redis
 from django.conf import settings
 from django.db import transaction
 
-from config.celery import app
 from contracts.protocol import ORCHESTRATOR_QUEUE
+from orchestrator import broker_sends
+from orchestrator.broker_sends import BROKER_ERRORS
 
 SCHEDULE = "orchestrator.schedule"
 # A pass asked for and not yet begun (one key per cluster): further asks are covered by it and send nothing, so a
@@ -25,7 +25,6 @@ PENDING_TTL_S = 10
 # The broker away: what asks for a pass or sends an order after a commit must not fail for it (the rows are
 # committed; a web request would answer 500 for a job it stored). The watchdog's passes and the heartbeat's
 # convergence make good what could not be sent.
-BROKER_ERRORS = (kombu.exceptions.OperationalError, redis.RedisError, OSError)
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ def schedule_soon(cluster_id: int) -> None:
         if not _pending().set(PENDING_KEY.format(cluster_id), b"1", nx=True, ex=PENDING_TTL_S):
             return  # a pass that has not begun yet will see what this caller wrote
         try:
-            app.send_task(SCHEDULE, args=[cluster_id], queue=ORCHESTRATOR_QUEUE)
+            broker_sends.send(SCHEDULE, [cluster_id], ORCHESTRATOR_QUEUE)
         except BROKER_ERRORS:
             _pending().delete(PENDING_KEY.format(cluster_id))  # no pass is coming: the next ask must send one
             raise

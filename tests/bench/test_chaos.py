@@ -8,7 +8,10 @@ from run to run, which is the point. Every invariant must hold whatever the timi
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -33,6 +36,10 @@ def test_two_minutes_of_faults_lose_nothing_and_leave_nothing_behind(tmp_path, a
         (artifacts_dir / "chaos.log").write_text(soak.output())
     assert results_file.exists(), soak.output()[-4000:]
     results = json.loads(results_file.read_text())
+    if results["failed"]:  # the soak kept its folder: every part's log goes with the suite's artifacts
+        kept = re.search(r"\[chaos\] kept (\S+)", soak.output())
+        if kept:
+            shutil.copytree(Path(kept.group(1)) / "log", artifacts_dir / "chaos-logs", dirs_exist_ok=True)
     print(soak.output()[-2500:])
     assert results["failed"] == [], soak.output()[-4000:]
     assert {"events lost", "log lines lost", "points lost", "stuck tasks", "orphans"} <= set(results["invariants"])

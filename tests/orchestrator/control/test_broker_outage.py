@@ -9,7 +9,8 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
-from orchestrator.control import dispatch, lifecycle, passes
+from orchestrator import broker_sends
+from orchestrator.control import dispatch, lifecycle
 from orchestrator.models import Host, Job, JobState, Task, TaskState
 from tests import factories
 
@@ -21,8 +22,9 @@ def broker_down(monkeypatch):
     def refuse(*args, **kwargs):
         raise kombu.exceptions.OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(passes.app, "send_task", refuse)  # the one Celery app the control plane sends with
-    assert dispatch.app is passes.app
+    # The one Celery app the control plane sends with, through one send (orchestrator/broker_sends.py).
+    monkeypatch.setattr(broker_sends.app, "send_task", refuse)
+    assert dispatch.app is broker_sends.app
 
 
 def test_a_job_submitted_while_the_broker_is_down_is_stored_and_queued(

@@ -11,6 +11,7 @@ import redis
 from django.conf import settings
 from django.db import transaction
 
+from orchestrator import broker_sends
 from orchestrator.control import passes
 
 
@@ -18,7 +19,9 @@ from orchestrator.control import passes
 def sent(monkeypatch) -> list[Any]:
     redis.Redis.from_url(settings.REDIS_URL).delete(passes.PENDING_KEY.format(4242))
     calls: list[Any] = []
-    monkeypatch.setattr(passes.app, "send_task", lambda name, args, queue: calls.append((name, args, queue)))
+    monkeypatch.setattr(
+        broker_sends.app, "send_task", lambda name, args, queue, producer=None: calls.append((name, args, queue))
+    )
     yield calls
     redis.Redis.from_url(settings.REDIS_URL).delete(passes.PENDING_KEY.format(4242))
 
@@ -37,9 +40,11 @@ def test_a_failed_send_does_not_swallow_the_next_ask(monkeypatch, sent):
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise kombu.exceptions.OperationalError("connection refused")
 
-    monkeypatch.setattr(passes.app, "send_task", refuse)
+    monkeypatch.setattr(broker_sends.app, "send_task", refuse)
     passes.schedule_soon(4242)  # logged, not raised
-    monkeypatch.setattr(passes.app, "send_task", lambda name, args, queue: sent.append((name, args, queue)))
+    monkeypatch.setattr(
+        broker_sends.app, "send_task", lambda name, args, queue, producer=None: sent.append((name, args, queue))
+    )
     passes.schedule_soon(4242)
     assert sent == [(passes.SCHEDULE, [4242], "orchestrator")]
 

@@ -47,18 +47,6 @@ def fleet(hosts: int) -> list[HostState]:
     ]  # fmt: skip
 
 
-def take(states: list[HostState], where: Placement) -> list[HostState]:
-    mine: dict[str, list[placement.TaskPlacement]] = {}
-    for task in where.tasks:
-        mine.setdefault(task.host, []).append(task)
-    return [
-        state.with_used([t.port for t in mine[state.name]], [d for t in mine[state.name] for d in t.devices])
-        if state.name in mine
-        else state
-        for state in states
-    ]
-
-
 def release(states: list[HostState], where: Placement) -> list[HostState]:
     ports: dict[str, set[int]] = {}
     devices: dict[str, set[int]] = {}
@@ -95,7 +83,7 @@ def replay(seed: int, policy: str, packing: Packing, *, hosts: int, jobs: int, w
         planner = backfill.Planner(
             states,
             [backfill.Running(pk, end, backfill.devices_of(where)) for pk, (end, where) in running.items()],
-            now=now, depth=DEPTHS[policy], take=take, previous=reservations, packing=packing,
+            now=now, depth=DEPTHS[policy], take=placement.take, previous=reservations, packing=packing,
         )  # fmt: skip
         waiting = []
         for n, (job_id, shape, runs, limit) in enumerate(queue):

@@ -102,9 +102,7 @@ def _apply_job(job_id: int, group: list[tuple[Accepted, TaskEvent]]) -> int:
         Job.objects.select_for_update().filter(pk=job_id).first()
         for accepted, event in group:
             # Read again for every event: the one before may have changed the job and its other tasks.
-            task = _locked(event.task_id)
-            if task is not None and task.host_id == accepted.host.pk:
-                applied += _apply_to(task, accepted.host, event)
+            applied += _apply_to(_locked(event.task_id), accepted.host, event)
     return applied
 
 

@@ -129,7 +129,7 @@ def _plan_pass(cluster: Cluster, waiting: list[Job], now: datetime) -> list[tupl
         gangs,
         now=now.timestamp(),
         depth=1 if fifo else settings.TFDASH_BACKFILL_DEPTH,
-        take=fleet_state.take,
+        take=placement.take,
         previous=_reserved.get(cluster.pk),
         packing=packing_of(cluster),
     )
@@ -363,5 +363,5 @@ def fits_together(jobs: list[Job], cluster: Cluster) -> str | None:
         result = placement.place(job_shape(job), states, packing=packing_of(cluster))
         if isinstance(result, placement.Unplaceable):
             return f"{job.variant or job.name}: {result.reason}"
-        states = fleet_state.take(states, result)
+        states = placement.take(states, result)
     return None

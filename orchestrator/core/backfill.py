@@ -96,7 +96,7 @@ def _free_count(states: Sequence[HostState]) -> int:
 
 
 class Planner:
-    """One pass's plan. `take` marks a started job's ports and devices used in the states (fleet_state.take)."""
+    """One pass's plan. `take` marks a started job's ports and devices used in the states (placement.take)."""
 
     def __init__(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.core import backfill
+from orchestrator.core import backfill, placement
 from orchestrator.core.placement import HostState, JobShape, Placement, Strategy, place
 from orchestrator.core.preemption import Candidate, choose_victims
 
@@ -25,14 +25,6 @@ def host(name: str, devices: int = 4) -> HostState:
         used_devices=frozenset(),
         used_ports=frozenset(),
     )
-
-
-def take(states: list[HostState], where: Placement) -> list[HostState]:
-    out = []
-    for state in states:
-        mine = [t for t in where.tasks if t.host == state.name]
-        out.append(state.with_used([t.port for t in mine], [d for t in mine for d in t.devices]) if mine else state)
-    return out
 
 
 def release(states: list[HostState], devices: backfill.Devices) -> list[HostState]:
@@ -63,7 +55,7 @@ def simulate(jobs: list[Job], hosts: list[HostState], *, fifo: bool) -> tuple[di
     first_reserved: dict[int, float] = {}
     for _ in range(1000):
         gangs = [backfill.Running(job_id, limit_end, devices) for _end, limit_end, job_id, devices in running]
-        planner = backfill.Planner(states, gangs, now=now, depth=1 if fifo else 8, take=take)
+        planner = backfill.Planner(states, gangs, now=now, depth=1 if fifo else 8, take=placement.take)
         for job in list(waiting):
             outcome = planner.offer(backfill.Waiting(job.id, job.shape, job.limit))
             if isinstance(outcome, Placement):

@@ -127,6 +127,18 @@ def handler_times(logs: list[Path]) -> dict[str, list[float]]:
     return times
 
 
+def shipped_liveness(interval_s: float) -> dict[str, str]:
+    """The watchdog's timing as shipped, scaled to the simulated fleet's heartbeat interval: agents beat every 3 s and
+    a host is silent after 15 s (5 beats), judged every second, orders resent after 10 s. Set explicitly so that the
+    caller's environment cannot change what is measured: the suite's own settings (a 4 s timeout for its agents'
+    half-second beats) left a fleet beating every 3 s one second of slack, and a loaded machine took it."""
+    return {
+        "TFDASH_HEARTBEAT_TIMEOUT_S": str(5 * interval_s),
+        "TFDASH_WATCHDOG_INTERVAL_S": "1.0",
+        "TFDASH_ORDER_RESEND_S": "10.0",
+    }
+
+
 class ScaleStack(Stack):
     """bench/chaos.py's stack, with more orchestrator workers on the same queue when asked (`orchestrator-N`: no
     beat, one beat is enough)."""
@@ -550,7 +562,7 @@ def main() -> int:
     # opens one. TFDASH_TRACE_LOG_LEVEL: each handler's run time in the log, read below.
     stack.env.update({"TFDASH_MAX_ACTIVE_JOBS_PER_USER": "1000000", "DEBUG": "0", "LOG_LEVEL": "INFO",
                       "DB_CONN_MAX_AGE": "60", "TFDASH_TRACE_LOG_LEVEL": "INFO",
-                      "TFDASH_SCHEDULER_POLICY": args.policy})  # fmt: skip
+                      "TFDASH_SCHEDULER_POLICY": args.policy, **shipped_liveness(args.interval)})  # fmt: skip
     sims: list[subprocess.Popen[bytes]] = []
     results: dict[str, Any] = {"hosts": args.hosts, "jobs": args.jobs, "seed": args.seed, "policy": args.policy,
                                "packing": args.packing, "load at start": load_start}  # fmt: skip

@@ -164,6 +164,7 @@ def main() -> int:
         django.setup()
         from django.core.management import call_command
 
+        from config.celery import freeze_startup_heap
         from orchestrator.models import Cluster
 
         call_command("migrate", "--noinput", verbosity=0, stdout=io.StringIO())
@@ -171,6 +172,7 @@ def main() -> int:
         bring_online(args.hosts)
         queue_jobs(job_mix(args.jobs, random.Random(args.seed), gpus=args.hosts * GPUS_PER_HOST))
         cluster_id = Cluster.objects.get(name="scale").pk
+        freeze_startup_heap()  # as the orchestrator worker does once it is ready (config/celery.py)
         print(f"[pass-cost] {args.hosts} hosts x {GPUS_PER_HOST} GPUs, {args.jobs} jobs queued", flush=True)
 
         first = cProfile.Profile() if args.profile else None

@@ -2,16 +2,16 @@
 planner (orchestrator/core: backfill.Planner, placement) in simulated time, no database, agents or broker.
 
     .venv/bin/python bench/queue_replay.py [--seeds 21,22,23] [--hosts 500] [--jobs 1000] [--minutes 4]
-                                           [--policies fifo,backfill,easy] [--packings spread,pack]
+                                           [--duration 20 60] [--policies fifo,backfill,easy] [--packings spread,pack]
 
 Every job is queued at time 0 (as bench/scale.py commits its queue in one transaction) with the same shapes, true run
-times (its 20-60 s draw, by job id) and time limits (1.5-5x the true time, from seed + 1) as bench/scale.py gives the
-same seed. A pass runs at 0 and at every job's end; a started job holds its devices for its true run time. `fifo`
-stops at the first job that does not fit; `backfill` reserves for 8 jobs (TFDASH_BACKFILL_DEPTH's default); `easy`
-for the head only (depth 1). Prints, per seed, policy and packing: jobs finished within --minutes, GPU utilization
-over that window and while jobs waited (to the last start), how long the queue was non-empty, mean wait, and the
-reserved jobs that started after their first reservation (backfill's promise; must be 0 here, where every run ends
-by its limit). What bench/scale.py measures beyond these figures is the control plane's own latency.
+times (drawn from --duration by job id) and time limits (1.5-5x the true time, from seed + 1) as bench/scale.py gives
+the same seed and --duration. A pass runs at 0 and at every job's end; a started job holds its devices for its true
+run time. `fifo` stops at the first job that does not fit; `backfill` reserves for 8 jobs (TFDASH_BACKFILL_DEPTH's
+default); `easy` for the head only (depth 1). Prints, per seed, policy and packing: jobs finished within --minutes,
+GPU utilization over that window and while jobs waited (to the last start), how long the queue was non-empty, mean
+wait, and the reserved jobs that started after their first reservation (backfill's promise; must be 0 here, where
+every run ends by its limit). What bench/scale.py measures beyond these figures is the control plane's own latency.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scale import drawn_limit, job_mix, true_run_time  # noqa: E402 - bench/scale.py (a script's folder is on its path)
+from scale import DURATION, drawn_limit, job_mix, true_run_time  # noqa: E402 - bench/scale.py (a script's folder is on its path)
 
 from orchestrator.core import backfill, placement  # noqa: E402
 from orchestrator.core.placement import HostState, JobShape, Packing, Placement, Strategy  # noqa: E402
@@ -62,8 +62,16 @@ def release(states: list[HostState], where: Placement) -> list[HostState]:
     ]  # fmt: skip
 
 
-def replay(seed: int, policy: str, packing: Packing, *, hosts: int, jobs: int, window: float) -> dict[str, Any]:
-    duration = (20.0, 60.0)
+def replay(
+    seed: int,
+    policy: str,
+    packing: Packing,
+    *,
+    hosts: int,
+    jobs: int,
+    window: float,
+    duration: tuple[float, float] = DURATION,
+) -> dict[str, Any]:
     limits = random.Random(seed + 1)
     queue = []
     for job_id, shape in enumerate(job_mix(jobs, random.Random(seed), gpus=hosts * DEVICES_PER_HOST), start=1):
@@ -137,6 +145,7 @@ def main() -> int:
     parser.add_argument("--hosts", type=int, default=500)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--minutes", type=float, default=4.0)
+    parser.add_argument("--duration", type=float, nargs=2, default=DURATION, help="true run times drawn, s")
     parser.add_argument("--policies", default="fifo,backfill,easy")
     parser.add_argument("--packings", default="spread,pack")
     args = parser.parse_args()
@@ -147,7 +156,9 @@ def main() -> int:
         for policy in args.policies.split(","):
             for packing in (Packing(p) for p in args.packings.split(",")):
                 began = time.monotonic()
-                r = replay(seed, policy, packing, hosts=args.hosts, jobs=args.jobs, window=args.minutes * 60)
+                window = args.minutes * 60
+                r = replay(seed, policy, packing, hosts=args.hosts, jobs=args.jobs, window=window,
+                           duration=tuple(args.duration))  # fmt: skip
                 late, reserved = r["reserved late / reserved"]
                 broken += late if policy != "fifo" else 0
                 print(f"{seed:<5} {policy:<9} {packing.value:<8} {r['finished']:>8}  {r['util %']:>6.1f}  "

@@ -57,6 +57,7 @@ from stack import Stack, with_retry  # noqa: E402 - bench/stack.py (a script's f
 
 PY = sys.executable
 PORTS_PER_HOST = 100
+DURATION = (20.0, 60.0)  # the true run times drawn by default, s (--duration)
 SUCCEEDED = re.compile(r"Task (orchestrator\.\w+)\[[^\]]+\] succeeded in ([0-9.e-]+)s")
 PASS_PLACED = re.compile(r"scheduler pass over cluster \d+ placed (\d+) task\(s\) of (\d+) job\(s\) in ([0-9.]+) s")
 
@@ -533,7 +534,7 @@ def main() -> int:
     parser.add_argument("--idle-s", type=float, default=30.0, help="heartbeat-only window measured")
     parser.add_argument("--baseline-s", type=float, default=15.0, help="window measured before the fleet starts")
     parser.add_argument("--interval", type=float, default=3.0, help="heartbeat interval (the agent's default)")
-    parser.add_argument("--duration", type=float, nargs=2, default=(20.0, 60.0), help="task run time drawn, s")
+    parser.add_argument("--duration", type=float, nargs=2, default=DURATION, help="task run time drawn, s")
     parser.add_argument("--sim-procs", type=int, default=2)
     parser.add_argument("--ingest-tasks", type=int, default=4000, help="tasks reporting in the ingest phase (0: none)")
     parser.add_argument("--ingest-s", type=float, default=20.0)

@@ -4,25 +4,18 @@ devices and when they let them go, and the states a pass updates as it places. R
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import connection
 from django.utils import timezone
 
+from orchestrator.control import active_tasks
 from orchestrator.core import backfill, placement
-from orchestrator.models import (
-    ACTIVE_TASK_STATES,
-    Cluster,
-    Host,
-    HostPortBlock,
-    HostStatus,
-    Job,
-    Task,
-    TaskState,
-    clusters,
-)
+from orchestrator.models import Cluster, Host, HostPortBlock, HostStatus, clusters
 
 
 class PlacementHost(NamedTuple):
@@ -60,92 +53,88 @@ def host_device_ids(host: HostRow) -> tuple[tuple[int, ...], bool]:
 
 
 def placement_hosts(cluster_id: int) -> list[PlacementHost]:
-    """The cluster's hosts, with only what placement reads of them."""
-    rows = Host.objects.filter(cluster_id=cluster_id).order_by().values_list(*PlacementHost._fields)
-    return [PlacementHost._make(row) for row in rows]
+    """The cluster's hosts, with only what placement reads of them. The GPU list comes as the column's text and is
+    parsed once per distinct text (a fleet's hosts share a handful): decoding 500 JSON lists was a tenth of a pass."""
+    with connection.cursor() as cursor:
+        cursor.execute(_HOSTS_SQL, [cluster_id])
+        return [PlacementHost(*row[:5], active_tasks.parsed(row[5]), *row[6:]) for row in cursor.fetchall()]
+
+
+_HOSTS_SQL = f"""
+    SELECT id, name, address, port_min, port_max, gpus::text, cpu_slots, cpu_count, labels, status
+    FROM {Host._meta.db_table} WHERE cluster_id = %s
+"""  # noqa: S608 - a table name from the model, the value a parameter
 
 
 def host_states(hosts: Iterable[HostRow], *, empty: bool = False) -> list[placement.HostState]:
     """What placement needs to know of each host now (or, with `empty`, as if every host were up and idle)."""
     hosts = list(hosts)
-    used_ports: dict[int, set[int]] = defaultdict(set)
-    used_devices: dict[int, set[int]] = defaultdict(set)
-    blocked: dict[int, set[int]] = defaultdict(set)
-    if not empty:
-        ids = [host.pk for host in hosts]
-        for host_id, ports, devices in _in_use(ids):
-            used_ports[host_id].update(ports or ())
-            used_devices[host_id].update(devices or ())
-        blocks = HostPortBlock.objects.filter(host_id__in=ids, until__gt=timezone.now()).order_by()
-        for host_id, port in blocks.values_list("host_id", "port"):
-            blocked[host_id].add(port)
-    states = []
-    for host in hosts:
-        device_ids, gpu = host_device_ids(host)
-        states.append(
-            placement.HostState(
-                name=host.name,
-                address=host.address,
-                port_min=host.port_min,
-                port_max=host.port_max,
-                device_ids=device_ids,
-                gpu=gpu,
-                labels=host.label_set,
-                online=empty or host.status == HostStatus.ONLINE,
-                used_devices=frozenset(used_devices[host.pk]),
-                used_ports=frozenset(used_ports[host.pk]),
-                excluded_ports=frozenset(blocked[host.pk]),
-            )
-        )
-    return states
+    if empty:
+        return [_state(host, (), (), (), online=True) for host in hosts]
+    ids = [host.pk for host in hosts]
+    held = active_tasks.tally(active_tasks.read(ids), {host.pk: host.name for host in hosts}, time.time(), 0)
+    return _states(hosts, held, _blocked_ports(ids))
 
 
-def _in_use(host_ids: list[int]) -> list[tuple[int, list[int] | None, list[int] | None]]:
-    """(host id, ports, devices) held by the active tasks on these hosts, one row per host. Aggregated by PostgreSQL:
-    a pass over a busy fleet read every active task (4,000 rows, each a JSON list to decode, in the tasks' default
-    order) and that was a third of a small pass (bench/pass_cost.py)."""
-    sql = f"""
-        SELECT t.host_id,
-               array_agg(DISTINCT t.port) FILTER (WHERE t.port IS NOT NULL),
-               array_agg(DISTINCT d.device::int) FILTER (WHERE d.device IS NOT NULL)
-        FROM {Task._meta.db_table} t
-        LEFT JOIN LATERAL jsonb_array_elements_text(
-            CASE WHEN jsonb_typeof(t.devices) = 'array' THEN t.devices ELSE '[]'::jsonb END
-        ) AS d(device) ON true
-        WHERE t.host_id = ANY(%s) AND t.state = ANY(%s)
-        GROUP BY t.host_id
-    """  # noqa: S608 - a table name from the model, every value a parameter
+class Fleet(NamedTuple):
+    """A cluster as a scheduler pass plans on it, from one read of its hosts and active tasks."""
+
+    states: list[placement.HostState]
+    host_ids: dict[str, int]  # host name -> pk (placements name hosts; task rows point at them)
+    gangs: list[backfill.Running]  # every gang holding devices, and when it lets them go at the latest
+    usage: dict[int, int]  # devices each owner's active tasks hold (fair share)
+
+
+def read(cluster: Cluster, now: datetime) -> Fleet:
+    """The cluster's hosts as placement sees them, its running gangs and each owner's use: hosts, active tasks
+    (orchestrator/control/active_tasks.py) and blocked ports, a few queries whatever the size of the fleet."""
+    hosts = placement_hosts(cluster.pk)
+    ids = [host.pk for host in hosts]
+    tasks = active_tasks.read(ids, cache_key=cluster.pk)
+    held = active_tasks.tally(tasks, {host.pk: host.name for host in hosts}, now.timestamp(), cluster.stop_grace_s)
+    states = _states(hosts, held, _blocked_ports(ids))
+    return Fleet(states, {host.name: host.pk for host in hosts}, held.gangs, held.usage)
+
+
+def usage(cluster_id: int) -> dict[int, int]:
+    """The devices each owner's active tasks hold on the cluster (fair share; the queue view orders by it)."""
+    names = dict(Host.objects.filter(cluster_id=cluster_id).values_list("pk", "name"))
+    return active_tasks.tally(active_tasks.read(list(names)), names, time.time(), 0).usage
+
+
+def _states(hosts: list[HostRow], held: active_tasks.Held, blocked: list[tuple[int, int]]) -> list[placement.HostState]:
+    excluded: dict[int, list[int]] = defaultdict(list)
+    for host_id, port in blocked:
+        excluded[host_id].append(port)
+    return [
+        _state(host, held.ports.get(host.pk, ()), held.devices.get(host.pk, ()), excluded.get(host.pk, ()),
+               online=host.status == HostStatus.ONLINE)
+        for host in hosts
+    ]  # fmt: skip
+
+
+def _state(
+    host: HostRow, used_ports: Iterable[int], used_devices: Iterable[int], excluded: Iterable[int], *, online: bool
+) -> placement.HostState:
+    device_ids, gpu = host_device_ids(host)
+    return placement.HostState(
+        name=host.name,
+        address=host.address,
+        port_min=host.port_min,
+        port_max=host.port_max,
+        device_ids=device_ids,
+        gpu=gpu,
+        labels=host.label_set,
+        online=online,
+        used_devices=frozenset(used_devices),
+        used_ports=frozenset(used_ports),
+        excluded_ports=frozenset(excluded),
+    )
+
+
+def _blocked_ports(host_ids: list[int]) -> list[tuple[int, int]]:
+    """(host id, port) of the ports agents found taken, still avoided."""
+    sql = f"SELECT host_id, port FROM {HostPortBlock._meta.db_table} WHERE host_id = ANY(%s) AND until > %s"  # noqa: S608
     with connection.cursor() as cursor:
-        cursor.execute(sql, [host_ids, [str(state) for state in ACTIVE_TASK_STATES]])
+        cursor.execute(sql, [host_ids, timezone.now()])
         return cursor.fetchall()
-
-
-def running_gangs(cluster: Cluster, now: Any) -> tuple[list[backfill.Running], dict[int, int]]:
-    """Every gang holding devices on the cluster, with when it lets them go at the latest: its placement plus its time
-    limit plus the stop grace (the watchdog stops it there), or, already being stopped, the grace from now; and the
-    devices each owner holds (fair share), from the same rows."""
-    sql = f"""
-        SELECT t.job_id, h.name, j.placed_at, j.time_limit_s, bool_or(t.state = %s),
-               array_agg(DISTINCT d.device::int) FILTER (WHERE d.device IS NOT NULL), j.owner_id
-        FROM {Task._meta.db_table} t
-        JOIN {Host._meta.db_table} h ON h.id = t.host_id
-        JOIN {Job._meta.db_table} j ON j.id = t.job_id
-        LEFT JOIN LATERAL jsonb_array_elements_text(
-            CASE WHEN jsonb_typeof(t.devices) = 'array' THEN t.devices ELSE '[]'::jsonb END
-        ) AS d(device) ON true
-        WHERE h.cluster_id = %s AND t.state = ANY(%s)
-        GROUP BY t.job_id, h.name, j.placed_at, j.time_limit_s, j.owner_id
-    """  # noqa: S608 - table names from the models, every value a parameter
-    grace = cluster.stop_grace_s
-    soonest = now.timestamp() + grace  # a gang past its limit, or being stopped, is gone within the grace
-    ends: dict[int, float] = {}
-    held: dict[int, dict[str, frozenset[int]]] = defaultdict(dict)
-    usage: dict[int, int] = defaultdict(int)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [str(TaskState.STOPPING), cluster.pk, [str(state) for state in ACTIVE_TASK_STATES]])
-        for job_id, host, placed_at, limit, stopping, devices, owner_id in cursor.fetchall():
-            end = soonest if stopping or placed_at is None else max(soonest, placed_at.timestamp() + limit + grace)
-            ends[job_id] = max(ends.get(job_id, 0.0), end)
-            held[job_id][host] = frozenset(devices or ())
-            usage[owner_id] += len(devices or ())
-    return [backfill.Running(job_id, ends[job_id], held[job_id]) for job_id in ends], dict(usage)

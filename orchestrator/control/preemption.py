@@ -27,11 +27,11 @@ PREEMPTING = "preempting {victims} ({why}); it starts once their tasks have stop
 
 def consider(
     cluster: Cluster,
-    waiting: list[Job],
+    waiting: list[queueing.Queued],
     planner: backfill.Planner,
     share: queueing.Shares,
     needs: dict[int, int],
-    shape_of: Callable[[Job], JobShape],
+    shape_of: Callable[[queueing.Queued], JobShape],
 ) -> list[int]:
     """Preempt for the reserved jobs that may, in queue order, each from what the earlier ones left (their victims'
     devices count as free, what they will take as used); returns the ids of the jobs preempted."""
@@ -82,7 +82,7 @@ def consider(
 
 
 def _eligible(
-    job: Job,
+    job: queueing.Queued,
     rows: list[tuple[int, int | None, bool, int, Any]],
     classes: dict[int, tuple[int, bool]],
     default_value: int,
@@ -123,5 +123,5 @@ def _work_at_risk(rows: list[tuple[int, int | None, bool, int, Any]], now: float
     }
 
 
-def _value(job: Job, classes: dict[int, tuple[int, bool]], default_value: int) -> int:
+def _value(job: queueing.Queued, classes: dict[int, tuple[int, bool]], default_value: int) -> int:
     return classes[job.priority_class_id][0] if job.priority_class_id in classes else default_value

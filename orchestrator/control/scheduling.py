@@ -35,7 +35,7 @@ from orchestrator.models.validators import parse_labels
 log = logging.getLogger(__name__)
 
 
-def job_shape(job: Job) -> placement.JobShape:
+def job_shape(job: Job | queueing.Queued) -> placement.JobShape:
     return placement.JobShape(
         strategy=placement.Strategy(job.strategy),
         workers=job.workers,
@@ -64,7 +64,7 @@ def tf_configs(job: Job, where: placement.Placement) -> dict[tuple[str, int], di
     return tf_config.tf_configs_for(where, placement.Strategy(job.strategy))
 
 
-WAITING_STATES = (JobState.QUEUED, JobState.RESTARTING, JobState.PREEMPTED)
+WAITING_STATES = queueing.WAITING_STATES
 
 
 PASS_TIME = "scheduler_pass_s"  # noqa: S105 - a counter name; counters.observe: each pass (GET /metrics)
@@ -83,7 +83,8 @@ def schedule_cluster(cluster_id: int, *, wait: bool = True) -> list[int]:
 def _pass(cluster_id: int, *, wait: bool) -> list[int]:
     began = time.perf_counter()
     passes.pass_begins(cluster_id)
-    placed: list[tuple[Job, placement.Placement]] = []  # written together at the end of the pass
+    started: list[int] = []
+    tasks = 0
     with transaction.atomic():
         # Not waiting (skip_locked): when another pass (another thread or orchestrator worker) holds the cluster,
         # this one has nothing to add; it began after this ask was made, or the watchdog's next tick (every second
@@ -94,39 +95,34 @@ def _pass(cluster_id: int, *, wait: bool) -> list[int]:
             if Cluster.objects.filter(pk=cluster_id).exists():
                 log.debug("cluster %s: a scheduler pass is already running", cluster_id)
             return []
-        # Only what a pass reads of a waiting job (a busy queue is hundreds of rows; decoding their configs, scripts'
-        # arguments and facts was a fifth of a pass): the placed ones are read whole before their tasks are written.
-        waiting = list(Job.objects.filter(cluster=cluster, state__in=WAITING_STATES).only(*PASS_FIELDS))
+        waiting = queueing.queued(cluster.pk)
         if not waiting:
             return []
         now = timezone.now()  # the pass's one clock: its reservations count from the placements it writes
-        placed = _plan_pass(cluster, waiting, now)
-        _start(placed, {h.name: h.pk for h in fleet_state.placement_hosts(cluster.pk)}, now)
-    if placed:  # committed (bench/scale.py reads these lines: placement throughput)
-        log.info("scheduler pass over cluster %s placed %d task(s) of %d job(s) in %.4f s", cluster_id,
-                 sum(len(where.tasks) for _job, where in placed), len(placed), time.perf_counter() - began)  # fmt: skip
-    return [job.pk for job, _where in placed]
+        fleet = fleet_state.read(cluster, now)
+        placed = _plan_pass(cluster, waiting, fleet, now)
+        started = _start(placed, fleet.host_ids, now)
+        tasks = sum(len(where.tasks) for job, where in placed if job.pk in started)
+    if started:  # committed (bench/scale.py reads these lines: placement throughput)
+        log.info("scheduler pass over cluster %s placed %d task(s) of %d job(s) in %.4f s", cluster_id, tasks,
+                 len(started), time.perf_counter() - began)  # fmt: skip
+    return started
 
 
-PASS_FIELDS = (
-    "owner_id", "cluster_id", "state", "reason", "held", "priority_class_id", "created_at", "time_limit_s",
-    "strategy", "workers", "ps", "devices_per_worker", "labels", "attempt", "restarts", "max_restarts",
-    "restart_reason", "expected_start", "reservation", "first_reservation_at", "borrowing", "placed_at",
-)  # fmt: skip
-
-
-def _plan_pass(cluster: Cluster, waiting: list[Job], now: datetime) -> list[tuple[Job, placement.Placement]]:
+def _plan_pass(
+    cluster: Cluster, waiting: list[queueing.Queued], fleet: fleet_state.Fleet, now: datetime
+) -> list[tuple[queueing.Queued, placement.Placement]]:
     """Walk the queue in order: start what may start (backfill), reserve for the first jobs that cannot, preempt for
     the first reserved one that may, and tell every waiting job why it waits and when it starts at the latest."""
     fifo = settings.TFDASH_SCHEDULER_POLICY == "fifo"
     classes, default_value = queueing.class_values()
-    gangs, usage = fleet_state.running_gangs(cluster, now)
-    share = queueing.shares(cluster, (job.owner_id for job in waiting), usage)
-    needs = {job.pk: placement_needs(job) for job in waiting}
+    share = queueing.shares(cluster, (job.owner_id for job in waiting), fleet.usage)
+    shapes = {job.pk: job_shape(job) for job in waiting}
+    needs = {pk: placement.devices_needed(shape) for pk, shape in shapes.items()}
     waiting.sort(key=lambda job: queueing.order_key(job, classes, default_value, share, needs[job.pk]))
     planner = backfill.Planner(
-        fleet_state.host_states(fleet_state.placement_hosts(cluster.pk)),
-        gangs,
+        fleet.states,
+        fleet.gangs,
         now=now.timestamp(),
         depth=1 if fifo else settings.TFDASH_BACKFILL_DEPTH,
         take=placement.take,
@@ -134,7 +130,7 @@ def _plan_pass(cluster: Cluster, waiting: list[Job], now: datetime) -> list[tupl
         packing=packing_of(cluster),
     )
     grace = cluster.stop_grace_s
-    placed: list[tuple[Job, placement.Placement]] = []
+    placed: list[tuple[queueing.Queued, placement.Placement]] = []
     reasons: dict[int, str] = {}
     stopping = _still_stopping([job for job in waiting if job.state in (JobState.RESTARTING, JobState.PREEMPTED)])
     for job in waiting:
@@ -147,7 +143,7 @@ def _plan_pass(cluster: Cluster, waiting: list[Job], now: datetime) -> list[tupl
             if fifo:
                 break
             continue
-        outcome = planner.offer(backfill.Waiting(job.pk, job_shape(job), float(job.time_limit_s + grace)))
+        outcome = planner.offer(backfill.Waiting(job.pk, shapes[job.pk], float(job.time_limit_s + grace)))
         if isinstance(outcome, placement.Placement):
             job.borrowing = share.over(job.owner_id, needs[job.pk])
             share.use(job.owner_id, needs[job.pk])
@@ -162,13 +158,13 @@ def _plan_pass(cluster: Cluster, waiting: list[Job], now: datetime) -> list[tupl
               len(out.deferred))  # fmt: skip
     by_id = {job.pk: job for job in waiting}
     for job_id, why in planner.outcome.never.items():
-        _never(by_id[job_id], cluster, why)
-    _tell_reservations(by_id, planner.outcome.reservations)
+        _never(job_id, cluster, why)
+    _tell_reservations(planner.outcome.reservations)
     for job_id, unplaced in planner.outcome.unplaced.items():
         reasons[job_id] = WAITING_UNRESERVED if unplaced is None else f"{unplaced.reason}; {WAITING_UNRESERVED}"
     _tell_waiting(by_id, reasons, placed, planner.outcome)
     if not fifo:
-        preemption.consider(cluster, waiting, planner, share, needs, job_shape)
+        preemption.consider(cluster, waiting, planner, share, needs, lambda job: shapes[job.pk])
     return placed
 
 
@@ -179,7 +175,7 @@ _planned_at: dict[int, float] = {}  # cluster id -> monotonic time of its last f
 _reserved: dict[int, dict[int, backfill.Reservation]] = {}  # cluster id -> its last pass's reservations (this process)
 
 
-def _plan_all_due(cluster_id: int, waiting: list[Job]) -> bool:
+def _plan_all_due(cluster_id: int, waiting: list[queueing.Queued]) -> bool:
     """Whether this pass plans every waiting job's start: every PLAN_EVERY_S, and at once for a job never planned
     (one just submitted: its page should say when it starts)."""
     now = time.monotonic()
@@ -198,26 +194,30 @@ WAITING_UNRESERVED = (
 )
 
 
-def placement_needs(job: Job) -> int:
-    return sum(task.devices for task in placement.required_tasks(job_shape(job)))
+def placement_needs(job: Job | queueing.Queued) -> int:
+    return placement.devices_needed(job_shape(job))
 
 
-def _still_stopping(jobs: list[Job]) -> set[int]:
+def _still_stopping(jobs: list[queueing.Queued]) -> set[int]:
     if not jobs:
         return set()
-    active = Task.objects.filter(job__in=jobs, state__in=ACTIVE_TASK_STATES)
+    active = Task.objects.filter(job_id__in=[job.pk for job in jobs], state__in=ACTIVE_TASK_STATES)
     return set(active.values_list("job_id", flat=True))
 
 
-def _never(job: Job, cluster: Cluster, why: placement.Unplaceable) -> None:
+def _never(job_id: int, cluster: Cluster, why: placement.Unplaceable) -> None:
     # The cluster shrank since the job was accepted: it can never run here now.
+    job = Job.objects.select_for_update().filter(pk=job_id, state__in=WAITING_STATES).first()
+    if job is None:
+        return  # it ended meanwhile (cancelled)
     job.state, job.finished_at = JobState.FAILED, timezone.now()
     job.reason = f"can never run on cluster {cluster.name}: {why.reason}"
     job.save(update_fields=["state", "finished_at", "reason"])
 
 
-def _tell_reservations(jobs: dict[int, Job], reservations: dict[int, backfill.Reservation]) -> None:
+def _tell_reservations(reservations: dict[int, backfill.Reservation]) -> None:
     """A reserved job stores when it starts at the latest and where (the queue view and its page show them)."""
+    jobs = Job.objects.only(*_TOLD_FIELDS).in_bulk(list(reservations))
     for job_id, reserved in reservations.items():
         job = jobs[job_id]
         at = datetime.fromtimestamp(reserved.start, tz=UTC)
@@ -240,6 +240,11 @@ def _tell_reservations(jobs: dict[int, Job], reservations: dict[int, backfill.Re
             Job.objects.filter(pk=job_id).update(**changed)
 
 
+# What telling a reserved job reads of it: its shape, its restart story and what it was told last.
+_TOLD_FIELDS = ("strategy", "workers", "ps", "devices_per_worker", "labels", "restarts", "max_restarts",
+                "restart_reason", "expected_start", "reservation", "first_reservation_at", "reason")  # fmt: skip
+
+
 def when(at: datetime) -> str:
     """A time as a waiting person reads it: the time of day, with the date when it is not today."""
     local, today = timezone.localtime(at), timezone.localdate()
@@ -247,9 +252,9 @@ def when(at: datetime) -> str:
 
 
 def _tell_waiting(
-    jobs: dict[int, Job],
+    jobs: dict[int, queueing.Queued],
     reasons: dict[int, str],
-    placed: list[tuple[Job, placement.Placement]],
+    placed: list[tuple[queueing.Queued, placement.Placement]],
     outcome: backfill.Outcome,
 ) -> None:
     """Every other waiting job says why it waits, one UPDATE per distinct reason (most share one), of the rows whose
@@ -266,15 +271,12 @@ def _tell_waiting(
 
 def ordered_queue(cluster: Cluster) -> list[Job]:
     """The cluster's waiting jobs in the order a pass walks them (the queue view, a job page's place)."""
-    waiting = list(
-        Job.objects.filter(cluster=cluster, state__in=WAITING_STATES).select_related("owner", "priority_class")
-    )
+    waiting = queueing.queued(cluster.pk)
     classes, default_value = queueing.class_values()
-    share = queueing.shares(
-        cluster, (job.owner_id for job in waiting), fleet_state.running_gangs(cluster, timezone.now())[1]
-    )
+    share = queueing.shares(cluster, (job.owner_id for job in waiting), fleet_state.usage(cluster.pk))
     waiting.sort(key=lambda job: queueing.order_key(job, classes, default_value, share, placement_needs(job)))
-    return waiting
+    rows = Job.objects.select_related("owner", "priority_class").in_bulk([job.pk for job in waiting])
+    return [rows[job.pk] for job in waiting if job.pk in rows]
 
 
 def queue_place(job: Job) -> tuple[int, Job | None]:
@@ -287,11 +289,23 @@ def queue_place(job: Job) -> tuple[int, Job | None]:
     return ahead, (queue[0] if ahead else None)
 
 
-def _start(placed: list[tuple[Job, placement.Placement]], hosts: dict[str, int], now: datetime) -> None:
+def _start(
+    planned: list[tuple[queueing.Queued, placement.Placement]], hosts: dict[str, int], now: datetime
+) -> list[int]:
     """Write the pass's placements: every started job in one UPDATE, every task in one INSERT, and their launch orders
-    in one batch once the pass commits (a statement per job was most of a pass over a 1,000-job queue)."""
+    in one batch once the pass commits (a statement per job was most of a pass over a 1,000-job queue). Returns the
+    ids of the jobs started. The placed jobs are read whole here, locked: one cancelled or held since the queue was
+    read is not started (its devices stay unused until the next pass)."""
+    if not planned:
+        return []
+    where_of = {job.pk: where for job, where in planned}
+    borrowing = {job.pk for job, _where in planned if job.borrowing}
+    rows_now = Job.objects.select_for_update().filter(pk__in=where_of, state__in=WAITING_STATES, held=False)
+    placed = [(job, where_of[job.pk]) for job in rows_now.order_by("pk")]
     if not placed:
-        return
+        return []
+    for job, _where in placed:
+        job.borrowing = job.pk in borrowing
     # How often each slot's process was started again: every gang restart, plus the slot's own in-place relaunches
     # (each a row with restart > 0; Job.restarts counts both kinds). A re-placement after a port conflict is neither.
     # Jobs that never restarted have no relaunched slots: no query (the common case).
@@ -354,6 +368,7 @@ def _start(placed: list[tuple[Job, placement.Placement]], hosts: dict[str, int],
     ids = [task.pk for task in Task.objects.bulk_create(rows, batch_size=1000)]
     live.jobs_changed(fresh)  # an UPDATE sends no post_save: the pages are told here
     dispatch.launch_after_commit(ids)
+    return [job.pk for job, _where in placed]
 
 
 def fits_together(jobs: list[Job], cluster: Cluster) -> str | None:

@@ -11,7 +11,7 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cached_property
+from functools import cached_property, lru_cache
 from operator import attrgetter
 
 from contracts.limits import MAX_DEVICES_PER_WORKER, MAX_PS, MAX_WORKERS
@@ -165,6 +165,30 @@ def required_tasks(shape: JobShape) -> tuple[TaskSpec, ...]:
     return chief + workers + tuple(TaskSpec(TaskType.PS, i, 0) for i in range(shape.ps))
 
 
+@lru_cache(maxsize=1024)
+def devices_needed(shape: JobShape) -> int:
+    """The devices a (valid) shape holds in all (asked of every waiting job, every pass: a queue has a few shapes)."""
+    return sum(task.devices for task in required_tasks(shape))
+
+
+def device_tasks(shape: JobShape) -> int:
+    """How many of a (valid) shape's tasks hold devices: its workers (`devices_per_worker` each, on one host)."""
+    return 1 if Strategy(shape.strategy) is Strategy.MIRRORED else shape.workers
+
+
+def fit_count(devices_per_task: int, free: int) -> int:
+    """How many tasks of `devices_per_task` devices a host with `free` free devices holds."""
+    return free // devices_per_task
+
+
+def fits_free_counts(shape: JobShape, free_counts: Iterable[int]) -> bool:
+    """Whether the shape's device-holding tasks fit hosts with these free device counts, ports aside. Every such task
+    takes `devices_per_worker` devices of one host, so wherever it lands it lowers the sum of `fit_count` by exactly
+    one: they fit exactly when that sum reaches their number, and then any greedy order (spread or pack) places them
+    all. The planner asks this before a full placement (most of its tries on a busy fleet do not fit)."""
+    return sum(fit_count(shape.devices_per_worker, c) for c in free_counts) >= device_tasks(shape)
+
+
 def place(
     shape: JobShape, hosts: Iterable[HostState], *, fits_empty: bool = False, packing: Packing | None = None
 ) -> Placement | Unplaceable:
@@ -182,34 +206,46 @@ def place(
             return Unplaceable(f"no host has labels {{{', '.join(sorted(shape.labels))}}}", permanent=True)
         return Unplaceable("the cluster has no hosts", permanent=True)
 
-    workers = len([t for t in required_tasks(shape) if t.devices])
-    d = shape.devices_per_worker
-    where = f" labelled {', '.join(sorted(shape.labels))}" if shape.labels else ""
-    shortfall = _device_shortfall(d, workers, [len(h.device_ids) for h in matching], now=False, where=where)
+    where = _labelled(shape)
+    shortfall = _device_shortfall(
+        shape.devices_per_worker, device_tasks(shape), [len(h.device_ids) for h in matching], now=False, where=where
+    )
     if shortfall:
         return Unplaceable(shortfall, permanent=True)
     online = [h for h in matching if h.online]
     free = [len(h.free_devices) for h in online]
-    reason = _device_shortfall(d, workers, free, now=True, where=where) if online else None
-    if online and reason is None:
+    failed = None
+    if online and fits_free_counts(shape, free):
         result = _assign(shape, online, all_hosts, packing or Packing.SPREAD)
         if not isinstance(result, str):
             # What fits the hosts as they are fits them idle (more free devices and ports, never fewer): the idle
             # check is only asked when the job does not fit now, to tell "not yet" from "never".
             return Placement(result)
-        reason = result
+        failed = result
     if not fits_empty:
         misfit = _idle_misfit(shape, matching)
         if misfit is not None:
             return Unplaceable(f"does not fit even an empty cluster: {misfit}", permanent=True)
-    offline = len(matching) - len(online)
+    return _waits(shape, free, len(matching) - len(online), failed=failed)
+
+
+def _waits(shape: JobShape, free_counts: Sequence[int], offline: int, *, failed: str | None = None) -> Unplaceable:
+    """Why a job that fits the idle cluster does not fit now: its devices (the online hosts' free counts, of those
+    its labels allow) or `failed`, what a placement tried on them ran into (a port); the hosts offline noted."""
     offline_note = f"{offline} host{'s' if offline != 1 else ''} offline"
-    if not online:
+    if not free_counts:
         return Unplaceable(offline_note, permanent=False)
-    assert reason is not None
+    reason = failed or _device_shortfall(
+        shape.devices_per_worker, device_tasks(shape), free_counts, now=True, where=_labelled(shape)
+    )
+    assert reason is not None, "_waits() is asked only of a job that does not fit"
     if offline:
         reason = f"{reason}; {offline_note}"
     return Unplaceable(reason, permanent=False)
+
+
+def _labelled(shape: JobShape) -> str:
+    return f" labelled {', '.join(sorted(shape.labels))}" if shape.labels else ""
 
 
 # Whether a shape fits the idle cluster, by shape and the hosts' fixed facts: a job that waits at the head of the
@@ -247,7 +283,7 @@ def _device_shortfall(d: int, workers: int, capacities: Sequence[int], *, now: b
     """Why `workers` tasks of `d` devices each cannot fit hosts with these device counts, or None."""
     largest = max(capacities, default=0)
     total = sum(capacities)
-    fits = sum(c // d for c in capacities)
+    fits = sum(fit_count(d, c) for c in capacities)
     if largest < d:
         have = f"largest free is {largest}" if now else f"the largest host{where} has {largest}"
         return f"needs {d} devices on one host; {have}"

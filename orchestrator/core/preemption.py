@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestrator.core.backfill import Devices, free
-from orchestrator.core.placement import HostState, JobShape, Packing, Placement, place, required_tasks
+from orchestrator.core.placement import HostState, JobShape, Packing, Placement, devices_needed, place
 
 # A preemption stops at most this many jobs (the cheapest first): each try is a placement over the fleet.
 MAX_VICTIMS = 64
@@ -35,7 +35,7 @@ def _fits(shape: JobShape, states: Sequence[HostState], victims: Sequence[Candid
         for host, ids in victim.devices.items():
             freed.setdefault(host, set()).update(ids)
     after = free(states, {h: frozenset(i) for h, i in freed.items()})
-    if sum(len(state.free_devices) for state in after if state.online) < sum(t.devices for t in required_tasks(shape)):
+    if sum(len(state.free_devices) for state in after if state.online) < devices_needed(shape):
         return False  # too few devices whatever the placement: no need to try one
     return isinstance(place(shape, after, packing=packing), Placement)
 

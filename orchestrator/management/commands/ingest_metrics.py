@@ -12,6 +12,7 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from config.celery import freeze_startup_heap
 from orchestrator.metrics.stream import MetricsConsumer
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ class Command(BaseCommand):
                 f"--partition {partition}: TFDASH_INGEST_PARTITIONS is {partitions} (0 to {partitions - 1})"
             )
         consumer = consumer or f"ingest-{partition}"
+        freeze_startup_heap()
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())

@@ -252,3 +252,38 @@ def test_two_users_quota_two_each_b_reclaims_what_a_borrowed_in_one_pass_and_a_r
     scheduling.schedule_cluster(host.cluster_id)
     assert states(*a_jobs[2:]) == [JobState.STARTING] * 2  # A's resume once B is done
     assert [Job.objects.get(pk=j.pk).restarts for j in a_jobs] == [0] * 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_cancelled_while_a_pass_plans_it_is_not_started(alice, monkeypatch):
+    """The pass reads the queue, plans, then writes its starts: a cancel that commits in between (another request, its
+    own connection) wins, and the cancelled job gets no tasks; the pass starts the rest."""
+    import threading
+
+    from django.db import connection
+
+    from orchestrator.control import queueing
+
+    queueing.standard_classes_if_none()  # a transactional test starts from a flushed database
+    host = one_host(devices=2)
+    doomed, kept = job(alice, host, "cancelled meanwhile"), job(alice, host, "started")
+    plan = scheduling._plan_pass
+
+    def cancel() -> None:  # as a request on a connection of its own would
+        try:
+            lifecycle.cancel(doomed.pk, "alice")
+        finally:
+            connection.close()
+
+    def plan_then_cancel(*args):  # type: ignore[no-untyped-def]
+        placed = plan(*args)
+        assert {j.pk for j, _where in placed} == {doomed.pk, kept.pk}
+        canceller = threading.Thread(target=cancel)
+        canceller.start()
+        canceller.join(timeout=30)
+        return placed
+
+    monkeypatch.setattr(scheduling, "_plan_pass", plan_then_cancel)
+    assert scheduling.schedule_cluster(host.cluster_id) == [kept.pk]
+    assert states(doomed, kept) == [JobState.CANCELLED, JobState.STARTING]
+    assert not Task.objects.filter(job=doomed).exists()

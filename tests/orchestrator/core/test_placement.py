@@ -13,6 +13,7 @@ from orchestrator.core.placement import (
     TaskPlacement,
     Unplaceable,
     capacity_summary,
+    fits_free_counts,
     place,
     required_tasks,
     validate_shape,
@@ -314,6 +315,29 @@ def test_random_fleets_get_every_task_on_free_devices_and_ports_by_either_packin
                        and len(h.used_ports) <= h.port_max - h.port_min]  # fmt: skip
             best = min(fitting) if packing is PACK else max(fitting)
             assert len(by_name[result.tasks[0].host].free_devices) == best
+
+
+@pytest.mark.parametrize("packing", list(Packing))
+def test_free_counts_decide_whether_a_gang_fits_when_ports_are_plenty(packing: Packing) -> None:
+    """The planner counts before it places (orchestrator/core/backfill.py): the count must say yes exactly when a
+    placement by either packing succeeds, on fleets split every which way."""
+    rng = random.Random(11)
+    said = {True: 0, False: 0}
+    for _ in range(400):
+        hosts = []
+        for c in "abcdefgh"[: rng.randint(1, 8)]:
+            n = rng.choice([1, 2, 4, 8])
+            used = frozenset(rng.sample(range(n), rng.randint(0, n)))
+            hosts.append(host(f"host-{c}", devices=n, ports=(23000, 23099), used_devices=used,
+                              online=rng.random() > 0.1))  # fmt: skip
+        strategy = rng.choice([MWMS, PS, Strategy.MIRRORED])
+        workers = 1 if strategy is Strategy.MIRRORED else rng.randint(1, 8)
+        shape = JobShape(strategy, workers, rng.randint(1, 2) if strategy is PS else 0, rng.choice([1, 2, 3, 4, 8]))
+        counted = fits_free_counts(shape, [len(h.free_devices) for h in hosts if h.online])
+        placed_now = isinstance(place(shape, hosts, packing=packing), Placement)
+        assert counted == placed_now, (shape, hosts)
+        said[counted] += 1
+    assert said[True] > 50 and said[False] > 50  # both answers were put to the test
 
 
 def test_it_lists_the_tasks_each_strategy_needs() -> None:

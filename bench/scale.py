@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/scale.py [--hosts 500] [--jobs 1000] [--minutes 4] [--sim-procs 2] [--json FILE]
                                     [--policy backfill|fifo] [--packing spread|pack] [--seed N]
+                                    [--duration 20 60] [--schedule-interval S] [--scheduler-apart]
 
 A stack of its own (bench/chaos.py's: embedded PostgreSQL and Redis on free ports, Daphne, the orchestrator as a
 Celery worker + beat, the metrics ingest) and `--hosts` simulated agents with 8 GPUs each (bench/fleet_sim.py, in
@@ -59,7 +60,9 @@ PY = sys.executable
 PORTS_PER_HOST = 100
 DURATION = (20.0, 60.0)  # the true run times drawn by default, s (--duration)
 SUCCEEDED = re.compile(r"Task (orchestrator\.\w+)\[[^\]]+\] succeeded in ([0-9.e-]+)s")
-PASS_PLACED = re.compile(r"scheduler pass over cluster \d+ placed (\d+) task\(s\) of (\d+) job\(s\) in ([0-9.]+) s")
+PASS_PLACED = re.compile(
+    r"scheduler pass over cluster \d+ placed (\d+) task\(s\) of (\d+) job\(s\) in ([0-9.]+) s \(([0-9.]+) s of CPU\)"
+)
 
 
 def job_mix(count: int, rng: random.Random, gpus: int = 4000) -> list[dict[str, Any]]:
@@ -114,9 +117,10 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def placing_passes(logs: list[Path]) -> list[tuple[int, float]]:
-    """(tasks placed, seconds) of every scheduler pass that placed something, from the orchestrators' logs."""
-    return [(int(m.group(1)), float(m.group(3))) for log in logs
+def placing_passes(logs: list[Path]) -> list[tuple[int, float, float]]:
+    """(tasks placed, seconds, seconds of its thread's CPU) of every scheduler pass that placed something, from the
+    orchestrators' logs."""
+    return [(int(m.group(1)), float(m.group(3)), float(m.group(4))) for log in logs
             for m in PASS_PLACED.finditer(log.read_text(errors="replace"))]  # fmt: skip
 
 
@@ -147,13 +151,15 @@ class ScaleStack(Stack):
     def _command(self, name: str) -> tuple[list[str], dict[str, str], dict[str, Any]]:
         if not name.startswith("orchestrator-"):
             return super()._command(name)
-        argv = [PY, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "--pool", "threads", "-c", "4",
+        queues = "orchestrator" if self.scheduler_apart else "orchestrator,scheduler"
+        argv = [PY, "-m", "celery", "-A", "config", "worker", "-Q", queues, "--pool", "threads", "-c", "4",
                 "--without-gossip", "--without-mingle", "--without-heartbeat",
                 "-l", "INFO", "--hostname", f"{name}@%h"]  # fmt: skip
         return argv, self.env, {}
 
     def orchestrator_logs(self) -> list[Path]:
-        return sorted(self.logs.glob("orchestrator*.log"))
+        """The logs of every worker of the control plane's queues (the scheduler's own, when apart)."""
+        return sorted([*self.logs.glob("orchestrator*.log"), *self.logs.glob("scheduler*.log")])
 
 
 # --- setup ---------------------------------------------------------------------------------------------------------
@@ -280,6 +286,10 @@ def queue_figures(job_ids: list[int], start: float, end: float, devices: int) ->
         "reserved jobs (any depth) started > 1 s after their first estimate (of)": (
             sum(1 for d in promised if d > 1.0),
             len(promised),
+        ),
+        "reserved jobs (any depth) started after their first estimate at all; latest by, s": (
+            sum(1 for d in promised if d > 0.0),
+            max(promised, default=float("nan")),
         ),
     }
     if head is not None:
@@ -551,6 +561,10 @@ def main() -> int:
     parser.add_argument("--orchestrators", type=int, default=1, help="orchestrator workers on the one queue")
     parser.add_argument("--policy", choices=("backfill", "fifo"), default="backfill", help="the scheduler's policy")
     parser.add_argument("--packing", choices=("spread", "pack"), default="spread", help="the cluster's packing")
+    parser.add_argument("--schedule-interval", type=float, help="TFDASH_SCHEDULE_INTERVAL_S (default: as shipped)")
+    parser.add_argument("--scheduler-apart", action="store_true",
+                        help="scheduler passes in a worker of their own (-Q scheduler), as README Sizing advises at "
+                        "fleet size; else the orchestrator's worker takes them")  # fmt: skip
     parser.add_argument("--json", type=Path)
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
@@ -558,15 +572,22 @@ def main() -> int:
     load_start = os.getloadavg()
     var = Path(tempfile.mkdtemp(prefix="tfdash-scale-"))
     os.chmod(var, 0o755)  # noqa: S103 - the embedded PostgreSQL runs as its own user when we are root
-    stack = ScaleStack(var)
+    stack = ScaleStack(var, scheduler_apart=args.scheduler_apart)
     # DB_CONN_MAX_AGE: the orchestrator keeps its database connections (README "Sizing"); without it every message
     # opens one. TFDASH_TRACE_LOG_LEVEL: each handler's run time in the log, read below.
     stack.env.update({"TFDASH_MAX_ACTIVE_JOBS_PER_USER": "1000000", "DEBUG": "0", "LOG_LEVEL": "INFO",
                       "DB_CONN_MAX_AGE": "60", "TFDASH_TRACE_LOG_LEVEL": "INFO",
                       "TFDASH_SCHEDULER_POLICY": args.policy, **shipped_liveness(args.interval)})  # fmt: skip
+    # Passes a cluster apart: as shipped unless asked (the suite's own, shorter, must not reach the bench's stack).
+    stack.env.pop("TFDASH_SCHEDULE_INTERVAL_S", None)
+    if args.schedule_interval is not None:
+        stack.env["TFDASH_SCHEDULE_INTERVAL_S"] = str(args.schedule_interval)
     sims: list[subprocess.Popen[bytes]] = []
     results: dict[str, Any] = {"hosts": args.hosts, "jobs": args.jobs, "seed": args.seed, "policy": args.policy,
-                               "packing": args.packing, "load at start": load_start}  # fmt: skip
+                               "packing": args.packing, "duration drawn, s": tuple(args.duration),
+                               "schedule interval, s": args.schedule_interval or "as shipped",
+                               "scheduler": "a worker of its own" if args.scheduler_apart else "in the orchestrator",
+                               "load at start": load_start}  # fmt: skip
     failures: list[str] = []
     print(f"[scale] {args.hosts} hosts x 8 GPUs, {args.jobs} jobs; stack under {var}", flush=True)
     try:
@@ -588,11 +609,14 @@ def main() -> int:
         fleet = register_fleet(args.hosts, args.packing)
         stack.env["TFDASH_INGEST_PARTITIONS"] = str(args.ingest_partitions)
         ingests = ("ingest", *(f"ingest-{p}" for p in range(1, args.ingest_partitions)))
-        for name in ("orchestrator", *(f"orchestrator-{n}" for n in range(2, args.orchestrators + 1)), *ingests, "web"):
+        apart = ("scheduler",) if args.scheduler_apart else ()
+        for name in ("orchestrator", *(f"orchestrator-{n}" for n in range(2, args.orchestrators + 1)), *apart,
+                     *ingests, "web"):  # fmt: skip
             stack.start(name)
         # 0. no fleet yet: what the orchestrator costs by itself (Celery, beat, the watchdog's ticks over the
         # registered hosts), so that the heartbeats' own share can be told apart.
-        orchestrator_pids = [c.proc.pid for n, c in stack.children.items() if n.startswith("orchestrator")]
+        control = ("orchestrator", "scheduler")
+        orchestrator_pids = [c.proc.pid for n, c in stack.children.items() if n.startswith(control)]
         time.sleep(5)  # past start-up
         base0, tb0 = cpu_seconds(orchestrator_pids), time.monotonic()
         time.sleep(args.baseline_s)
@@ -687,10 +711,14 @@ def main() -> int:
         placing = placing_passes(stack.orchestrator_logs())
         if placing:
             biggest = max(placing)
-            results["placing passes / tasks they placed"] = (len(placing), sum(n for n, _s in placing))
-            results["placement: tasks/s within passes that placed"] = sum(n for n, _s in placing) / sum(
-                t for _n, t in placing
+            placed_tasks = sum(n for n, _s, _cpu in placing)
+            results["placing passes / tasks they placed"] = (len(placing), placed_tasks)
+            results["placement: tasks/s within passes that placed"] = placed_tasks / sum(t for _n, t, _c in placing)
+            results["placement: tasks per CPU-second of those passes' threads"] = placed_tasks / max(
+                sum(cpu for _n, _t, cpu in placing), 1e-9
             )
+            results["placing pass p50 / p90, ms"] = (pct([t for _n, t, _c in placing], 50) * 1000,
+                                                     pct([t for _n, t, _c in placing], 90) * 1000)  # fmt: skip
             results["largest pass: tasks, s, tasks/s"] = (biggest[0], biggest[1], biggest[0] / biggest[1])
         results["tasks placed in all"] = total_tasks
         results["tasks placed per second of scheduler time"] = total_tasks / sched_s if sched_s else float("nan")
@@ -759,7 +787,7 @@ def main() -> int:
         results.update(booked_time(list(submitted), received, ended, jobs_phase))
         # The orchestrator's own claim, from its rows; what the agents saw also counts a stray process that was still
         # running when its host came back after being declared lost (it is killed on that host's next report).
-        longest_pass = max([*sched, *watchdog, *(t for _n, t in placing)], default=1.0)
+        longest_pass = max([*sched, *watchdog, *(t for _n, t, _c in placing)], default=1.0)
         results["ports booked twice"], results["devices booked twice"] = booked_twice(list(submitted), longest_pass)
         results["seen at the agents: ports / devices in use at a launch"] = (
             tally.get("ports booked twice", 0),

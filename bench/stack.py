@@ -112,8 +112,10 @@ def wait_line(path: str, text: str, timeout: float = 30) -> None:
 class Stack:
     """Every process of the product, each restartable after a SIGKILL."""
 
-    def __init__(self, var: Path) -> None:
+    def __init__(self, var: Path, *, scheduler_apart: bool = False) -> None:
         self.var = var
+        # Scheduler passes in a worker of their own (`scheduler`, started by the caller) rather than the orchestrator's.
+        self.scheduler_apart = scheduler_apart
         self.logs = var / "log"
         self.logs.mkdir(parents=True)
         self.pg = EmbeddedPostgres(var, port=free_port())
@@ -154,10 +156,19 @@ class Stack:
                 {},
             )
         if name == "orchestrator":
+            queues = "orchestrator" if self.scheduler_apart else "orchestrator,scheduler"
             return (
-                [PY, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B", "--pool", "threads", "-c",
+                [PY, "-m", "celery", "-A", "config", "worker", "-Q", queues, "-B", "--pool", "threads", "-c",
                  "4", "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",
                  "--hostname", "orchestrator@%h", "-s", str(self.var / "celerybeat-schedule")],
+                self.env,
+                {},
+            )  # fmt: skip
+        if name == "scheduler":  # the scheduler's own worker (scheduler_apart): one pass at a time
+            return (
+                [PY, "-m", "celery", "-A", "config", "worker", "-Q", "scheduler", "--pool", "threads", "-c", "1",
+                 "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",
+                 "--hostname", "scheduler@%h"],
                 self.env,
                 {},
             )  # fmt: skip

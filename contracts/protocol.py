@@ -25,6 +25,10 @@ from contracts.store import store_urls_from
 PROTOCOL_VERSION = WIRE_VERSION
 
 ORCHESTRATOR_QUEUE = "orchestrator"  # the control plane's own Celery queue: no host may write it
+# The control plane's scheduler passes (orchestrator/control/passes.py): consumed by the orchestrator worker too
+# (`-Q orchestrator,scheduler`), or by a worker of its own at fleet size (README "Sizing"), where a pass no longer
+# shares its process with the hosts' events.
+SCHEDULER_QUEUE = "scheduler"
 
 # agent -> orchestrator. An agent sends nothing on Celery: every message it sends is an entry of one of its own
 # streams (contracts/broker.py: the only keys besides its order queue its broker user may write), fields {"name":

@@ -29,10 +29,12 @@ BROKER_ERRORS = (kombu.exceptions.OperationalError, redis.RedisError, OSError)
 _BROKEN_CHANNEL = "'NoneType' object has no attribute"
 
 
-def send(name: str, args: list[Any], queue: str, producer: Any = None) -> None:
-    """`app.send_task` on `queue`; raises one of BROKER_ERRORS when the broker did not take it."""
+def send(name: str, args: list[Any], queue: str, producer: Any = None, countdown: float = 0.0) -> None:
+    """`app.send_task` on `queue` (run `countdown` seconds from now, when given); raises one of BROKER_ERRORS when the
+    broker did not take it."""
+    later = {"countdown": countdown} if countdown > 0 else {}
     try:
-        app.send_task(name, args=args, queue=queue, producer=producer)
+        app.send_task(name, args=args, queue=queue, producer=producer, **later)
     except AttributeError as exc:
         if _BROKEN_CHANNEL not in str(exc):
             raise

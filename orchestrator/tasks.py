@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from config.celery import app
-from contracts.protocol import AGENT_HELLO, ORCHESTRATOR_QUEUE, TASK_EVENT
+from contracts.protocol import AGENT_HELLO, ORCHESTRATOR_QUEUE, SCHEDULER_QUEUE, TASK_EVENT
 from kombu_redis import transport
 from orchestrator import counters
 from orchestrator.agents import events, heartbeats, liveness, relay, reports
@@ -111,7 +111,7 @@ def schedule(cluster_id: int) -> None:
 def watchdog() -> None:
     """Every tick: the hosts' broker users converge (every few seconds), silent hosts go offline, jobs past their
     start-up deadline fail, queued jobs get another look (capacity may have come back without any event this process
-    saw)."""
+    saw): a pass is asked for, which joins any already due (orchestrator/control/passes.py)."""
     broker_users.sync_now_and_then()
     liveness.mark_silent_hosts_offline()
     lifecycle.check_startup_deadlines()
@@ -120,7 +120,7 @@ def watchdog() -> None:
     lifecycle.check_progress()
     experiments.advance_all()  # level-triggered: no experiment waits on a message that was lost
     for cluster_id in set(Job.objects.filter(state__in=WAITING_STATES).values_list("cluster_id", flat=True)):
-        scheduling.schedule_cluster(cluster_id, wait=False)
+        passes.schedule_soon(cluster_id)
 
 
 @entry("orchestrator.webhooks")
@@ -141,12 +141,17 @@ def retention() -> None:
     thin_host_samples()
 
 
+def consumed_queues() -> set[str]:
+    """The queues this worker consumes (its -Q), not every queue the app knows (its default queue is always there)."""
+    return set(app.amqp.queues.consume_from)
+
+
 @worker_ready.connect
 def _read_hosts_streams(sender: Any = None, **_: Any) -> None:
     """Every orchestrator worker reads the hosts' heartbeat and events streams too (orchestrator/agents/heartbeats.py,
     orchestrator/agents/relay.py), as a consumer named after the worker, and first sets up the hosts' broker users
     (a Redis that restarted without them lets no agent in until then)."""
-    if ORCHESTRATOR_QUEUE not in app.amqp.queues:
+    if ORCHESTRATOR_QUEUE not in consumed_queues():
         return
     try:
         broker_users.sync()
@@ -160,9 +165,11 @@ def _read_hosts_streams(sender: Any = None, **_: Any) -> None:
 
 @worker_ready.connect
 def _redeliver(sender: Any = None, **_: Any) -> None:
-    """Put back on their queue the orchestrator messages taken and never acknowledged by a worker that died (SIGKILL,
-    power loss): without this they would wait out the visibility timeout. A message some other live worker is
-    handling right now comes back too, and is applied once all the same (every handler is idempotent)."""
+    """Put back on their queue the messages of this worker's queues (orchestrator, scheduler) taken and never
+    acknowledged by a worker that died (SIGKILL, power loss): without this they would wait out the visibility
+    timeout. A message some other live worker is handling right now comes back too, and is applied once all the same
+    (every handler is idempotent)."""
+    mine = {ORCHESTRATOR_QUEUE, SCHEDULER_QUEUE} & consumed_queues()
     with app.connection_for_write() as conn:
         channel = conn.default_channel
         qos = getattr(channel, "qos", None)
@@ -175,8 +182,9 @@ def _redeliver(sender: Any = None, **_: Any) -> None:
                 _message, _exchange, routing_key = kombu.utils.json.loads(raw)
             except (ValueError, TypeError):
                 continue
-            if routing_key == ORCHESTRATOR_QUEUE:
+            if routing_key in mine:
                 qos.restore_by_tag(tag, client)
                 restored += 1
         if restored:
-            log.warning("took back %d orchestrator message(s) a previous worker had not acknowledged", restored)
+            log.warning("took back %d message(s) of %s a previous worker had not acknowledged", restored,
+                        ", ".join(sorted(mine)))  # fmt: skip

@@ -300,7 +300,7 @@ class Stack:
         self.start("web", [PY, "-m", "daphne", "-b", bind, "-p", str(port), "config.asgi:application"])
         self.start(
             "orchestrator",
-            [PY, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B", "--pool", "threads",
+            [PY, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator,scheduler", "-B", "--pool", "threads",
              "-c", "4", "--without-gossip", "--without-mingle", "--without-heartbeat",
              "-l", "INFO", "--hostname", "orchestrator@%h",
              "-s", str(self.var / "celerybeat-schedule")],

@@ -17,7 +17,7 @@ from django.conf import settings
 
 from contracts import broker
 from contracts.broker import without_credentials
-from contracts.protocol import ORCHESTRATOR_QUEUE
+from contracts.protocol import ORCHESTRATOR_QUEUE, SCHEDULER_QUEUE
 from tests.support.object_store import ObjectStore, running_store
 from tests.support.processes import ManagedProcess
 
@@ -107,17 +107,18 @@ def service_env(django_db_setup: None, redis_url: str) -> dict[str, str]:
         "TFDASH_HEARTBEAT_TIMEOUT_S": str(settings.TFDASH_HEARTBEAT_TIMEOUT_S),
         "TFDASH_WATCHDOG_INTERVAL_S": str(settings.TFDASH_WATCHDOG_INTERVAL_S),
         "TFDASH_ORDER_RESEND_S": str(settings.TFDASH_ORDER_RESEND_S),
+        "TFDASH_SCHEDULE_INTERVAL_S": str(settings.TFDASH_SCHEDULE_INTERVAL_S),
         "PYTHONUNBUFFERED": "1",
     }
 
 
 @pytest.fixture(scope="session")
 def orchestrator(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedProcess]:
-    """One real orchestrator (Celery worker + beat on the `orchestrator` queue) for the whole session."""
+    """One real orchestrator (Celery worker + beat on the `orchestrator` and `scheduler` queues) for the session."""
     beat_file = tmp_path_factory.mktemp("beat") / "schedule"
     proc = ManagedProcess(
         "orchestrator",
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B",
+        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator,scheduler", "-B",
          "--without-gossip", "--without-mingle", "--without-heartbeat",
          "--pool", "threads", "-c", "4", "-l", "INFO", "--hostname", "orchestrator-test@%h", "-s", str(beat_file)],
         service_env,
@@ -194,7 +195,9 @@ def start_agent(redis_url: str, open_tmp: Path) -> Iterator[Callable[..., Manage
     # A host's events and metrics streams hold only entries not handled yet (readers delete what they acknowledged).
     streams = [broker.stream(proc.host, kind) for proc in started for kind in (broker.EVENTS, broker.METRICS)]
     while time.monotonic() < deadline and (
-        queues.llen(ORCHESTRATOR_QUEUE) or any(queues.xlen(stream) for stream in streams)
+        queues.llen(ORCHESTRATOR_QUEUE)
+        or queues.llen(SCHEDULER_QUEUE)
+        or any(queues.xlen(stream) for stream in streams)
     ):
         time.sleep(0.1)
 

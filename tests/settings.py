@@ -138,6 +138,7 @@ if not os.environ.get("REDIS_URL"):
 os.environ.setdefault("TFDASH_HEARTBEAT_TIMEOUT_S", "4")
 os.environ.setdefault("TFDASH_WATCHDOG_INTERVAL_S", "0.5")
 os.environ.setdefault("TFDASH_ORDER_RESEND_S", "2")
+os.environ.setdefault("TFDASH_SCHEDULE_INTERVAL_S", "0.5")  # as the watchdog's: the suite's jobs run seconds
 
 from config.settings import *  # noqa: E402, F403 - after the environment defaults above
 

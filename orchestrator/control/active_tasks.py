@@ -56,10 +56,10 @@ def read(host_ids: list[int], cache_key: int | None = None) -> list[Active]:
     return [(facts[task_id], stopping, limit) for task_id, stopping, limit in rows if task_id in facts]
 
 
-def tally(tasks: list[Active], names: dict[int, str], now: float, grace: int) -> Held:
+def tally(tasks: list[Active], names: dict[int, str], now: float, grace: float) -> Held:
     """What the tasks hold, per host, per gang and per owner, in one walk. A gang lets its devices go at the latest
-    at its placement plus its time limit plus the stop grace (the watchdog stops it there), or, already being
-    stopped, the grace from now."""
+    at its placement plus its time limit plus `grace` (the watchdog stops it there: fleet_state.release_margin), or,
+    already being stopped, `grace` from now."""
     soonest = now + grace  # a gang past its limit, or being stopped, is gone within the grace
     ports: dict[int, list[int]] = defaultdict(list)
     devices: dict[int, list[int]] = defaultdict(list)

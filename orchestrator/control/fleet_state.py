@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
@@ -53,8 +54,11 @@ def host_device_ids(host: HostRow) -> tuple[tuple[int, ...], bool]:
 
 
 def placement_hosts(cluster_id: int) -> list[PlacementHost]:
-    """The cluster's hosts, with only what placement reads of them. The GPU list comes as the column's text and is
-    parsed once per distinct text (a fleet's hosts share a handful): decoding 500 JSON lists was a tenth of a pass."""
+    """The cluster's hosts, with only what placement reads of them, by name. The GPU list comes as the column's text
+    and is parsed once per distinct text (a fleet's hosts share a handful): decoding 500 JSON lists was a tenth of a
+    pass. In a stable order: what is kept between passes by the hosts' facts (placement's idle verdicts) is keyed by
+    them in order, and heartbeats rewrite host rows, which moves them in the table's own order (unordered, every
+    pass on a beating fleet missed that cache: a quarter of its time)."""
     with connection.cursor() as cursor:
         cursor.execute(_HOSTS_SQL, [cluster_id])
         return [PlacementHost(*row[:5], active_tasks.parsed(row[5]), *row[6:]) for row in cursor.fetchall()]
@@ -62,7 +66,7 @@ def placement_hosts(cluster_id: int) -> list[PlacementHost]:
 
 _HOSTS_SQL = f"""
     SELECT id, name, address, port_min, port_max, gpus::text, cpu_slots, cpu_count, labels, status
-    FROM {Host._meta.db_table} WHERE cluster_id = %s
+    FROM {Host._meta.db_table} WHERE cluster_id = %s ORDER BY name
 """  # noqa: S608 - a table name from the model, the value a parameter
 
 
@@ -91,9 +95,23 @@ def read(cluster: Cluster, now: datetime) -> Fleet:
     hosts = placement_hosts(cluster.pk)
     ids = [host.pk for host in hosts]
     tasks = active_tasks.read(ids, cache_key=cluster.pk)
-    held = active_tasks.tally(tasks, {host.pk: host.name for host in hosts}, now.timestamp(), cluster.stop_grace_s)
-    states = _states(hosts, held, _blocked_ports(ids))
+    names = {host.pk: host.name for host in hosts}
+    held = active_tasks.tally(tasks, names, now.timestamp(), release_margin(cluster))
+    states = _states(hosts, held, _blocked_ports(ids), kept=_kept.setdefault(cluster.pk, {}))
     return Fleet(states, {host.name: host.pk for host in hosts}, held.gangs, held.usage)
+
+
+# Per cluster, in this process: each host's state as the last pass read it, and what it was made from. A host whose
+# row and use did not change gets the same state again, with what placement computed of it (its free devices, its
+# machine, its fixed facts) kept: most hosts, between two passes.
+_kept: dict[int, dict[int, tuple[tuple[Any, ...], placement.HostState]]] = {}
+
+
+def release_margin(cluster: Cluster) -> float:
+    """How long after a gang's time limit its devices are counted free at the latest: the stop grace (SIGTERM, then
+    SIGKILL), then one scheduling interval before a pass sees them (orchestrator/control/passes.py). A reservation
+    planned with it is a start the job gets by, not a time it is late from."""
+    return cluster.stop_grace_s + settings.TFDASH_SCHEDULE_INTERVAL_S
 
 
 def usage(cluster_id: int) -> dict[int, int]:
@@ -102,15 +120,27 @@ def usage(cluster_id: int) -> dict[int, int]:
     return active_tasks.tally(active_tasks.read(list(names)), names, time.time(), 0).usage
 
 
-def _states(hosts: list[HostRow], held: active_tasks.Held, blocked: list[tuple[int, int]]) -> list[placement.HostState]:
+def _states(
+    hosts: list[HostRow],
+    held: active_tasks.Held,
+    blocked: list[tuple[int, int]],
+    kept: dict[int, tuple[tuple[Any, ...], placement.HostState]] | None = None,
+) -> list[placement.HostState]:
     excluded: dict[int, list[int]] = defaultdict(list)
     for host_id, port in blocked:
         excluded[host_id].append(port)
-    return [
-        _state(host, held.ports.get(host.pk, ()), held.devices.get(host.pk, ()), excluded.get(host.pk, ()),
-               online=host.status == HostStatus.ONLINE)
-        for host in hosts
-    ]  # fmt: skip
+    states = []
+    for host in hosts:
+        ports, devices = frozenset(held.ports.get(host.pk, ())), frozenset(held.devices.get(host.pk, ()))
+        made_of = (host, ports, devices, frozenset(excluded.get(host.pk, ())))
+        if kept is not None and host.pk in kept and kept[host.pk][0] == made_of:
+            states.append(kept[host.pk][1])
+            continue
+        state = _state(host, ports, devices, made_of[3], online=host.status == HostStatus.ONLINE)
+        if kept is not None:
+            kept[host.pk] = (made_of, state)
+        states.append(state)
+    return states
 
 
 def _state(

@@ -13,9 +13,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from django.db.models import Max
+from django.db.models import Max, Q
 
-from orchestrator.control import lifecycle, queueing
+from orchestrator.control import fleet_state, lifecycle, queueing
 from orchestrator.core import backfill, preemption
 from orchestrator.core.placement import JobShape, Placement, place
 from orchestrator.models import Cluster, Job, JobState, MetricPoint
@@ -32,27 +32,37 @@ def consider(
     share: queueing.Shares,
     needs: dict[int, int],
     shape_of: Callable[[queueing.Queued], JobShape],
+    classes: tuple[dict[int, tuple[int, bool]], int],
 ) -> list[int]:
     """Preempt for the reserved jobs that may, in queue order, each from what the earlier ones left (their victims'
     devices count as free, what they will take as used); returns the ids of the jobs preempted."""
     reserved = planner.outcome.reservations
-    grace = cluster.stop_grace_s
-    # A job whose reservation is due within the grace waits for gangs already being stopped (an earlier preemption,
-    # a job's end): preempting more for it would stop jobs for nothing.
-    preemptors = [job for job in waiting if job.pk in reserved and reserved[job.pk].start > planner.now + 2 * grace]
+    # A job whose reservation is due about when gangs being stopped now are gone (an earlier preemption, a job's end:
+    # their devices count free after fleet_state.release_margin) waits for them: preempting more for it would stop
+    # jobs for nothing.
+    due = planner.now + fleet_state.release_margin(cluster) + cluster.stop_grace_s
+    preemptors = [job for job in waiting if job.pk in reserved and reserved[job.pk].start > due]
     if not preemptors:
         return []
+    classes_by_id, default_value = classes
+    # Only jobs some preemptor may stop are read (every pass asks, and on a busy fleet most running jobs are of the
+    # default class): a preemptible class below the highest preemptor's, or devices borrowed beyond a quota.
+    highest = max(_value(job, classes_by_id, default_value) for job in preemptors)
+    lower = [pk for pk, (value, preemptible) in classes_by_id.items() if preemptible and value < highest]
     running = Job.objects.filter(cluster=cluster, state__in=(JobState.STARTING, JobState.RUNNING), ending="")
-    rows = list(running.values_list("pk", "priority_class_id", "borrowing", "owner_id", "placed_at"))
+    rows = list(
+        running.filter(Q(priority_class_id__in=lower) | Q(borrowing=True)).values_list(
+            "pk", "priority_class_id", "borrowing", "owner_id", "placed_at"
+        )
+    )
     if not rows:
         return []
-    classes, default_value = queueing.class_values()
     gangs = {gang.job_id: gang for gang in planner.running}
     since: dict[int, float] | None = None
     states = planner.states
     preempted: list[int] = []
     for job in preemptors:
-        why = _eligible(job, rows, classes, default_value, share, needs, taken=set(preempted))
+        why = _eligible(job, rows, classes_by_id, default_value, share, needs, taken=set(preempted))
         if not why:
             continue
         if since is None:

@@ -75,10 +75,10 @@ def devices_of(where: Placement) -> Devices:
     return {host: frozenset(ids) for host, ids in held.items()}
 
 
-def _block(states: Sequence[HostState], blocked: Devices) -> list[HostState]:
+def _block(states: Sequence[HostState], blocked: Devices) -> Sequence[HostState]:
     """Host states with `blocked` devices marked used (reserved for someone else over this window)."""
     if not blocked:
-        return list(states)
+        return states
     return [state.with_used((), blocked[state.name]) if state.name in blocked else state for state in states]
 
 
@@ -135,9 +135,11 @@ class Planner:
         self._pending: list[tuple[Waiting, Unplaceable | None]] = []  # waiting, in order, no reservation yet
         self._misfits: dict[tuple[JobShape, tuple[int, ...]], Unplaceable | None] = {}
         self._held_cache: dict[tuple[int, ...], Devices] = {}
-        # The states by host name, and per devices-per-task the sum of `fit_count` over the online hosts: rebuilt
-        # after a start changed the states (a pass over a full fleet starts few jobs and counts many).
+        self._blocked: dict[tuple[int, ...], Sequence[HostState]] = {}
+        # The states by host name, and per devices-per-task the sum of `fit_count` over the online hosts: made when
+        # first asked, then kept up to date as jobs start (_started_now).
         self._by_name: dict[str, HostState] | None = None
+        self._position: dict[str, int] | None = None
         self._fit_sums: dict[int, int] = {}
 
     @property
@@ -232,7 +234,9 @@ class Planner:
             # (No reason is made for these: a job the pass does not reserve for says it waits its turn.)
             self._misfits[seen] = None
             return None
-        result = place(job.shape, _block(self.states, held), fits_empty=True, packing=self.packing)
+        if reserved not in self._blocked:  # the states with these reservations' devices taken, until a job starts
+            self._blocked[reserved] = _block(self.states, held)
+        result = place(job.shape, self._blocked[reserved], fits_empty=True, packing=self.packing)
         if isinstance(result, Unplaceable):
             self._misfits[seen] = result
         return result
@@ -240,8 +244,13 @@ class Planner:
     def _states_by_name(self) -> dict[str, HostState]:
         if self._by_name is None:
             self._by_name = {state.name: state for state in self.states}
-            self._fit_sums = {}
         return self._by_name
+
+    def _positions(self) -> dict[str, int]:
+        """Each host's place in `states` (`take` keeps the order)."""
+        if self._position is None:
+            self._position = {state.name: i for i, state in enumerate(self.states)}
+        return self._position
 
     def _fits_by_count(self, shape: JobShape, held: Devices) -> bool:
         """Whether a label-free shape may fit now by the online hosts' free device counts, the reserved devices
@@ -275,12 +284,23 @@ class Planner:
 
     def _started_now(self, job: Waiting, where: Placement, end: float) -> None:
         self.outcome.started.append((job, where))
+        by_name = self._states_by_name()
+        before = {task.host: by_name[task.host] for task in where.tasks}
         self.states = self._take(self.states, where)
-        if self._free_now is not None:
-            online = {state.name for state in self.states if state.online}
-            self._free_now -= sum(len(task.devices) for task in where.tasks if task.host in online)
+        # The counts kept over all hosts change only on the hosts the job took: updated there, not counted again (a
+        # pass that starts dozens of jobs would recount 500 hosts for each).
+        position = self._positions()
+        for host, old in before.items():
+            new = by_name[host] = self.states[position[host]]
+            if not new.online:
+                continue
+            was, now = len(old.free_devices), len(new.free_devices)
+            if self._free_now is not None:
+                self._free_now -= was - now
+            for d in self._fit_sums:
+                self._fit_sums[d] += fit_count(d, now) - fit_count(d, was)
         self._misfits.clear()
-        self._by_name = None
+        self._blocked.clear()
         gang = Running(job.job_id, end, devices_of(where))
         if self._release_at is not None:  # the devices it took were free: none of them had a release time
             self._release_at.update({(host, device): end for host, ids in gang.devices.items() for device in ids})

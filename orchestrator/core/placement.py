@@ -206,12 +206,13 @@ def place(
             return Unplaceable(f"no host has labels {{{', '.join(sorted(shape.labels))}}}", permanent=True)
         return Unplaceable("the cluster has no hosts", permanent=True)
 
-    where = _labelled(shape)
-    shortfall = _device_shortfall(
-        shape.devices_per_worker, device_tasks(shape), [len(h.device_ids) for h in matching], now=False, where=where
-    )
-    if shortfall:
-        return Unplaceable(shortfall, permanent=True)
+    if not fits_empty:  # (a caller that knows the shape fits these hosts idle has no need of the permanent check)
+        shortfall = _device_shortfall(
+            shape.devices_per_worker, device_tasks(shape), [len(h.device_ids) for h in matching], now=False,
+            where=_labelled(shape),
+        )  # fmt: skip
+        if shortfall:
+            return Unplaceable(shortfall, permanent=True)
     online = [h for h in matching if h.online]
     free = [len(h.free_devices) for h in online]
     failed = None

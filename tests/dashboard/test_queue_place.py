@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from orchestrator.control import scheduling
+from orchestrator.control import fleet_state, scheduling
 from orchestrator.models import Job, JobState
 from tests import factories
 
@@ -33,8 +33,9 @@ def test_a_job_behind_the_head_shows_its_place_why_the_head_waits_and_its_latest
     for job in (running, head, mine, last):
         job.refresh_from_db()
     assert running.state == JobState.STARTING
-    grace = timedelta(seconds=host.cluster.stop_grace_s)
-    # The head starts when the running job reaches its limit; the next when the head reaches its own.
+    # The head starts when the running job reaches its limit (plus its stop grace and a scheduling interval); the next
+    # when the head reaches its own.
+    grace = timedelta(seconds=fleet_state.release_margin(host.cluster))
     assert head.state == JobState.QUEUED and head.expected_start == running.placed_at + timedelta(seconds=600) + grace
     assert head.reason.startswith(f"waiting for 1 device(s): reserved on {host.name} from ")
     assert head.reservation["hosts"] == {host.name: [0]}

@@ -93,8 +93,8 @@ class Deployment:
     def _start_orchestrator(self) -> None:
         self.procs["orchestrator"] = ManagedProcess(
             "orchestrator",
-            [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B", "--pool", "threads",
-             "-c", "4", "-l", "INFO", "--hostname", "orchestrator-restart@%h",
+            [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator,scheduler", "-B",
+             "--pool", "threads", "-c", "4", "-l", "INFO", "--hostname", "orchestrator-restart@%h",
              "-s", str(self.workdir / "beat-schedule")],
             self.env,
         )  # fmt: skip

@@ -231,7 +231,7 @@ TFDASH_BACKFILL_DEPTH = env_int("TFDASH_BACKFILL_DEPTH", 8, minimum=1)
 # Scheduler passes over one cluster begin at least this far apart: an ask that comes sooner (a gang ended, a job was
 # submitted) is taken by one pass at the end of the interval, with every other ask made meanwhile (Volcano schedules
 # every second, Slurm's backfill every 30 s). A pass after a quiet spell begins at once.
-TFDASH_SCHEDULE_INTERVAL_S = env_float("TFDASH_SCHEDULE_INTERVAL_S", 2.0)
+TFDASH_SCHEDULE_INTERVAL_S = env_float("TFDASH_SCHEDULE_INTERVAL_S", 3.0)
 
 # What one user, job or task may hold (orchestrator/limits.py reads them; README "Limits" lists them). Each is a
 # positive number: a deployment that wants more raises it, there is no "unlimited".

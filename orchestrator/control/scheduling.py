@@ -12,6 +12,7 @@ import logging
 import time
 from collections import Counter, defaultdict
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
@@ -36,12 +37,18 @@ log = logging.getLogger(__name__)
 
 
 def job_shape(job: Job | queueing.Queued) -> placement.JobShape:
+    return _shape(job.strategy, job.workers, job.ps, job.devices_per_worker, job.labels)
+
+
+@lru_cache(maxsize=4096)
+def _shape(strategy: str, workers: int, ps: int, devices_per_worker: int, labels: str) -> placement.JobShape:
+    # Asked of every waiting job, every pass: a queue has a few dozen shapes.
     return placement.JobShape(
-        strategy=placement.Strategy(job.strategy),
-        workers=job.workers,
-        ps=job.ps,
-        devices_per_worker=job.devices_per_worker,
-        labels=frozenset(parse_labels(job.labels)) if job.labels else frozenset(),
+        strategy=placement.Strategy(strategy),
+        workers=workers,
+        ps=ps,
+        devices_per_worker=devices_per_worker,
+        labels=frozenset(parse_labels(labels)) if labels else frozenset(),
     )
 
 
@@ -160,7 +167,7 @@ def _plan_pass(
     by_id = {job.pk: job for job in waiting}
     for job_id, why in planner.outcome.never.items():
         _never(job_id, cluster, why)
-    _tell_reservations(planner.outcome.reservations)
+    _tell_reservations(planner.outcome.reservations, needs)
     for job_id, unplaced in planner.outcome.unplaced.items():
         reasons[job_id] = WAITING_UNRESERVED if unplaced is None else f"{unplaced.reason}; {WAITING_UNRESERVED}"
     _tell_waiting(by_id, reasons, placed, planner.outcome)
@@ -218,34 +225,35 @@ def _never(job_id: int, cluster: Cluster, why: placement.Unplaceable) -> None:
     job.save(update_fields=["state", "finished_at", "reason"])
 
 
-def _tell_reservations(reservations: dict[int, backfill.Reservation]) -> None:
+def _tell_reservations(reservations: dict[int, backfill.Reservation], needs: dict[int, int]) -> None:
     """A reserved job stores when it starts at the latest and where (the queue view and its page show them)."""
-    jobs = Job.objects.only(*_TOLD_FIELDS).in_bulk(list(reservations))
-    for job_id, reserved in reservations.items():
-        job = jobs[job_id]
+    told = Job.objects.filter(pk__in=list(reservations)).values_list("pk", *_TOLD_FIELDS)
+    for job_id, restarts, max_restarts, restart_reason, *last in told:
+        was = dict(zip(("expected_start", "reservation", "first_reservation_at", "reason"), last, strict=True))
+        reserved = reservations[job_id]
         at = datetime.fromtimestamp(reserved.start, tz=UTC)
         where = {host: sorted(ids) for host, ids in sorted(reserved.devices.items())}
         reason = (
-            f"waiting for {placement_needs(job)} device(s): reserved on {', '.join(where)} from {when(at)} at the "
+            f"waiting for {needs[job_id]} device(s): reserved on {', '.join(where)} from {when(at)} at the "
             "latest, when running jobs reach their time limits"
         )
-        if job.restarts:
-            reason += f" (restart {job.restarts} of {job.max_restarts}, after: {job.restart_reason})"
+        if restarts:
+            reason += f" (restart {restarts} of {max_restarts}, after: {restart_reason})"
         fields: dict[str, Any] = {
             "expected_start": at,
             "reservation": {"at": at.isoformat(), "hosts": where},
             "reason": reason,
         }
-        if job.first_reservation_at is None:
+        if was["first_reservation_at"] is None:
             fields["first_reservation_at"] = at
-        changed = {name: value for name, value in fields.items() if getattr(job, name) != value}
+        changed = {name: value for name, value in fields.items() if was[name] != value}
         if changed:
             Job.objects.filter(pk=job_id).update(**changed)
 
 
-# What telling a reserved job reads of it: its shape, its restart story and what it was told last.
-_TOLD_FIELDS = ("strategy", "workers", "ps", "devices_per_worker", "labels", "restarts", "max_restarts",
-                "restart_reason", "expected_start", "reservation", "first_reservation_at", "reason")  # fmt: skip
+# What telling a reserved job reads of it: its restart story and what it was told last.
+_TOLD_FIELDS = ("restarts", "max_restarts", "restart_reason", "expected_start", "reservation", "first_reservation_at",
+                "reason")  # fmt: skip
 
 
 def when(at: datetime) -> str:

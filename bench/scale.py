@@ -63,6 +63,7 @@ SUCCEEDED = re.compile(r"Task (orchestrator\.\w+)\[[^\]]+\] succeeded in ([0-9.e
 PASS_PLACED = re.compile(
     r"scheduler pass over cluster \d+ placed (\d+) task\(s\) of (\d+) job\(s\) in ([0-9.]+) s \(([0-9.]+) s of CPU\)"
 )
+FIRST_RESERVED = re.compile(r"job (\d+) first reserved at depth (\d+) for (\S+)")
 
 
 def job_mix(count: int, rng: random.Random, gpus: int = 4000) -> list[dict[str, Any]]:
@@ -122,6 +123,34 @@ def placing_passes(logs: list[Path]) -> list[tuple[int, float, float]]:
     orchestrators' logs."""
     return [(int(m.group(1)), float(m.group(3)), float(m.group(4))) for log in logs
             for m in PASS_PLACED.finditer(log.read_text(errors="replace"))]  # fmt: skip
+
+
+def head_promises(logs: list[Path], job_ids: list[int]) -> dict[str, Any]:
+    """EASY backfill's promise, from the schedulers' logs: a job whose first reservation was made while it was the
+    queue's head (depth 0, the first job that did not fit) starts by it. Deeper reservations may move (a job ahead
+    is planned afresh); they are counted apart."""
+    from datetime import datetime
+
+    from orchestrator.models import Job
+
+    first: dict[int, tuple[int, float]] = {}
+    for log in logs:
+        for m in FIRST_RESERVED.finditer(log.read_text(errors="replace")):
+            first.setdefault(int(m.group(1)), (int(m.group(2)), datetime.fromisoformat(m.group(3)).timestamp()))
+    placed = dict(Job.objects.filter(pk__in=job_ids, placed_at__isnull=False).values_list("pk", "placed_at"))
+    late: dict[bool, list[float]] = {True: [], False: []}
+    count = {True: 0, False: 0}
+    for job_id, (depth, at) in first.items():
+        if job_id in placed:
+            count[depth == 0] += 1
+            if placed[job_id].timestamp() > at:
+                late[depth == 0].append(placed[job_id].timestamp() - at)
+    return {
+        "jobs first reserved as the queue's head: started after it (of); latest by, s": (
+            len(late[True]), count[True], max(late[True], default=0.0)),
+        "jobs first reserved deeper: started after it (of); latest by, s": (
+            len(late[False]), count[False], max(late[False], default=0.0)),
+    }  # fmt: skip
 
 
 def handler_times(logs: list[Path]) -> dict[str, list[float]]:
@@ -708,6 +737,7 @@ def main() -> int:
             results["first wave: tasks placed"] = sum(r[3] for r in wave)
             results["first wave: tasks placed/s (wall, from the queue's commit)"] = sum(r[3] for r in wave) / span
         sched_s = sum(sched) + sum(watchdog)
+        results.update(head_promises(stack.orchestrator_logs(), list(submitted)))
         placing = placing_passes(stack.orchestrator_logs())
         if placing:
             biggest = max(placing)

@@ -126,7 +126,7 @@ def test_events_taken_by_a_killed_orchestrator_are_applied_at_once_by_the_next(
     task.refresh_from_db(using=DB)
     assert (job.state, task.state, task.exit_code) == (JobState.SUCCEEDED, TaskState.SUCCEEDED, 0), job.reason
     # The watchdog's ticks waited on the same lock and come back with it.
-    assert re.search(r"took back \d+ orchestrator message", deployment.output("orchestrator"))
+    assert re.search(r"took back \d+ message\(s\) of orchestrator", deployment.output("orchestrator"))
     print(f"delivery: the exit taken by the killed orchestrator was applied {took_s:.1f} s after the restart")
 
 

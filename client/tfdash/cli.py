@@ -374,7 +374,12 @@ def build_parsers() -> dict[str, tuple[argparse.ArgumentParser, Command, bool]]:
     p = _parser("logs", "A job's log lines (every task's, or one task's).")
     _job_id(p)
     p.add_argument("--task", help="only this task, e.g. worker:0 or chief:0 (or its id)")
-    p.add_argument("--follow", "-f", action="store_true", help="keep printing new lines until the job ends")
+    p.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="keep printing new lines until the job ends (a job still waiting for its placement is waited for)",
+    )
     p.add_argument("--poll", type=_poll, default=1.0, help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="one JSON object per line: task, task_id, seq, stream, text")
     parsers["logs"] = (p, logs, False)

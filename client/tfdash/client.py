@@ -272,7 +272,7 @@ class Client:
             if ended_at is None and self.job(job_id).get("state") in TERMINAL_STATES:
                 ended_at = time.monotonic()
             new = 0
-            for t in self._select_tasks(job_id, task):
+            for t in self._followed_tasks(job_id, task, ended=ended_at is not None):
                 while True:
                     page = self.log_page(job_id, t["id"], since=cursors.get(t["id"], -1))
                     new += len(page["lines"])
@@ -284,8 +284,18 @@ class Client:
                 return
             time.sleep(poll_s)
 
-    def _select_tasks(self, job_id: int, task: str | None) -> list[Task]:
+    def _followed_tasks(self, job_id: int, task: str | None, *, ended: bool) -> list[Task]:
+        """The tasks a follow reads this round. A job still waiting for its placement (`tfdash submit` then `tfdash
+        logs -f --task worker:0` at once; passes are seconds apart) has no tasks yet: the named one is waited for
+        while the job has none and has not ended; a name its tasks do not have is refused as without --follow."""
         tasks = self.tasks(job_id)
+        if task is not None and not tasks and not ended:
+            return []
+        return self._select_tasks(job_id, task, tasks)
+
+    def _select_tasks(self, job_id: int, task: str | None, tasks: list[Task] | None = None) -> list[Task]:
+        if tasks is None:
+            tasks = self.tasks(job_id)
         if task is None:
             return tasks
         chosen = [t for t in tasks if task_label(t) == task or str(t.get("id")) == task]

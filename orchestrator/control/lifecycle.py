@@ -63,6 +63,14 @@ def kill_later(tasks: list[Task], reason: str) -> None:
 
 
 # --- the state machine ---------------------------------------------------------------------------------------------
+# Events whose handling always saves the task's row: the event number the caller set on it (agents/events.py
+# apply_once) rides in that UPDATE instead of one of its own. (_finish_task saves it too: every caller holds the
+# task's row lock, so the number it writes is the newest.)
+SAVES_EVENT_SEQ = frozenset(
+    {TaskEventKind.STARTED, TaskEventKind.LISTENING, TaskEventKind.EXITED, TaskEventKind.PORT_CONFLICT}
+)
+
+
 def apply_event(task: Task, event: TaskEvent) -> None:
     job = task.job
     now = timezone.now()
@@ -76,8 +84,8 @@ def apply_event(task: Task, event: TaskEvent) -> None:
         elif task.state == TaskState.PENDING:
             # A single mirrored process opens no TF server: started is as connected as it gets.
             task.state = TaskState.RUNNING if task.port is None else TaskState.STARTING
-        task.save(update_fields=["pid", "started_at", "state"])
-        _maybe_running(job)
+        task.save(update_fields=["pid", "started_at", "state", "event_seq"])
+        _maybe_running(job, task)
     elif event.kind == TaskEventKind.LISTENING:
         if task.state in (TaskState.PENDING, TaskState.STARTING):
             task.state = TaskState.RUNNING
@@ -85,8 +93,8 @@ def apply_event(task: Task, event: TaskEvent) -> None:
         # STARTED may have been overtaken (and is then dropped as older): this event says as much.
         task.pid = task.pid or event.pid
         task.started_at = task.started_at or now
-        task.save(update_fields=["state", "listening_at", "pid", "started_at"])
-        _maybe_running(job)
+        task.save(update_fields=["state", "listening_at", "pid", "started_at", "event_seq"])
+        _maybe_running(job, task)
     elif event.kind == TaskEventKind.EXITED:
         _exited(task, event.exit_code, event.detail, now)
     elif event.kind == TaskEventKind.PORT_CONFLICT:
@@ -103,8 +111,10 @@ def apply_event(task: Task, event: TaskEvent) -> None:
         log.warning("unknown task event kind %r", event.kind)
 
 
-def _maybe_running(job: Job) -> None:
-    if job.state != JobState.STARTING:
+def _maybe_running(job: Job, task: Task) -> None:
+    # Only the event that made its own task RUNNING can make the last of the gang so: a task still STARTING
+    # (started, its server not listening yet) asks nothing of the others' rows (a query per STARTED of a gang).
+    if job.state != JobState.STARTING or task.state != TaskState.RUNNING:
         return
     states = set(job.current_tasks().values_list("state", flat=True))
     if states == {TaskState.RUNNING}:
@@ -306,7 +316,7 @@ def _finish_task(task: Task, state: str, code: int | None, detail: str, now: Any
     task.state, task.exit_code, task.finished_at = state, code, now
     if detail:
         task.detail = detail[:2000]
-    task.save(update_fields=["state", "exit_code", "finished_at", "detail"])
+    task.save(update_fields=["state", "exit_code", "finished_at", "detail", "event_seq"])
     _maybe_final(task.job)
 
 

@@ -70,6 +70,8 @@ def test_a_gangs_events_in_one_batch_start_and_end_its_job_and_what_cannot_apply
 
     assert events.handle_task_events(started + listening) == 4
     assert states(job, *tasks) == [JobState.RUNNING, TaskState.RUNNING, TaskState.RUNNING]
+    # Each task keeps the number of the newest event applied to it (its LISTENING): an older one is a replay.
+    assert [Task.objects.get(pk=t.pk).event_seq for t in tasks] == [agents.seq[t.host_id] for t in tasks]
 
     _a, (host_b, token_b) = placed
     refused_before = {name: counters.get(name) for name in (auth.REPLAYED, auth.MALFORMED, events.DROPPED)}

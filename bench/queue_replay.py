@@ -3,6 +3,7 @@ planner (orchestrator/core: backfill.Planner, placement) in simulated time, no d
 
     .venv/bin/python bench/queue_replay.py [--seeds 21,22,23] [--hosts 500] [--jobs 1000] [--minutes 4]
                                            [--duration 20 60] [--policies fifo,backfill,easy] [--packings spread,pack]
+                                           [--interval S] [--launch S] [--release S] [--margin S]
 
 Every job is queued at time 0 (as bench/scale.py commits its queue in one transaction) with the same shapes, true run
 times (drawn from --duration by job id) and time limits (1.5-5x the true time, from seed + 1) as bench/scale.py gives
@@ -11,7 +12,9 @@ run time. `fifo` stops at the first job that does not fit; `backfill` reserves f
 default); `easy` for the head only (depth 1). Prints, per seed, policy and packing: jobs finished within --minutes,
 GPU utilization over that window and while jobs waited (to the last start), how long the queue was non-empty, mean
 wait, and the reserved jobs that started after their first reservation (backfill's promise; must be 0 here, where
-every run ends by its limit). What bench/scale.py measures beyond these figures is the control plane's own latency.
+every run ends by its limit). What bench/scale.py measures beyond these figures is the control plane's own latency;
+`--interval`, `--launch`, `--release` and `--margin` model it (class Lag), so a latency bench/scale.py reports can be
+priced in utilization here, one at a time. Every figure is taken over the window: the replay stops at its end.
 """
 
 from __future__ import annotations
@@ -35,6 +38,21 @@ from orchestrator.core import backfill, placement  # noqa: E402
 from orchestrator.core.placement import HostState, JobShape, Packing, Placement, Strategy  # noqa: E402
 
 DEPTHS = {"fifo": 1, "backfill": 8, "easy": 1}
+
+
+@dataclasses.dataclass(frozen=True)
+class Lag:
+    """The control plane's latencies, modelled (all 0: the policy alone). `interval`: passes begin at most this often
+    (TFDASH_SCHEDULE_INTERVAL_S); `launch`: placement -> the process runs; `release`: the process ends -> its devices
+    are free to the next pass; `margin`: added to every time limit the planner is given (the scheduler's
+    release_margin: stop grace + interval)."""
+
+    interval: float = 0.0
+    launch: float = 0.0
+    release: float = 0.0
+    margin: float = 0.0
+
+
 DEVICES_PER_HOST = 8
 
 
@@ -71,7 +89,9 @@ def replay(
     jobs: int,
     window: float,
     duration: tuple[float, float] = DURATION,
+    lag: Lag | None = None,
 ) -> dict[str, Any]:
+    lag = lag or Lag()
     limits = random.Random(seed + 1)
     queue = []
     for job_id, shape in enumerate(job_mix(jobs, random.Random(seed), gpus=hosts * DEVICES_PER_HOST), start=1):
@@ -84,10 +104,11 @@ def replay(
     started: dict[int, float] = {}
     first_reserved: dict[int, float] = {}
     reservations: dict[int, backfill.Reservation] = {}
-    busy = busy_waiting = 0.0
+    ran: list[tuple[float, float, int]] = []  # (process start, process end, devices): utilization counts these
     queue_empty_at: float | None = None
-    finished = 0
+    last_pass = float("-inf")
     while True:
+        last_pass = now
         planner = backfill.Planner(
             states,
             [backfill.Running(pk, end, backfill.devices_of(where)) for pk, (end, where) in running.items()],
@@ -95,11 +116,12 @@ def replay(
         )  # fmt: skip
         waiting = []
         for n, (job_id, shape, runs, limit) in enumerate(queue):
-            where = planner.offer(backfill.Waiting(job_id, shape, float(limit)))
+            where = planner.offer(backfill.Waiting(job_id, shape, float(limit) + lag.margin))
             if isinstance(where, Placement):
                 started[job_id] = now
-                running[job_id] = (now + limit, where)
-                heapq.heappush(ends, (now + runs, job_id))
+                running[job_id] = (now + limit + lag.margin, where)
+                ran.append((now + lag.launch, now + lag.launch + runs, sum(len(t.devices) for t in where.tasks)))
+                heapq.heappush(ends, (now + lag.launch + runs + lag.release, job_id))
                 continue
             waiting.append(queue[n])
             if policy == "fifo" and job_id not in planner.outcome.never:
@@ -112,21 +134,19 @@ def replay(
         states, queue = planner.states, waiting
         if not queue and queue_empty_at is None:
             queue_empty_at = now
-        if not ends:
+        if not ends or now >= window:  # what happens after the window counts for nothing measured
             break
-        # Every end at the same time, then one pass (as the orchestrator's passes after exits).
-        at = ends[0][0]
-        in_use = sum(len(t.devices) for _end, where in running.values() for t in where.tasks)
-        span = max(0.0, min(at, window) - min(now, window))
-        busy += in_use * span
-        if queue_empty_at is None:
-            busy_waiting += in_use * span
-        now = at
+        # Every end up to the next pass, then one pass (as the orchestrator's passes after exits, at most one per
+        # interval).
+        now = max(ends[0][0], last_pass + lag.interval)
         while ends and ends[0][0] <= now:
             _at, job_id = heapq.heappop(ends)
             states = release(states, running.pop(job_id)[1])
-            finished += now <= window
     waited_until = queue_empty_at if queue_empty_at is not None else window
+    busy = sum(n * max(0.0, min(hi, window) - lo) for lo, hi, n in ran if lo < window)
+    until = min(waited_until, window)
+    busy_waiting = sum(n * max(0.0, min(hi, until) - lo) for lo, hi, n in ran if lo < until)
+    finished = sum(1 for _lo, hi, _n in ran if hi <= window)
     capacity = hosts * DEVICES_PER_HOST
     late = [pk for pk, start in started.items() if pk in first_reserved and start > first_reserved[pk] + 1e-6]
     return {
@@ -134,7 +154,7 @@ def replay(
         "util %": busy / (capacity * window) * 100,
         "util while waiting %": busy_waiting / (capacity * min(waited_until, window)) * 100 if waited_until else 0.0,
         "queue non-empty s": waited_until,
-        "wait mean s": statistics.fmean(started.get(j, window) for j in range(1, jobs + 1)),
+        "wait mean s": statistics.fmean(min(started.get(j, window), window) for j in range(1, jobs + 1)),
         "reserved late / reserved": (len(late), len(first_reserved)),
     }
 
@@ -148,7 +168,12 @@ def main() -> int:
     parser.add_argument("--duration", type=float, nargs=2, default=DURATION, help="true run times drawn, s")
     parser.add_argument("--policies", default="fifo,backfill,easy")
     parser.add_argument("--packings", default="spread,pack")
+    parser.add_argument("--interval", type=float, default=0.0, help="passes at most this often, s")
+    parser.add_argument("--launch", type=float, default=0.0, help="placement -> process running, s")
+    parser.add_argument("--release", type=float, default=0.0, help="process ended -> devices free, s")
+    parser.add_argument("--margin", type=float, default=0.0, help="added to every time limit planned with, s")
     args = parser.parse_args()
+    lag = Lag(args.interval, args.launch, args.release, args.margin)
     broken = 0
     print("seed  policy    packing  finished  util %  util while waiting %  queue non-empty s  wait mean s  "
           "reserved late / reserved  replay s")  # fmt: skip
@@ -158,7 +183,7 @@ def main() -> int:
                 began = time.monotonic()
                 window = args.minutes * 60
                 r = replay(seed, policy, packing, hosts=args.hosts, jobs=args.jobs, window=window,
-                           duration=tuple(args.duration))  # fmt: skip
+                           duration=tuple(args.duration), lag=lag)  # fmt: skip
                 late, reserved = r["reserved late / reserved"]
                 broken += late if policy != "fifo" else 0
                 print(f"{seed:<5} {policy:<9} {packing.value:<8} {r['finished']:>8}  {r['util %']:>6.1f}  "

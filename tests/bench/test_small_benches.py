@@ -66,3 +66,29 @@ def test_queue_replay_bench_replays_every_policy_and_packing_keeping_its_reserva
     assert len(rows) == 6, output[-4000:]
     finished = {(policy, packing): int(n) for policy, packing, n in rows}
     assert finished["backfill", "pack"] > finished["fifo", "pack"], output[-4000:]  # a wide head no longer holds all
+
+
+@pytest.mark.timeout(120)
+def test_queue_replay_prices_the_control_planes_latency_in_utilization(artifacts_dir):
+    """The same queue replayed with the passes 3 s apart and 2 s from placement to a running process keeps the GPUs
+    less busy than the policy alone: the model that prices bench/scale.py's latencies moves the figure it prices."""
+    utilization = {}
+    for name, lag in (("none", []), ("lagged", ["--interval", "3", "--launch", "2", "--release", "1"])):
+        code, output = run(f"queuereplay-{name}", ["bench/queue_replay.py", "--seeds", "5", "--hosts", "20", "--jobs",
+                           "60", "--minutes", "2", "--policies", "backfill", "--packings", "pack", *lag],
+                           artifacts_dir, 100)  # fmt: skip
+        assert code == 0, output[-4000:]
+        row = re.search(r"^5\s+backfill\s+pack\s+\d+\s+([0-9.]+)\s", output, re.MULTILINE)
+        assert row, output[-4000:]
+        utilization[name] = float(row.group(1))
+    assert utilization["lagged"] < utilization["none"], utilization
+
+
+@pytest.mark.timeout(300)
+def test_event_cost_bench_drives_every_gang_to_success_through_its_agents_events(artifacts_dir):
+    code, output = run("eventcost", ["bench/event_cost.py", "--hosts", "10", "--jobs", "20"], artifacts_dir, 240)
+    assert code == 0, output[-4000:]  # 1: a job not succeeded or a task not ended once every event was applied
+    assert "[event-cost] failures: none" in output, output[-4000:]
+    phases = re.findall(r"^(started|listening|exited)\s+events\s+(\d+)\s+applied\s+(\d+)", output, re.MULTILINE)
+    assert [p for p, _n, _a in phases] == ["started", "listening", "exited"], output[-4000:]
+    assert all(int(n) > 0 and n == applied for _p, n, applied in phases), output[-4000:]  # each applied once

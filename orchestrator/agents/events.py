@@ -207,15 +207,15 @@ def _lock_task(task_id: int, host: Host) -> Task | None:
 
 # Every event's rows are read by these two, so they are read lean: at fleet size the orchestrator's time goes to task
 # events, and half of an event's was Django compiling the task's query (bench/event_cost.py). The job's row is locked
-# without being read (what the lifecycle needs of it comes with its task), neither asks for an order (.first() adds
-# ORDER BY pk to a query by pk).
+# without being read (what the lifecycle needs of it comes with its task), and neither asks for an order (.first() and
+# the models' Meta.ordering add an ORDER BY to a query by pk).
 
 
 def _lock_job(job_id: int) -> None:
-    list(Job.objects.select_for_update().filter(pk=job_id).values_list("pk", flat=True))
+    list(Job.objects.select_for_update().filter(pk=job_id).order_by().values_list("pk", flat=True))
 
 
 def _locked(task_id: int) -> Task | None:
     """The task, its row locked (its job's already is), read with its job and host."""
-    rows = Task.objects.select_for_update(of=("self",)).select_related("job", "host").filter(pk=task_id)
+    rows = Task.objects.select_for_update(of=("self",)).select_related("job", "host").filter(pk=task_id).order_by()
     return next(iter(rows), None)

@@ -116,7 +116,8 @@ def _maybe_running(job: Job, task: Task) -> None:
     # (started, its server not listening yet) asks nothing of the others' rows (a query per STARTED of a gang).
     if job.state != JobState.STARTING or task.state != TaskState.RUNNING:
         return
-    states = set(job.current_tasks().values_list("state", flat=True))
+    # (No order: Task's Meta.ordering sorts by its job's, which joins the job table to a query of one job's rows.)
+    states = set(job.tasks.filter(attempt=job.attempt).order_by().values_list("state", flat=True))
     if states == {TaskState.RUNNING}:
         now = timezone.now()
         job.state, job.progress_at, job.progress_mark = JobState.RUNNING, now, ""

@@ -15,12 +15,8 @@ process pays) and events/s. Checks that every job ended `succeeded` with every t
 from __future__ import annotations
 
 import argparse
-import io
-import os
 import random
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -31,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from pass_cost import GPUS_PER_HOST, bring_online, queue_jobs  # noqa: E402
 from scale import job_mix, register_fleet  # noqa: E402
-from stack import Stack  # noqa: E402
+from stack import django_in_process  # noqa: E402
 
 BATCH = 50  # orchestrator/agents/events.py MAX_BATCH: what one relayed message carries
 
@@ -91,25 +87,12 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--seed", type=int, default=14)
     args = parser.parse_args()
-    var = Path(tempfile.mkdtemp(prefix="tfdash-event-cost-"))
-    os.chmod(var, 0o755)  # noqa: S103 - the embedded PostgreSQL runs as its own user when we are root
-    stack = Stack(var)
     failures: list[str] = ["did not finish"]
-    try:
-        stack.start_databases()
-        for key in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "TFDASH_CONTROL_KEY_FILE", "SECRET_KEY"):
-            os.environ[key] = stack.env[key]
-        os.environ["LOG_LEVEL"] = "WARNING"
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
+    with django_in_process("tfdash-event-cost-"):
         from contracts.protocol import TaskEventKind
         from orchestrator.control import scheduling
         from orchestrator.models import Cluster, Job, JobState, Task, TaskState
 
-        call_command("migrate", "--noinput", verbosity=0, stdout=io.StringIO())
         fleet = {entry["name"]: entry["token"] for entry in register_fleet(args.hosts)}
         bring_online(args.hosts)
         queue_jobs(job_mix(args.jobs, random.Random(args.seed), gpus=args.hosts * GPUS_PER_HOST))
@@ -140,9 +123,6 @@ def main() -> int:
         if unfinished:
             failures.append(f"{unfinished} task(s) not ended")
         print(f"[event-cost] failures: {failures or 'none'}", flush=True)
-    finally:
-        stack.stop_all()
-        shutil.rmtree(var, ignore_errors=True)
     return 1 if failures else 0
 
 

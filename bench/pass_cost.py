@@ -15,13 +15,10 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import os
 import pstats
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scale import expected_tasks, job_mix, pct, register_fleet  # noqa: E402
-from stack import Stack  # noqa: E402
+from stack import django_in_process  # noqa: E402
 
 GPUS_PER_HOST = 8
 
@@ -150,24 +147,11 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
-    var = Path(tempfile.mkdtemp(prefix="tfdash-pass-cost-"))
-    os.chmod(var, 0o755)  # noqa: S103 - the embedded PostgreSQL runs as its own user when we are root
-    stack = Stack(var)
     failures: list[str] = ["did not finish"]
-    try:
-        stack.start_databases()
-        for key in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "TFDASH_CONTROL_KEY_FILE", "SECRET_KEY"):
-            os.environ[key] = stack.env[key]
-        os.environ["LOG_LEVEL"] = "WARNING"
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
+    with django_in_process("tfdash-pass-cost-"):
         from config.celery import freeze_startup_heap
         from orchestrator.models import Cluster
 
-        call_command("migrate", "--noinput", verbosity=0, stdout=io.StringIO())
         register_fleet(args.hosts)
         bring_online(args.hosts)
         queue_jobs(job_mix(args.jobs, random.Random(args.seed), gpus=args.hosts * GPUS_PER_HOST))
@@ -194,9 +178,6 @@ def main() -> int:
                 stats = io.StringIO()
                 pstats.Stats(prof, stream=stats).sort_stats("cumulative").print_stats(40)
                 print(f"[pass-cost] profile of the {name}:\n{stats.getvalue()}")
-    finally:
-        stack.stop_all()
-        shutil.rmtree(var, ignore_errors=True)
     return 1 if failures else 0
 
 

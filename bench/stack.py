@@ -9,15 +9,19 @@ a key set by hand. A bench script imports this module by name: a script's own fo
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -242,3 +246,27 @@ def with_retry(what: str, action: Callable[[], T], timeout_s: float = 120) -> T:
                 raise
             close_old_connections()
             time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def django_in_process(prefix: str) -> Iterator[None]:
+    """Embedded PostgreSQL and Redis under a temporary folder named from `prefix`, this process's Django set up on them
+    and migrated (the in-process benches: pass_cost, event_cost); everything stopped and removed on the way out."""
+    var = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(var, 0o755)  # noqa: S103 - the embedded PostgreSQL runs as its own user when we are root
+    stack = Stack(var)
+    try:
+        stack.start_databases()
+        for key in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "TFDASH_CONTROL_KEY_FILE", "SECRET_KEY"):
+            os.environ[key] = stack.env[key]
+        os.environ["LOG_LEVEL"] = "WARNING"
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", "--noinput", verbosity=0, stdout=io.StringIO())
+        yield
+    finally:
+        stack.stop_all()
+        shutil.rmtree(var, ignore_errors=True)

@@ -117,7 +117,7 @@ def _maybe_running(job: Job, task: Task) -> None:
     if job.state != JobState.STARTING or task.state != TaskState.RUNNING:
         return
     # (No order: Task's Meta.ordering sorts by its job's, which joins the job table to a query of one job's rows.)
-    states = set(job.tasks.filter(attempt=job.attempt).order_by().values_list("state", flat=True))
+    states = set(job.current_tasks().order_by().values_list("state", flat=True))
     if states == {TaskState.RUNNING}:
         now = timezone.now()
         job.state, job.progress_at, job.progress_mark = JobState.RUNNING, now, ""

@@ -3,11 +3,12 @@
     .venv/bin/python bench/chaos.py [--minutes 10] [--fault-every 8] [--seed N] [--faults agent,task] [--json FILE]
 
 A stack of its own under a temporary folder: an embedded PostgreSQL and an embedded Redis (append-only file) on free
-ports, the web server, the orchestrator (Celery worker + beat), the metrics ingest and three agents. For `--minutes`
-it keeps a stream of mixed jobs in flight (all three strategies, user scripts and a built-in TF program, jobs that
-fail, jobs cancelled midway, restart policies on) while a monkey SIGKILLs, every few seconds, one of: an agent, a
-task process, the orchestrator, the ingest, the web server, Redis, PostgreSQL, and starts it again (task processes are
-the product's to restart). Then it stops the faults, waits for every job to end, and checks:
+ports, the web server, the orchestrator (Celery worker + beat), the scheduler's worker, the metrics ingest and three
+agents. For `--minutes` it keeps a stream of mixed jobs in flight (all three strategies, user scripts and a built-in TF
+program, jobs that fail, jobs cancelled midway, restart policies on) while a monkey SIGKILLs, every few seconds, one
+of: an agent, a task process, the orchestrator, the scheduler, the ingest, the web server, Redis, PostgreSQL, and
+starts it again (task processes are the product's to restart). Then it stops the faults, waits for every job to end,
+and checks:
 
 - every job final, its tasks final and consistent with how their processes ended (`events lost`: a task whose
   process recorded its own exit code, under an agent that lived through it, stored with another);
@@ -169,7 +170,7 @@ class Workload:
 
 
 # --- the monkey ------------------------------------------------------------------------------------------------------
-SERVICES = ["orchestrator", "ingest", "web", "redis", "postgres"]
+SERVICES = ["orchestrator", "scheduler", "ingest", "web", "redis", "postgres"]
 
 
 class Monkey(threading.Thread):
@@ -371,7 +372,7 @@ def main() -> int:
         stack.control_key = cluster["control_key"]
         for host in cluster["hosts"]:
             stack.agents[host["host"]] = {"token": host["token"], "port_range": host["port_range"]}
-        for name in ["web", "orchestrator", "ingest", *(f"agent-{h}" for h in stack.agents)]:
+        for name in [*stack.control_plane(), *(f"agent-{h}" for h in stack.agents)]:
             stack.start(name)
         _wait_online(len(stack.agents))
         print(f"[chaos] stack up; soaking {args.minutes:g} min with a fault every ~{args.fault_every:g} s", flush=True)

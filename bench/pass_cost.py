@@ -7,7 +7,11 @@ passes, tasks placed, pass time p50/p99 and tasks/s within the passes; `--profil
 Checks the rows the passes wrote (no port or device held twice on a host, every job placed once with all its tasks)
 and exits 1 when a check fails.
 
-    .venv/bin/python bench/pass_cost.py [--hosts 500] [--jobs 1000] [--ends 60] [--profile]
+    .venv/bin/python bench/pass_cost.py [--hosts 500] [--jobs 1000] [--ends 60] [--per-pass 1] [--seed 14]
+                                        [--packing spread|pack] [--profile [--sort cumulative|tottime]]
+
+`--per-pass K` ends K gangs before each steady pass: bench/scale.py's passes place what a few seconds of endings
+freed (a pass at most every TFDASH_SCHEDULE_INTERVAL_S), dozens of jobs each, not one gang's worth.
 """
 
 from __future__ import annotations
@@ -143,16 +147,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hosts", type=int, default=500)
     parser.add_argument("--jobs", type=int, default=1000)
-    parser.add_argument("--ends", type=int, default=60, help="gangs ended one at a time in the steady phase")
+    parser.add_argument("--ends", type=int, default=60, help="gangs ended in the steady phase")
+    parser.add_argument("--per-pass", type=int, default=1, help="gangs ended before each steady pass")
     parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--packing", choices=("spread", "pack"), default="spread", help="the cluster's packing")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--sort", choices=("cumulative", "tottime"), default="cumulative", help="the profile's order")
     args = parser.parse_args()
     failures: list[str] = ["did not finish"]
     with django_in_process("tfdash-pass-cost-"):
         from config.celery import freeze_startup_heap
         from orchestrator.models import Cluster
 
-        register_fleet(args.hosts)
+        register_fleet(args.hosts, args.packing)
         bring_online(args.hosts)
         queue_jobs(job_mix(args.jobs, random.Random(args.seed), gpus=args.hosts * GPUS_PER_HOST))
         cluster_id = Cluster.objects.get(name="scale").pk
@@ -164,11 +171,12 @@ def main() -> int:
         rng = random.Random(args.seed)
         profiler = cProfile.Profile() if args.profile else None
         steady = []
-        for _ in range(args.ends):
-            if end_one_job(rng) is None:
-                break
+        per_pass = max(1, args.per_pass)
+        for _ in range(args.ends // per_pass):
+            if None in [end_one_job(rng) for _ in range(per_pass)]:
+                break  # nothing left running
             steady.append(timed_pass(cluster_id, profiler))
-        report("steady (one gang ends, one pass)", steady)
+        report(f"steady ({per_pass} gang(s) end, one pass)", steady)
         if steady:
             print(f"[pass-cost] steady passes: mean {statistics.mean(s for _n, s in steady) * 1000:.1f} ms", flush=True)
         failures = check()
@@ -176,7 +184,7 @@ def main() -> int:
         for name, prof in (("first pass", first), ("steady passes", profiler)):
             if prof is not None:
                 stats = io.StringIO()
-                pstats.Stats(prof, stream=stats).sort_stats("cumulative").print_stats(40)
+                pstats.Stats(prof, stream=stats).sort_stats(args.sort).print_stats(40)
                 print(f"[pass-cost] profile of the {name}:\n{stats.getvalue()}")
     return 1 if failures else 0
 

@@ -2,11 +2,11 @@
 
     .venv/bin/python bench/scale.py [--hosts 500] [--jobs 1000] [--minutes 4] [--sim-procs 2] [--json FILE]
                                     [--policy backfill|fifo] [--packing spread|pack] [--seed N]
-                                    [--duration 20 60] [--schedule-interval S] [--scheduler-apart]
+                                    [--duration 20 60] [--schedule-interval S] [--scheduler-shared]
 
 A stack of its own (bench/chaos.py's: embedded PostgreSQL and Redis on free ports, Daphne, the orchestrator as a
-Celery worker + beat, the metrics ingest) and `--hosts` simulated agents with 8 GPUs each (bench/fleet_sim.py, in
-`--sim-procs` processes) that speak the real protocol through the real broker. Phases:
+Celery worker + beat, the scheduler's worker, the metrics ingest) and `--hosts` simulated agents with 8 GPUs each
+(bench/fleet_sim.py, in `--sim-procs` processes) that speak the real protocol through the real broker. Phases:
 
 1. idle fleet: every host heartbeats at the real interval for `--idle-s`; the orchestrator's CPU over that window is
    the heartbeat handling cost;
@@ -591,9 +591,9 @@ def main() -> int:
     parser.add_argument("--policy", choices=("backfill", "fifo"), default="backfill", help="the scheduler's policy")
     parser.add_argument("--packing", choices=("spread", "pack"), default="spread", help="the cluster's packing")
     parser.add_argument("--schedule-interval", type=float, help="TFDASH_SCHEDULE_INTERVAL_S (default: as shipped)")
-    parser.add_argument("--scheduler-apart", action="store_true",
-                        help="scheduler passes in a worker of their own (-Q scheduler), as README Sizing advises at "
-                        "fleet size; else the orchestrator's worker takes them")  # fmt: skip
+    parser.add_argument("--scheduler-shared", action="store_true",
+                        help="the orchestrator's worker takes the scheduler passes too (-Q orchestrator,scheduler), "
+                        "the layout before; as shipped they have a worker of their own (-Q scheduler)")  # fmt: skip
     parser.add_argument("--json", type=Path)
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
@@ -601,7 +601,7 @@ def main() -> int:
     load_start = os.getloadavg()
     var = Path(tempfile.mkdtemp(prefix="tfdash-scale-"))
     os.chmod(var, 0o755)  # noqa: S103 - the embedded PostgreSQL runs as its own user when we are root
-    stack = ScaleStack(var, scheduler_apart=args.scheduler_apart)
+    stack = ScaleStack(var, scheduler_apart=not args.scheduler_shared)
     # DB_CONN_MAX_AGE: the orchestrator keeps its database connections (README "Sizing"); without it every message
     # opens one. TFDASH_TRACE_LOG_LEVEL: each handler's run time in the log, read below.
     stack.env.update({"TFDASH_MAX_ACTIVE_JOBS_PER_USER": "1000000", "DEBUG": "0", "LOG_LEVEL": "INFO",
@@ -615,7 +615,7 @@ def main() -> int:
     results: dict[str, Any] = {"hosts": args.hosts, "jobs": args.jobs, "seed": args.seed, "policy": args.policy,
                                "packing": args.packing, "duration drawn, s": tuple(args.duration),
                                "schedule interval, s": args.schedule_interval or "as shipped",
-                               "scheduler": "a worker of its own" if args.scheduler_apart else "in the orchestrator",
+                               "scheduler": "in the orchestrator" if args.scheduler_shared else "a worker of its own",
                                "load at start": load_start}  # fmt: skip
     failures: list[str] = []
     print(f"[scale] {args.hosts} hosts x 8 GPUs, {args.jobs} jobs; stack under {var}", flush=True)
@@ -638,7 +638,7 @@ def main() -> int:
         fleet = register_fleet(args.hosts, args.packing)
         stack.env["TFDASH_INGEST_PARTITIONS"] = str(args.ingest_partitions)
         ingests = ("ingest", *(f"ingest-{p}" for p in range(1, args.ingest_partitions)))
-        apart = ("scheduler",) if args.scheduler_apart else ()
+        apart = ("scheduler",) if stack.scheduler_apart else ()
         for name in ("orchestrator", *(f"orchestrator-{n}" for n in range(2, args.orchestrators + 1)), *apart,
                      *ingests, "web"):  # fmt: skip
             stack.start(name)

@@ -116,9 +116,10 @@ def wait_line(path: str, text: str, timeout: float = 30) -> None:
 class Stack:
     """Every process of the product, each restartable after a SIGKILL."""
 
-    def __init__(self, var: Path, *, scheduler_apart: bool = False) -> None:
+    def __init__(self, var: Path, *, scheduler_apart: bool = True) -> None:
         self.var = var
-        # Scheduler passes in a worker of their own (`scheduler`, started by the caller) rather than the orchestrator's.
+        # Scheduler passes in a worker of their own (`scheduler`), as the product ships them (`make run`, compose);
+        # False: the orchestrator's worker takes them too (the layout before; bench/scale.py --scheduler-shared).
         self.scheduler_apart = scheduler_apart
         self.logs = var / "log"
         self.logs.mkdir(parents=True)
@@ -142,6 +143,10 @@ class Stack:
         self.agents: dict[str, dict[str, str]] = {}  # host -> {"token", "port_range"}
         self.control_key = ""  # the public key every agent pins
         self.lock = threading.Lock()
+
+    def control_plane(self) -> list[str]:
+        """The product's own processes besides the databases and agents, in the order to start them."""
+        return ["web", "orchestrator", *(["scheduler"] if self.scheduler_apart else []), "ingest"]
 
     def start(self, name: str) -> None:
         argv, env, options = self._command(name)
@@ -168,7 +173,7 @@ class Stack:
                 self.env,
                 {},
             )  # fmt: skip
-        if name == "scheduler":  # the scheduler's own worker (scheduler_apart): one pass at a time
+        if name == "scheduler":  # the scheduler's own worker (scheduler_apart): one pass at a time, as shipped
             return (
                 [PY, "-m", "celery", "-A", "config", "worker", "-Q", "scheduler", "--pool", "threads", "-c", "1",
                  "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",

@@ -25,9 +25,9 @@ from contracts.store import store_urls_from
 PROTOCOL_VERSION = WIRE_VERSION
 
 ORCHESTRATOR_QUEUE = "orchestrator"  # the control plane's own Celery queue: no host may write it
-# The control plane's scheduler passes (orchestrator/control/passes.py): consumed by the orchestrator worker too
-# (`-Q orchestrator,scheduler`), or by a worker of its own at fleet size (README "Sizing"), where a pass no longer
-# shares its process with the hosts' events.
+# The control plane's scheduler passes (orchestrator/control/passes.py): consumed by a worker of its own as shipped
+# (`-Q scheduler`, README "How it hangs together"), where a pass shares no process with the hosts' events; one worker
+# may consume both queues instead (`-Q orchestrator,scheduler`).
 SCHEDULER_QUEUE = "scheduler"
 
 # agent -> orchestrator. An agent sends nothing on Celery: every message it sends is an entry of one of its own

@@ -114,25 +114,35 @@ def service_env(django_db_setup: None, redis_url: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def orchestrator(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedProcess]:
-    """One real orchestrator (Celery worker + beat on the `orchestrator` and `scheduler` queues) for the session."""
+    """One real control plane for the session, laid out as the product ships it (scripts/run_local.py): the
+    orchestrator (Celery worker + beat on the `orchestrator` queue), the scheduler's worker (the `scheduler` queue,
+    one pass at a time) and the metrics ingest."""
     beat_file = tmp_path_factory.mktemp("beat") / "schedule"
     proc = ManagedProcess(
         "orchestrator",
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator,scheduler", "-B",
+        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B",
          "--without-gossip", "--without-mingle", "--without-heartbeat",
          "--pool", "threads", "-c", "4", "-l", "INFO", "--hostname", "orchestrator-test@%h", "-s", str(beat_file)],
+        service_env,
+    )  # fmt: skip
+    scheduler = ManagedProcess(
+        "scheduler",
+        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "scheduler",
+         "--without-gossip", "--without-mingle", "--without-heartbeat",
+         "--pool", "threads", "-c", "1", "-l", "INFO", "--hostname", "scheduler-test@%h"],
         service_env,
     )  # fmt: skip
     # The one consumer of the agents' metric stream (point ids grow in commit order).
     ingest = ManagedProcess("ingest", [sys.executable, "manage.py", "ingest_metrics"], service_env)
     proc.wait_for_line(r"orchestrator-test@\S+ ready", timeout=60)
+    scheduler.wait_for_line(r"scheduler-test@\S+ ready", timeout=60)
     ingest.wait_for_line(r"metrics ingest \S+ ready", timeout=60)
     yield proc
-    proc.stop()
-    ingest.stop()
+    for each in (proc, scheduler, ingest):
+        each.stop()
     # Kept for reading after a failure (CI prints test-artifacts/ paths; locally it is beside the checkout).
-    (_artifacts() / "orchestrator.log").write_text(proc.output())
-    (_artifacts() / "ingest.log").write_text(ingest.output())
+    for each in (proc, scheduler, ingest):
+        (_artifacts() / f"{each.name}.log").write_text(each.output())
 
 
 @pytest.fixture

@@ -3,8 +3,10 @@ broker) on a stack of its own (embedded PostgreSQL and Redis, real orchestrator,
 never speed: every job placed exactly once and succeeded, no port or device booked twice (as the simulated agents see
 it when a launch arrives), no healthy host marked offline, no order refused by the real OrderGate.
 
-The second test runs two orchestrator workers against the one queue: each scheduler pass of a cluster holds the
-cluster's row lock, so the passes of the two workers take turns and the second sees the tasks the first booked.
+The first runs the control plane as shipped (scheduler passes in a worker of their own). The second runs two
+orchestrator workers that take the scheduler passes too (`--scheduler-shared`, a layout the product allows): each
+pass of a cluster holds the cluster's row lock, so the passes of the two workers take turns and the second sees the
+tasks the first booked.
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ def test_fifty_hosts_place_every_job_once_and_all_finish(tmp_path, artifacts_dir
 def test_two_orchestrator_workers_place_120_jobs_without_double_booking(tmp_path, artifacts_dir):
     results = run_bench(
         tmp_path, artifacts_dir, "scale-two-orchestrators",
-        "--hosts", "30", "--jobs", "120", "--minutes", "6", "--orchestrators", "2", strict=False,
+        "--hosts", "30", "--jobs", "120", "--minutes", "6", "--orchestrators", "2",
+        "--scheduler-shared", strict=False,
     )  # fmt: skip
     # What this test is about: placement under two workers. (A host falsely declared lost on an overloaded machine
     # fails its jobs, which have no restarts here; that is the liveness guard's business, asserted by the smoke test.)

@@ -71,7 +71,9 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
         run.wait_for_line(rf"tfdash is up: http://127.0.0.1:{port}/", timeout=120)
         up_at = time.monotonic()
         children = psutil.Process(run.pid).children(recursive=True)
-        assert len(children) >= 7  # postgres, redis, web, orchestrator, ingest, two agents
+        assert len(children) >= 8  # postgres, redis, web, orchestrator, scheduler, ingest, two agents
+        workers = [" ".join(cmdline(c)) for c in children if "celery" in " ".join(cmdline(c))]
+        assert any("-Q scheduler " in argv for argv in workers), workers  # passes in a worker of their own
 
         api = requests.Session()
         token = api.post(
@@ -118,7 +120,7 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
             assert "tasks run under a uid of their own job (20000-29999)" in run.output()
 
         # One part dies (the orchestrator, SIGKILL): it alone is started again, and the line says so.
-        orchestrator = next(c for c in children if "celery" in " ".join(cmdline(c)))
+        orchestrator = next(c for c in children if "orchestrator@" in " ".join(cmdline(c)))
         os.killpg(orchestrator.pid, signal.SIGKILL)
         run.wait_for_line(r"orchestrator exited with code -9; restarting in 1 s", timeout=15)
         run.wait_for_line(r"orchestrator restarted \(pid \d+\)", timeout=15)

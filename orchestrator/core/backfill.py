@@ -14,8 +14,10 @@ reservation, as long as running jobs keep to their limits (they are made to).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from orchestrator.core.placement import (
     HostState,
@@ -146,7 +148,7 @@ class Planner:
     def running(self) -> list[Running]:
         if self._running is None:
             source = self._running_source() if callable(self._running_source) else self._running_source
-            self._running = sorted([*source, *self._started], key=lambda r: r.ends_at)
+            self._running = sorted([*source, *self._started], key=_ENDS_AT)
         return self._running
 
     def _count_free_now(self) -> int:
@@ -236,7 +238,8 @@ class Planner:
             return None
         if reserved not in self._blocked:  # the states with these reservations' devices taken, until a job starts
             self._blocked[reserved] = _block(self.states, held)
-        result = place(job.shape, self._blocked[reserved], fits_empty=True, packing=self.packing)
+        counted = COUNT_FIRST and not job.shape.labels  # (then the count above held)
+        result = place(job.shape, self._blocked[reserved], fits_empty=True, packing=self.packing, counted=counted)
         if isinstance(result, Unplaceable):
             self._misfits[seen] = result
         return result
@@ -307,8 +310,7 @@ class Planner:
         if self._running is None:
             self._started.append(gang)
         else:
-            self._running.append(gang)
-            self._running.sort(key=lambda r: r.ends_at)
+            bisect.insort(self._running, gang, key=_ENDS_AT)  # after equal ends, as a stable sort would put it
 
     def _still_holds(self, reservation: Reservation) -> bool:
         """Whether a reservation made earlier can still be kept: it starts in the future, each of its devices is free
@@ -373,7 +375,7 @@ class Planner:
                 continue
             tries += 1
             states = _block(free(self.states, _frozen(freed)), held)
-            result = place(shape, states, fits_empty=True, packing=self.packing)
+            result = place(shape, states, fits_empty=True, packing=self.packing, counted=COUNT_FIRST)
             if isinstance(result, Placement):
                 return Reservation(job.job_id, at, at + job.limit_s, devices_of(result))
             if tries >= RESERVE_TRIES:
@@ -387,4 +389,5 @@ COUNT_FIRST = True
 # Placements a reservation may try (each a full placement over the fleet): a gang that fits nowhere at that many
 # release times gets no estimate this pass rather than making the pass slow.
 RESERVE_TRIES = 40
+_ENDS_AT = attrgetter("ends_at")
 _IDLE_VERDICTS: dict[tuple[int, JobShape], Unplaceable | None] = {}

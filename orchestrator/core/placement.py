@@ -190,17 +190,23 @@ def fits_free_counts(shape: JobShape, free_counts: Iterable[int]) -> bool:
 
 
 def place(
-    shape: JobShape, hosts: Iterable[HostState], *, fits_empty: bool = False, packing: Packing | None = None
+    shape: JobShape,
+    hosts: Iterable[HostState],
+    *,
+    fits_empty: bool = False,
+    packing: Packing | None = None,
+    counted: bool = False,
 ) -> Placement | Unplaceable:
     """Where the job runs now, or why not (`permanent`: never on these hosts). `fits_empty`: the caller knows this
     shape fits these hosts when idle (it placed the same shape in the same pass), so that check is skipped.
-    `packing`: the cluster's (spread when not given)."""
+    `packing`: the cluster's (spread when not given). `counted`: the caller found the online hosts' free device counts
+    hold the shape (`fits_free_counts`, as the planner asks before it places), so they are not counted again."""
     errors = validate_shape(shape)
     if errors:
         return Unplaceable("; ".join(message for _field, message in errors), permanent=True)
     # Sorting first makes the result independent of the order the caller listed hosts in.
     all_hosts = sorted(hosts, key=attrgetter("name"))
-    matching = [h for h in all_hosts if shape.labels <= h.labels]
+    matching = [h for h in all_hosts if shape.labels <= h.labels] if shape.labels else all_hosts
     if not matching:
         if shape.labels:
             return Unplaceable(f"no host has labels {{{', '.join(sorted(shape.labels))}}}", permanent=True)
@@ -214,15 +220,17 @@ def place(
         if shortfall:
             return Unplaceable(shortfall, permanent=True)
     online = [h for h in matching if h.online]
-    free = [len(h.free_devices) for h in online]
+    free = None if counted else [len(h.free_devices) for h in online]
     failed = None
-    if online and fits_free_counts(shape, free):
+    if online and (free is None or fits_free_counts(shape, free)):
         result = _assign(shape, online, all_hosts, packing or Packing.SPREAD)
         if not isinstance(result, str):
             # What fits the hosts as they are fits them idle (more free devices and ports, never fewer): the idle
             # check is only asked when the job does not fit now, to tell "not yet" from "never".
             return Placement(result)
         failed = result
+    if free is None:
+        free = [len(h.free_devices) for h in online]
     if not fits_empty:
         misfit = _idle_misfit(shape, matching)
         if misfit is not None:
@@ -334,15 +342,14 @@ def _assign(
     order, so placement is deterministic. Chief and ps (no devices) take the host with the fewest of the job's tasks.
     Hosts wait in heaps bucketed by free devices, so a task costs O(devices per host + log hosts) rather than a sort
     of every host: a 64-worker job on 500 hosts was 64 sorts of 500."""
-    by_machine: dict[str, list[HostState]] = {}
-    for h in all_hosts:
-        by_machine.setdefault(h.machine, []).append(h)
+    by_machine = _machine_index(tuple(map(_MACHINE, all_hosts)))
     taken: dict[str, set[int]] = {}  # per machine, built when first asked: most machines are never looked at
 
     def port_for(slot: _Slot) -> int | None:
         machine = slot.host.machine
         if machine not in taken:
-            taken[machine] = {p for h in by_machine.get(machine, ()) for p in h.used_ports | h.excluded_ports}
+            on = (all_hosts[i] for i in by_machine.get(machine, ()))
+            taken[machine] = {p for h in on for p in h.used_ports | h.excluded_ports}
         used = taken[machine]
         return next((p for p in range(slot.host.port_min, slot.host.port_max + 1) if p not in used), None)
 
@@ -365,12 +372,19 @@ def _assign(
     # Chief and ps: one heap of (the job's tasks there, name, index), re-ranked lazily when popped.
     plain: list[tuple[int, str, int]] | None = None
 
+    specs = required_tasks(shape)
+    fewest = min((spec.devices for spec in specs if spec.devices), default=0)
+
     def pop_fitting(devices: int) -> tuple[int | None, list[int]]:
         """The host a task of `devices` devices takes and its port's owner, or None and the fitting hosts that had no
         free port."""
         if not buckets:
-            for i in range(len(candidates)):
-                buckets.setdefault(free_of(i), []).append((0, candidates[i].name, i))
+            # Only hosts that hold a device task of this job at all: on a busy fleet, a few of hundreds (a host that
+            # takes a task is pushed again under its new count below).
+            for i, host in enumerate(candidates):
+                free = len(slots[i].free) if i in slots else len(host.free_devices)
+                if free >= fewest:
+                    buckets.setdefault(free, []).append((0, host.name, i))
             for heap in buckets.values():
                 heapq.heapify(heap)
         counts = sorted((c for c in buckets if c >= devices), reverse=packing is Packing.SPREAD)
@@ -411,7 +425,6 @@ def _assign(
             heapq.heappush(plain, (tasks_of(j), candidates[j].name, j))
         return chosen, ([] if chosen is not None else portless)
 
-    specs = required_tasks(shape)
     # Device-holding tasks first, so the devices decide the spread; chief and ps then fill in around them.
     ordered = [s for s in specs if s.devices] + [s for s in specs if not s.devices]
     placed: list[TaskPlacement] = []
@@ -435,6 +448,19 @@ def _assign(
         taken[slot.host.machine].add(port)
         placed.append(TaskPlacement(spec.type, spec.index, slot.host.name, slot.host.address, port, devices))
     return tuple(sorted(placed, key=lambda t: (ROLE_ORDER.index(t.type), t.index)))
+
+
+_MACHINE = attrgetter("machine")
+
+
+@lru_cache(maxsize=64)
+def _machine_index(machines: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """Which hosts (by position) share each machine: the hosts' ports on one machine are one pool. A pass places onto
+    the same fleet dozens of times, so it is made once per fleet (callers must not change it)."""
+    index: dict[str, list[int]] = {}
+    for i, machine in enumerate(machines):
+        index.setdefault(machine, []).append(i)
+    return {machine: tuple(positions) for machine, positions in index.items()}
 
 
 def take(states: list[HostState], where: Placement) -> list[HostState]:

@@ -231,14 +231,14 @@ class Planner:
         if seen in self._misfits:
             return self._misfits[seen]
         held = self._held_by(reserved)
-        if COUNT_FIRST and not job.shape.labels and not self._fits_by_count(job.shape, held):
+        counted = COUNT_FIRST and not job.shape.labels  # a label-free shape is counted first; then place() need not
+        if counted and not self._fits_by_count(job.shape, held):
             # Counted first: most shapes that reach here still do not fit, and a count is a fraction of a placement.
             # (No reason is made for these: a job the pass does not reserve for says it waits its turn.)
             self._misfits[seen] = None
             return None
         if reserved not in self._blocked:  # the states with these reservations' devices taken, until a job starts
             self._blocked[reserved] = _block(self.states, held)
-        counted = COUNT_FIRST and not job.shape.labels  # (then the count above held)
         result = place(job.shape, self._blocked[reserved], fits_empty=True, packing=self.packing, counted=counted)
         if isinstance(result, Unplaceable):
             self._misfits[seen] = result

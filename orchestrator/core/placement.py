@@ -382,7 +382,7 @@ def _assign(
             # Only hosts that hold a device task of this job at all: on a busy fleet, a few of hundreds (a host that
             # takes a task is pushed again under its new count below).
             for i, host in enumerate(candidates):
-                free = len(slots[i].free) if i in slots else len(host.free_devices)
+                free = free_of(i)
                 if free >= fewest:
                     buckets.setdefault(free, []).append((0, host.name, i))
             for heap in buckets.values():

@@ -97,13 +97,31 @@ def _jobs_of(found: list[tuple[Accepted, TaskEvent]]) -> dict[tuple[int, int], i
 
 
 def _apply_job(job_id: int, group: list[tuple[Accepted, TaskEvent]]) -> int:
+    """Apply one job's events in order, its row locked once. The group's tasks are read in one query, sharing one
+    job instance: a STARTED or LISTENING changes only its own task's row and the job's (which the next event then sees
+    on that instance), so the rows read stay true for the events after it. Any other event may end, fail or restart
+    the gang (other tasks' rows written by query): every event after it reads its task afresh, as each did before
+    (reading the rest of the group again after each exit of a 32-task gang read 528 rows for 32 events)."""
     applied = 0
     with transaction.atomic():
         _lock_job(job_id)
-        for accepted, event in group:
-            # Read again for every event: the one before may have changed the job and its other tasks.
-            applied += _apply_to(_locked(event.task_id), accepted.host, event)
+        tasks: dict[int, Task] | None = None
+        for n, (accepted, event) in enumerate(group):
+            if tasks is not None:
+                task = tasks.get(event.task_id)
+            elif event.kind in _OWN_ROWS_ONLY:
+                tasks = _locked_group([later.task_id for _accepted, later in group[n:]])
+                task = tasks.get(event.task_id)
+            else:
+                task = _locked(event.task_id)
+            applied += _apply_to(task, accepted.host, event)
+            if event.kind not in _OWN_ROWS_ONLY:
+                tasks = None
     return applied
+
+
+# Events whose handling writes no row but its task's and its job's (orchestrator/control/lifecycle.py apply_event).
+_OWN_ROWS_ONLY = frozenset({TaskEventKind.STARTED, TaskEventKind.LISTENING})
 
 
 def _apply(host: Host, event: TaskEvent) -> bool:
@@ -219,3 +237,15 @@ def _locked(task_id: int) -> Task | None:
     """The task, its row locked (its job's already is), read with its job and host."""
     rows = Task.objects.select_for_update(of=("self",)).select_related("job", "host").filter(pk=task_id).order_by()
     return next(iter(rows), None)
+
+
+def _locked_group(task_ids: list[int]) -> dict[int, Task]:
+    """These tasks of one job (its row already locked), their rows locked, read with the job in one instance that
+    they all share (what one event's handling changes of the job, the next one's reads) and their hosts."""
+    ids = sorted({task_id for task_id in task_ids if _number(task_id)})
+    rows = Task.objects.select_for_update(of=("self",)).select_related("job", "host").filter(pk__in=ids).order_by("pk")
+    tasks = {task.pk: task for task in rows}
+    shared = next(iter(tasks.values())).job if tasks else None
+    for task in tasks.values():
+        task.job = shared
+    return tasks

@@ -139,3 +139,25 @@ def test_an_outage_mid_batch_is_retried_and_applies_each_event_once(fleet, monke
 
     assert states(other, *other_tasks) == [JobState.RUNNING, TaskState.RUNNING, TaskState.RUNNING]
     assert counters.get(auth.REPLAYED) == replayed_before + 2  # the first job's two, refused by their nonces
+
+
+def test_events_after_one_that_changes_the_gang_see_its_rows_as_one_by_one_would(fleet):
+    """A batch reads its job's tasks once; an exit that fails the gang writes the other tasks' rows, so the events
+    behind it in the same batch must see those rows, not the ones read before it: the batch ends where the same
+    events sent one at a time end (job 1 by batch, job 2 one by one)."""
+    placed, [(job, tasks), (other, other_tasks)] = fleet
+    agents = Agents(placed)
+    for gang, one_by_one in ((tasks, False), (other_tasks, True)):
+        started = [agents.event(t, TaskEventKind.STARTED) for t in gang]
+        # Worker 0 fails at once; worker 1's server comes up just after, in the same batch.
+        failed = agents.event(gang[0], TaskEventKind.EXITED, exit_code=1)
+        then = [failed, agents.event(gang[1], TaskEventKind.LISTENING)]
+        if one_by_one:
+            for payload in started + then:
+                events.handle_task_event(payload)
+        else:
+            assert events.handle_task_events(started + then) == 4
+
+    batched, alone = states(job, *tasks), states(other, *other_tasks)
+    assert batched == alone
+    assert batched[0] != JobState.RUNNING and batched[2] != TaskState.RUNNING  # the failure was not undone

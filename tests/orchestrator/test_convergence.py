@@ -82,7 +82,7 @@ def final(job: Job, timeout: float = 60) -> Job:
 def test_a_lost_launch_order_is_sent_again_and_runs_once(online_host, alice, orchestrator):
     host, _agent = online_host
 
-    # A pass hands its launch orders to an orchestrator worker to send (dispatch.LAUNCH): that message lost is the
+    # A pass hands its launch orders to the scheduler's worker to send (dispatch.LAUNCH): that message lost is the
     # launch order lost (the task stamped as ordered, nothing sent to the agent).
     with dropping(dispatch.LAUNCH) as dropped:
         job = placed_now(alice, host, ONCE, strategy="mirrored", workers=1, devices_per_worker=1)

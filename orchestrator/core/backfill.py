@@ -143,6 +143,9 @@ class Planner:
         self._by_name: dict[str, HostState] | None = None
         self._position: dict[str, int] | None = None
         self._fit_sums: dict[int, int] = {}
+        self._held_loss: dict[tuple[int, tuple[int, ...]], int] = {}  # _fits_by_count's, until a job starts
+        self._overlaps_now: dict[float, tuple[int, ...]] = {}  # _overlapping_now's, until a reservation is made
+        self._blocked_hosts: dict[tuple[str, frozenset[int]], tuple[HostState, HostState]] = {}  # _block_now's
 
     @property
     def running(self) -> list[Running]:
@@ -175,6 +178,13 @@ class Planner:
         """What reservations hold during [start, end)."""
         return self._held_by(self._overlapping(start, end))
 
+    def _overlapping_now(self, end: float) -> tuple[int, ...]:
+        """The jobs whose reservations overlap a run from now to `end`: asked of every job the count does not rule
+        out, and a queue's jobs share a few limits, so kept per end until a reservation is made."""
+        if end not in self._overlaps_now:
+            self._overlaps_now[end] = self._overlapping(self.now, end)
+        return self._overlaps_now[end]
+
     def _overlapping(self, start: float, end: float) -> tuple[int, ...]:
         """The jobs whose reservations overlap [start, end)."""
         return tuple(r.job_id for r in self.outcome.reservations.values() if r.start < end and start < r.end)
@@ -196,12 +206,11 @@ class Planner:
         end = self.now + job.limit_s
         needed = devices_needed(job.shape)
         result: Placement | Unplaceable | None = None
-        if self._count_free_now() >= needed:
-            result = self._try_now(job, end)
-            if isinstance(result, Placement) and self._pending:
+        if self._count_free_now() >= needed and not self._too_few_fits(job.shape):
+            if self._pending and self._may_fit_now(job, end):
                 # Jobs ahead of it wait with no reservation yet: make theirs, then it must keep clear of them.
                 self._reserve_pending()
-                result = self._try_now(job, end)
+            result = self._try_now(job, end)
             if isinstance(result, Placement):
                 self._started_now(job, result, end)
                 return result
@@ -221,28 +230,65 @@ class Planner:
             self.outcome.deferred = [job.job_id for job, _why in self._pending]
             self._pending.clear()
 
+    def _too_few_fits(self, shape: JobShape) -> bool:
+        """Whether the online hosts' free devices, reservations aside, hold fewer of the shape's device tasks than it
+        has: then nothing placed or reserved later in the pass makes room (both only take devices), whatever its
+        labels. On a busy spread fleet most of the queue is ruled out here, at the cost of a lookup."""
+        return COUNT_FIRST and self._fit_sum(shape.devices_per_worker) < device_tasks(shape)
+
+    def _may_fit_now(self, job: Waiting, end: float) -> bool:
+        """Whether `job` fits now as far as the reservations made so far go. A label-free shape is answered by the
+        count (`_fits_by_count`: exact, ports aside), so a job that fits is placed once, after the jobs ahead of it
+        get their reservations; any other shape by a placement, which is tried again once they have them."""
+        if not (COUNT_FIRST and not job.shape.labels):
+            return isinstance(self._try_now(job, end), Placement)
+        reserved = self._overlapping_now(end)
+        seen = (job.shape, reserved)
+        if seen in self._misfits:
+            return False
+        if self._fits_by_count(job.shape, reserved):
+            return True
+        self._misfits[seen] = None
+        return False
+
     def _try_now(self, job: Waiting, end: float) -> Placement | Unplaceable | None:
         """Where `job` starts now (keeping clear of the reservations over its run), or why it cannot: a placement's
         reason, or None when the free device counts already rule it out (`_fits_by_count`)."""
-        reserved = self._overlapping(self.now, end)
+        reserved = self._overlapping_now(end)
         # A shape that did not fit these very states (no job started since) with the same reservations in its way
         # does not fit now either: on a busy fleet most of the queue is such repeats.
         seen = (job.shape, reserved)
         if seen in self._misfits:
             return self._misfits[seen]
-        held = self._held_by(reserved)
         counted = COUNT_FIRST and not job.shape.labels  # a label-free shape is counted first; then place() need not
-        if counted and not self._fits_by_count(job.shape, held):
+        if counted and not self._fits_by_count(job.shape, reserved):
             # Counted first: most shapes that reach here still do not fit, and a count is a fraction of a placement.
             # (No reason is made for these: a job the pass does not reserve for says it waits its turn.)
             self._misfits[seen] = None
             return None
         if reserved not in self._blocked:  # the states with these reservations' devices taken, until a job starts
-            self._blocked[reserved] = _block(self.states, held)
+            self._blocked[reserved] = self._block_now(reserved)
         result = place(job.shape, self._blocked[reserved], fits_empty=True, packing=self.packing, counted=counted)
         if isinstance(result, Unplaceable):
             self._misfits[seen] = result
         return result
+
+    def _block_now(self, reserved: tuple[int, ...]) -> list[HostState]:
+        """The states now, with the devices these reservations hold marked used. A host's blocked state is kept for as
+        long as its state and the devices held on it are the same: a start changes a few hosts, and every set of
+        reservations asked after it would otherwise copy every host they hold (tens of thousands of copies a pass)."""
+        held = self._held_by(reserved)
+        blocked = []
+        for state in self.states:
+            ids = held.get(state.name)
+            if ids is None:
+                blocked.append(state)
+                continue
+            kept = self._blocked_hosts.get((state.name, ids))
+            if kept is None or kept[0] is not state:
+                kept = self._blocked_hosts[(state.name, ids)] = (state, state.with_used((), ids))
+            blocked.append(kept[1])
+        return blocked
 
     def _states_by_name(self) -> dict[str, HostState]:
         if self._by_name is None:
@@ -255,20 +301,29 @@ class Planner:
             self._position = {state.name: i for i, state in enumerate(self.states)}
         return self._position
 
-    def _fits_by_count(self, shape: JobShape, held: Devices) -> bool:
-        """Whether a label-free shape may fit now by the online hosts' free device counts, the reserved devices
-        `held` taken out (placement.fits_free_counts; a placement then says for sure)."""
+    def _fits_by_count(self, shape: JobShape, reserved: tuple[int, ...]) -> bool:
+        """Whether a label-free shape may fit now by the online hosts' free device counts, the devices these
+        reservations hold taken out (placement.fits_free_counts; a placement then says for sure). What the held
+        devices take off the count is kept per (devices per task, reservations) until a job starts: most of a busy
+        queue asks it of the same few, and a wide reservation spans dozens of hosts."""
         d = shape.devices_per_worker
-        by_name = self._states_by_name()
+        key = (d, reserved)
+        if key not in self._held_loss:
+            by_name = self._states_by_name()
+            loss = 0
+            for host, ids in self._held_by(reserved).items():
+                state = by_name.get(host)
+                if state is not None and state.online:
+                    free = len(state.free_devices)
+                    loss += fit_count(d, free) - fit_count(d, free - len(ids.intersection(state.free_devices)))
+            self._held_loss[key] = loss
+        return self._fit_sum(d) - self._held_loss[key] >= device_tasks(shape)
+
+    def _fit_sum(self, d: int) -> int:
+        """The sum of `fit_count(d, ·)` over the online hosts' free devices now (kept up to date by _started_now)."""
         if d not in self._fit_sums:
             self._fit_sums[d] = sum(fit_count(d, len(s.free_devices)) for s in self.states if s.online)
-        fits = self._fit_sums[d]
-        for host, ids in held.items():
-            state = by_name.get(host)
-            if state is not None and state.online:
-                free = len(state.free_devices)
-                fits -= fit_count(d, free) - fit_count(d, free - len(ids.intersection(state.free_devices)))
-        return fits >= device_tasks(shape)
+        return self._fit_sums[d]
 
     def _reserve_pending(self, *, afresh: bool = False) -> None:
         for job, why in self._pending:
@@ -283,6 +338,7 @@ class Planner:
                 self.outcome.unplaced[job.job_id] = why
             else:
                 self.outcome.reservations[job.job_id] = reservation
+                self._overlaps_now.clear()
         self._pending.clear()
 
     def _started_now(self, job: Waiting, where: Placement, end: float) -> None:
@@ -302,8 +358,11 @@ class Planner:
                 self._free_now -= was - now
             for d in self._fit_sums:
                 self._fit_sums[d] += fit_count(d, now) - fit_count(d, was)
-        self._misfits.clear()
+        # A shape the count ruled out stays out for the rest of the pass (starts and reservations only take devices);
+        # a placement's verdict is asked again.
+        self._misfits = {seen: why for seen, why in self._misfits.items() if why is None} if COUNT_FIRST else {}
         self._blocked.clear()
+        self._held_loss.clear()
         gang = Running(job.job_id, end, devices_of(where))
         if self._release_at is not None:  # the devices it took were free: none of them had a release time
             self._release_at.update({(host, device): end for host, ids in gang.devices.items() for device in ids})

@@ -26,6 +26,13 @@ class JobShape:
     devices_per_worker: int
     labels: frozenset[str] = frozenset()
 
+    def __hash__(self) -> int:
+        # Hashed once: a pass looks every waiting job's shape up in several caches (thousands of jobs, a few dozen
+        # shapes), and the generated __hash__ builds and hashes the tuple of fields on every call.
+        if "_hash" not in self.__dict__:
+            self.__dict__["_hash"] = hash((self.strategy, self.workers, self.ps, self.devices_per_worker, self.labels))
+        return self.__dict__["_hash"]
+
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -57,23 +64,26 @@ class HostState:
         return tuple(sorted(set(self.device_ids) - self.used_devices))
 
     def with_used(self, ports: Iterable[int], devices: Iterable[int]) -> HostState:
-        """This host with more ports and devices in use (a job just placed on it). What does not depend on use (the
-        idle copy, the machine) is carried over, so the next job of the pass does not compute it again."""
-        taken = dataclasses.replace(
-            self, used_ports=self.used_ports | frozenset(ports), used_devices=self.used_devices | frozenset(devices)
-        )
-        for name in ("idle", "machine", "fixed"):
-            if name in self.__dict__:
-                taken.__dict__[name] = self.__dict__[name]
-        return taken
+        """This host with more ports and devices in use (a job just placed on it, or devices reserved for another)."""
+        return self._with(self.used_ports | frozenset(ports), self.used_devices | frozenset(devices))
 
     def with_free(self, devices: Iterable[int]) -> HostState:
         """This host with these devices free again (a running gang that will have ended by some time)."""
-        freed = dataclasses.replace(self, used_devices=self.used_devices - frozenset(devices))
-        for name in ("idle", "machine", "fixed"):
+        return self._with(self.used_ports, self.used_devices - frozenset(devices))
+
+    def _with(self, used_ports: frozenset[int], used_devices: frozenset[int]) -> HostState:
+        # Made by the constructor, not dataclasses.replace (which looks the fields up on every call: a pass makes tens
+        # of thousands of these). What does not depend on use (the idle copy, the machine, the fixed facts) is carried
+        # over, so the next job of the pass does not compute it again.
+        made = HostState(
+            name=self.name, address=self.address, port_min=self.port_min, port_max=self.port_max,
+            device_ids=self.device_ids, gpu=self.gpu, labels=self.labels, online=self.online,
+            used_devices=used_devices, used_ports=used_ports, excluded_ports=self.excluded_ports,
+        )  # fmt: skip
+        for name in _CARRIED:
             if name in self.__dict__:
-                freed.__dict__[name] = self.__dict__[name]
-        return freed
+                made.__dict__[name] = self.__dict__[name]
+        return made
 
     @cached_property
     def fixed(self) -> tuple[object, ...]:
@@ -90,6 +100,9 @@ class HostState:
         return dataclasses.replace(
             self, online=True, used_devices=frozenset(), used_ports=frozenset(), excluded_ports=frozenset()
         )
+
+
+_CARRIED = ("idle", "machine", "fixed")  # HostState's cached facts that do not depend on use
 
 
 @dataclass(frozen=True)
@@ -171,6 +184,7 @@ def devices_needed(shape: JobShape) -> int:
     return sum(task.devices for task in required_tasks(shape))
 
 
+@lru_cache(maxsize=1024)
 def device_tasks(shape: JobShape) -> int:
     """How many of a (valid) shape's tasks hold devices: its workers (`devices_per_worker` each, on one host)."""
     return 1 if Strategy(shape.strategy) is Strategy.MIRRORED else shape.workers
@@ -380,9 +394,10 @@ def _assign(
         free port."""
         if not buckets:
             # Only hosts that hold a device task of this job at all: on a busy fleet, a few of hundreds (a host that
-            # takes a task is pushed again under its new count below).
+            # takes a task is pushed again under its new count below). Built by the job's first task, before any
+            # host has a slot: each host's free count is its state's.
             for i, host in enumerate(candidates):
-                free = free_of(i)
+                free = len(host.free_devices)
                 if free >= fewest:
                     buckets.setdefault(free, []).append((0, host.name, i))
             for heap in buckets.values():

@@ -331,7 +331,7 @@ def _start(
         else ()
     ):
         relaunched[job_id][(type_, index)] += 1
-    rows: list[Task] = []
+    rows: list[dict[str, Any]] = []  # the new task rows' values (task_rows.insert_current)
     for job, where in placed:
         job.state_before = job.state  # type: ignore[attr-defined]
         job.attempt += 1
@@ -344,18 +344,18 @@ def _start(
         configs = tf_configs(job, where)
         gang_restarts = job.restarts - relaunched[job.pk].total()
         rows += [
-            Task(
-                job=job,
-                attempt=job.attempt,
-                type=t.type,
-                index=t.index,
-                host_id=hosts[t.host],
-                port=tf_config.task_port(t, job.strategy),
-                devices=list(t.devices),
-                tf_config=configs[(t.type, t.index)],
-                restarts=gang_restarts + relaunched[job.pk][(t.type, t.index)],
-                ordered_at=now,  # its launch goes out on commit
-            )
+            {
+                "job_id": job.pk,
+                "attempt": job.attempt,
+                "type": t.type,
+                "index": t.index,
+                "host_id": hosts[t.host],
+                "port": tf_config.task_port(t, job.strategy),
+                "devices": list(t.devices),
+                "tf_config": configs[(t.type, t.index)],
+                "restarts": gang_restarts + relaunched[job.pk][(t.type, t.index)],
+                "ordered_at": now,  # its launch goes out on commit
+            }
             for t in where.tasks
         ]
         log.info(

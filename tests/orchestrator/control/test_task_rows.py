@@ -1,7 +1,10 @@
-"""A pass's task rows go in by COPY: each must be the row `bulk_create` would have written (the pass's values, the
-model's defaults for the rest), and the ids handed back must be those rows'."""
+"""A pass's task rows go in by COPY, from the values the pass sets: each must be the row `bulk_create` would have
+written from a Task made of the same values (the model's defaults for the rest), and the ids handed back must be those
+rows'."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from django.forms.models import model_to_dict
@@ -24,16 +27,17 @@ def test_rows_written_by_copy_are_the_rows_bulk_create_writes(alice):
     ]  # fmt: skip
     now = timezone.now()
 
-    def rows(job: Job) -> list[Task]:
+    def rows(job: Job) -> list[dict[str, Any]]:
         return [
-            Task(job=job, attempt=job.attempt, type="worker", index=i, host_id=host.pk, port=24000 + 10 * job.pk + i,
-                 devices=[i, 7], tf_config={"cluster": {"worker": ["a:1", "b:2"]}, "task": {"index": i}},
-                 restarts=job.pk % 2, ordered_at=now)
+            dict(job_id=job.pk, attempt=job.attempt, type="worker", index=i, host_id=host.pk,
+                 port=24000 + 10 * job.pk + i, devices=[i, 7],
+                 tf_config={"cluster": {"worker": ["a:1", "b:2"]}, "task": {"index": i}}, restarts=job.pk % 2,
+                 ordered_at=now)
             for i in range(2)
         ]  # fmt: skip
 
     copied = task_rows.insert_current(rows(jobs[0]))
-    Task.objects.bulk_create(rows(jobs[1]))
+    Task.objects.bulk_create([Task(**row) for row in rows(jobs[1])])
 
     assert sorted(copied) == sorted(Task.objects.filter(job=jobs[0]).values_list("pk", flat=True))
     assert len(copied) == 2

@@ -129,7 +129,8 @@ def launch_tasks(task_ids: list[int]) -> None:
     _stamp(tasks)
     programs: dict[int, ProgramSpec] = {}  # per job: a script's base64 is made once, not once per task
     stores = _Stores()
-    with _producer() as producer:  # one broker connection for the whole batch, not one acquired per order
+    # One broker connection for the whole batch, not one acquired per order, and its orders sent in one pipeline.
+    with _producer() as producer, _batched(producer):
         for task in tasks:
             job = task.job
             env = tf_config.environment(task.tf_config, Strategy(job.strategy), legacy_keras=job.legacy_keras)
@@ -196,6 +197,23 @@ def _producer() -> Iterator[Any]:
         yield producer
     finally:
         context.__exit__(None, None, None)
+
+
+@contextmanager
+def _batched(producer: Any) -> Iterator[None]:
+    """Orders published on `producer` inside the block go to the broker together when it ends (the Redis transport's
+    `batched_puts`, kombu_redis/transport.py); one by one where there is no such channel (no producer: the broker was
+    away). A batch the broker does not take is logged: its tasks are stamped, so the heartbeat's convergence sends
+    their orders again."""
+    batched = getattr(getattr(producer, "channel", None), "batched_puts", None)
+    if batched is None:
+        yield
+        return
+    try:
+        with batched():
+            yield
+    except BROKER_ERRORS as exc:
+        log.warning("could not send a batch of orders (they will be sent again): %r", exc)
 
 
 def _send(order: str, body: dict[str, Any], host: str, producer: Any = None) -> None:

@@ -68,11 +68,13 @@ JUNK: list[bytes] = [
 ]
 
 
-def test_the_overridden_method_is_the_one_of_the_pinned_kombu() -> None:
-    # A Kombu upgrade that changes Channel._brpop_read must be looked at: kombu_redis/transport.py copies its body.
-    source = inspect.getsource(kombu.transport.redis.Channel._brpop_read)
+def test_the_overridden_methods_are_the_ones_of_the_pinned_kombu() -> None:
+    # A Kombu upgrade that changes Channel._brpop_read or _put must be looked at: kombu_redis/transport.py copies
+    # the one's body and the other's key and body.
     assert kombu.__version__ == "5.5.4"
-    assert hashlib.sha256(source.encode()).hexdigest() == transport.UPSTREAM_BRPOP_READ_SHA256
+    for method, digest in ((kombu.transport.redis.Channel._brpop_read, transport.UPSTREAM_BRPOP_READ_SHA256),
+                           (kombu.transport.redis.Channel._put, transport.UPSTREAM_PUT_SHA256)):  # fmt: skip
+        assert hashlib.sha256(inspect.getsource(method).encode()).hexdigest() == digest, method
 
 
 def test_a_consumer_drops_junk_and_takes_the_next_good_message(redis_url: str) -> None:
@@ -107,6 +109,35 @@ def test_a_consumer_drops_junk_and_takes_the_next_good_message(redis_url: str) -
         assert client.hlen(f"{name}:unacked") == 0  # nothing left to be put back on the queue later
     finally:
         client.delete(name, f"{name}:unacked", f"{name}:index")
+
+
+def test_publishes_in_a_batch_arrive_in_order_when_it_ends_and_none_when_it_raises(redis_url: str) -> None:
+    name = f"batch-test-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(redis_url)
+    received: list[Any] = []
+    try:
+        with kombu.Connection(redis_url, transport=transport.TRANSPORT) as conn:
+            queue = kombu.Queue(name, routing_key=name)
+            with conn.Producer() as producer:
+                with producer.channel.batched_puts():
+                    for n in range(3):
+                        producer.publish({"n": n}, routing_key=name, serializer="json")
+                    assert client.llen(name) == 0  # held until the block ends
+                assert client.llen(name) == 3
+                with pytest.raises(RuntimeError), producer.channel.batched_puts():
+                    producer.publish({"n": 99}, routing_key=name, serializer="json")
+                    raise RuntimeError("the caller failed half way")
+                producer.publish({"n": 3}, routing_key=name, serializer="json")  # one by one again after a batch
+
+            def on_message(body: Any, message: Any) -> None:
+                received.append(body)
+                message.ack()
+
+            with conn.Consumer(queue, callbacks=[on_message], accept=["json"]):
+                wait_until(lambda: _drained(conn, received) and len(received) == 4, timeout=10, what="the messages")
+        assert received == [{"n": 0}, {"n": 1}, {"n": 2}, {"n": 3}]
+    finally:
+        client.delete(name)
 
 
 def _drained(conn: kombu.Connection, received: list[Any]) -> bool:

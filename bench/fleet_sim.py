@@ -99,9 +99,6 @@ class SimHost:
     seen: set[tuple[int, int]] = field(default_factory=set)  # launches applied (once per task and attempt)
 
 
-ORDER_TURN_S = 0.25  # the longest the one thread handles orders before it sends the heartbeats due (run())
-
-
 def sim_facts(name: str, port_range: tuple[int, int]) -> HostFacts:
     """What a simulated host reports of itself: 8 GPUs."""
     return HostFacts(
@@ -298,10 +295,11 @@ class Fleet:
         while not self.stopped.is_set() and time.time() < stop_at:
             now = time.time()
             # A real agent beats on a thread of its own: one host's orders never hold back another host's heartbeat.
-            # Here one thread serves every host, so it takes orders for at most ORDER_TURN_S before it beats (a pass's
-            # first wave, its launch orders sent in one pipeline, put 1,200 orders before this thread at once, and
-            # draining them left 250 hosts silent past the heartbeat timeout).
-            turn_ends = now + ORDER_TURN_S
+            # Here one thread serves every host, so it takes orders for at most one heartbeat interval before it beats
+            # (a pass's first wave, its launch orders sent in one pipeline, put 1,200 orders before this thread at
+            # once, and draining them left 250 hosts silent past the heartbeat timeout; a quarter of a second per turn
+            # left the orders too little of the thread on a busy machine: 46 went stale in the queue).
+            turn_ends = now + self.interval_s
             while time.time() < turn_ends:
                 try:
                     host_name, order = self.orders.get_nowait()

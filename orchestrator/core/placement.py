@@ -29,9 +29,11 @@ class JobShape:
     def __hash__(self) -> int:
         # Hashed once: a pass looks every waiting job's shape up in several caches (thousands of jobs, a few dozen
         # shapes), and the generated __hash__ builds and hashes the tuple of fields on every call.
-        if "_hash" not in self.__dict__:
-            self.__dict__["_hash"] = hash((self.strategy, self.workers, self.ps, self.devices_per_worker, self.labels))
-        return self.__dict__["_hash"]
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = self.__dict__["_hash"] = hash((self.strategy, self.workers, self.ps, self.devices_per_worker,
+                                                    self.labels))  # fmt: skip
+        return cached
 
 
 @dataclass(frozen=True)

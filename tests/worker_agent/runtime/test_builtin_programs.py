@@ -35,7 +35,8 @@ def last_val_accuracy(task: Task) -> float:
     return ends[-1]["metrics"]["val_accuracy"]
 
 
-def assert_trains_with_metrics(task: Task, epochs: int, examples_per_step: int) -> None:
+def assert_trains_with_metrics(task: Task, epochs: int, examples_per_step: int, accuracy_slack: float = 0.0) -> None:
+    """`accuracy_slack`: how far above 1 a batch's accuracy may read (see the ParameterServer test)."""
     assert not task.bad_lines
     assert len(task.of_kind("facts")) == 1  # the runtime's callback only: the injected hook added no second one
     ends = task.epoch_ends()
@@ -47,7 +48,8 @@ def assert_trains_with_metrics(task: Task, epochs: int, examples_per_step: int) 
     for line in train:
         metrics = line["metrics"]
         assert {"loss", "accuracy", "examples_per_s", "step_time_s", "learning_rate"} <= set(metrics)
-        assert 0 <= metrics["accuracy"] <= 1  # per-batch logs are means over the replicas, not their sum
+        # Per-batch logs are means over the replicas, not their sum (a sum reads about N times too high).
+        assert 0 <= metrics["accuracy"] <= 1 + accuracy_slack
         assert metrics["examples_per_s"] == pytest.approx(examples_per_step / metrics["step_time_s"])
     steps = [e["step"] for e in task.of_kind("metric")]
     assert steps == sorted(steps)
@@ -190,7 +192,10 @@ def test_parameter_server_with_chief_two_workers_and_a_ps(tmp_path: Path) -> Non
         steps_per_epoch=1438 // 32,
         resumed_from_epoch=0,
     )
-    assert_trains_with_metrics(chief, epochs=4, examples_per_step=32)  # the coordinator accounts for every step
+    # The coordinator accounts for every step. A batch's accuracy is read there as total / count of metric variables
+    # on the ps, which both workers update concurrently: a read between another worker's two updates can come out
+    # slightly above 1 (1.008 seen in a stressed CI run); a sum over the two workers would read near 2.
+    assert_trains_with_metrics(chief, epochs=4, examples_per_step=32, accuracy_slack=0.1)
     assert last_val_accuracy(chief) >= 0.90
     assert_model_artifact(chief, job)
     for server in servers:

@@ -235,8 +235,7 @@ def _lock_job(job_id: int) -> None:
 
 def _locked(task_id: int) -> Task | None:
     """The task, its row locked (its job's already is), read with its job and host."""
-    rows = Task.objects.select_for_update(of=("self",)).select_related("job", "host").filter(pk=task_id).order_by()
-    return next(iter(rows), None)
+    return _locked_group([task_id]).get(task_id)
 
 
 def _locked_group(task_ids: list[int]) -> dict[int, Task]:

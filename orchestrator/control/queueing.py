@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db import connection
 
 from orchestrator.models import Cluster, Job, JobState, PriorityClass, Quota
 from orchestrator.models.queueing import STANDARD_CLASSES
@@ -154,22 +155,26 @@ class Queued:
     devices_per_worker: int
     labels: str
     restarts: int
+    told_start: bool  # an expected start (and its reservation) is stored on its row
     rank: int  # its place by submission (created_at, then id): a restarted or preempted job keeps it
     borrowing: bool = False  # a pass that starts it beyond its owner's quota says so
 
 
-# What `queued` reads of a job's row (the rest is the pass's).
-_QUEUED_COLUMNS = ("pk", "owner_id", "state", "reason", "held", "priority_class_id", "time_limit_s", "strategy",
-                   "workers", "ps", "devices_per_worker", "labels", "restarts")  # fmt: skip
+# What `queued` reads of a job's row (the rest is the pass's), in Queued's order. The scheduler writes a job's expected
+# start and its reservation together (both set, or both cleared): `told_start` is whether they are.
+_QUEUED_SQL = f"""
+    SELECT id, owner_id, state, reason, held, priority_class_id, time_limit_s, strategy, workers, ps,
+           devices_per_worker, labels, restarts, (expected_start IS NOT NULL OR reservation <> '{{}}'::jsonb)
+    FROM {Job._meta.db_table} WHERE cluster_id = %s AND state = ANY(%s) ORDER BY created_at, id
+"""  # noqa: S608 - a table name from the model, every value a parameter
 
 
 def queued(cluster_id: int) -> list[Queued]:
-    """The cluster's waiting jobs, by submission."""
-    rows = (
-        Job.objects.filter(cluster_id=cluster_id, state__in=WAITING_STATES)
-        .order_by("created_at", "pk")
-        .values_list(*_QUEUED_COLUMNS)
-    )
+    """The cluster's waiting jobs, by submission. (Read as plain rows: every pass reads the whole queue, and the
+    ORM's rows cost twice as much as the query.)"""
+    with connection.cursor() as cursor:
+        cursor.execute(_QUEUED_SQL, [cluster_id, [str(state) for state in WAITING_STATES]])
+        rows = cursor.fetchall()
     return [Queued(*row, rank=rank) for rank, row in enumerate(rows)]
 
 

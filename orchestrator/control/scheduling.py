@@ -272,15 +272,19 @@ def _tell_waiting(
     outcome: backfill.Outcome,
 ) -> None:
     """Every other waiting job says why it waits, one UPDATE per distinct reason (most share one), of the rows whose
-    reason changes only: no live hint is sent for a reason alone (the job's state did not change)."""
+    reason changes only: no live hint is sent for a reason alone (the job's state did not change). Which rows change
+    is judged on what the pass read of them: a pass that plans every start tells the whole queue, and an UPDATE
+    matching 2,000 ids to find the few that changed was a tenth of such a pass (bench/pass_cost.py). A row written
+    since the read (staff held it, say) is told by the next pass whose reason differs from it."""
     done = {job.pk for job, _where in placed} | set(outcome.reservations) | set(outcome.never) | set(outcome.deferred)
     by_reason: dict[str, list[int]] = defaultdict(list)
-    for job_id in jobs:
+    for job_id, job in jobs.items():
         if job_id not in done:
-            by_reason[reasons.get(job_id, WAITING_UNRESERVED)].append(job_id)
+            reason = reasons.get(job_id, WAITING_UNRESERVED)
+            if job.reason != reason or job.told_start:
+                by_reason[reason].append(job_id)
     for reason, ids in by_reason.items():
-        stale = Job.objects.filter(pk__in=ids).exclude(reason=reason, expected_start=None, reservation={})
-        stale.update(reason=reason, expected_start=None, reservation={})
+        Job.objects.filter(pk__in=ids).update(reason=reason, expected_start=None, reservation={})
 
 
 def ordered_queue(cluster: Cluster) -> list[Job]:

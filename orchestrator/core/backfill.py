@@ -18,6 +18,7 @@ import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import NamedTuple
 
 from orchestrator.core.placement import (
     HostState,
@@ -43,8 +44,9 @@ class Running:
     devices: Devices
 
 
-@dataclass(frozen=True)
-class Waiting:
+class Waiting(NamedTuple):
+    """A job a pass offers (a tuple: a pass makes one per waiting job, thousands)."""
+
     job_id: int
     shape: JobShape
     limit_s: float
@@ -137,14 +139,15 @@ class Planner:
         self._pending: list[tuple[Waiting, Unplaceable | None]] = []  # waiting, in order, no reservation yet
         self._misfits: dict[tuple[JobShape, tuple[int, ...]], Unplaceable | None] = {}
         self._held_cache: dict[tuple[int, ...], Devices] = {}
-        self._blocked: dict[tuple[int, ...], Sequence[HostState]] = {}
+        self._blocked: dict[tuple[int, ...], list[HostState]] = {}
         # The states by host name, and per devices-per-task the sum of `fit_count` over the online hosts: made when
         # first asked, then kept up to date as jobs start (_started_now).
         self._by_name: dict[str, HostState] | None = None
         self._position: dict[str, int] | None = None
         self._fit_sums: dict[int, int] = {}
         self._held_loss: dict[tuple[int, tuple[int, ...]], int] = {}  # _fits_by_count's, until a job starts
-        self._overlaps_now: dict[float, tuple[int, ...]] = {}  # _overlapping_now's, until a reservation is made
+        # _overlapping_now's reservation starts and prefixes, until a reservation is made
+        self._overlaps_now: tuple[list[float], list[tuple[int, ...]]] | None = None
         self._blocked_hosts: dict[tuple[str, frozenset[int]], tuple[HostState, HostState]] = {}  # _block_now's
 
     @property
@@ -180,10 +183,14 @@ class Planner:
 
     def _overlapping_now(self, end: float) -> tuple[int, ...]:
         """The jobs whose reservations overlap a run from now to `end`: asked of every job the count does not rule
-        out, and a queue's jobs share a few limits, so kept per end until a reservation is made."""
-        if end not in self._overlaps_now:
-            self._overlaps_now[end] = self._overlapping(self.now, end)
-        return self._overlaps_now[end]
+        out. Every reservation ends after now, so they are the ones that start before `end`: a prefix of the
+        reservations by start, kept (with the starts) until a reservation is made."""
+        if self._overlaps_now is None:
+            ahead = sorted((r.start, r.job_id) for r in self.outcome.reservations.values() if self.now < r.end)
+            self._overlaps_now = ([start for start, _job in ahead], [tuple(job for _s, job in ahead[:n])
+                                                                      for n in range(len(ahead) + 1)])  # fmt: skip
+        starts, prefixes = self._overlaps_now
+        return prefixes[bisect.bisect_left(starts, end)]
 
     def _overlapping(self, start: float, end: float) -> tuple[int, ...]:
         """The jobs whose reservations overlap [start, end)."""
@@ -203,18 +210,22 @@ class Planner:
         """Start `job` now if it may (the placement), else leave it waiting (None). Its reservation is made only
         when it is needed: when a job behind it fits now (it must keep clear of it), or at `finish` when the pass
         plans every waiting job's start. A pass over a full fleet where nothing fits then costs little."""
+        shape = job.shape
         end = self.now + job.limit_s
-        needed = devices_needed(job.shape)
         result: Placement | Unplaceable | None = None
-        if self._count_free_now() >= needed and not self._too_few_fits(job.shape):
-            if self._pending and self._may_fit_now(job, end):
+        if self._count_free_now() >= devices_needed(shape) and not self._too_few_fits(shape):
+            if not self._pending:
+                result = self._try_now(job, end)
+            elif self._may_fit_now(job, end):
                 # Jobs ahead of it wait with no reservation yet: make theirs, then it must keep clear of them.
                 self._reserve_pending()
-            result = self._try_now(job, end)
+                result = self._try_now(job, end)
+            else:  # (what _may_fit_now found is kept: the same reservations are in its way)
+                result = self._misfits[(shape, self._overlapping_now(end))]
             if isinstance(result, Placement):
                 self._started_now(job, result, end)
                 return result
-        never = self._never(job.shape)
+        never = self._never(shape)
         if never is not None:
             self.outcome.never[job.job_id] = never
             return None
@@ -266,7 +277,7 @@ class Planner:
             # (No reason is made for these: a job the pass does not reserve for says it waits its turn.)
             self._misfits[seen] = None
             return None
-        if reserved not in self._blocked:  # the states with these reservations' devices taken, until a job starts
+        if reserved not in self._blocked:  # the states with these reservations' devices taken (kept up by starts)
             self._blocked[reserved] = self._block_now(reserved)
         result = place(job.shape, self._blocked[reserved], fits_empty=True, packing=self.packing, counted=counted)
         if isinstance(result, Unplaceable):
@@ -274,21 +285,17 @@ class Planner:
         return result
 
     def _block_now(self, reserved: tuple[int, ...]) -> list[HostState]:
-        """The states now, with the devices these reservations hold marked used. A host's blocked state is kept for as
-        long as its state and the devices held on it are the same: a start changes a few hosts, and every set of
-        reservations asked after it would otherwise copy every host they hold (tens of thousands of copies a pass)."""
+        """The states now, with the devices these reservations hold marked used."""
         held = self._held_by(reserved)
-        blocked = []
-        for state in self.states:
-            ids = held.get(state.name)
-            if ids is None:
-                blocked.append(state)
-                continue
-            kept = self._blocked_hosts.get((state.name, ids))
-            if kept is None or kept[0] is not state:
-                kept = self._blocked_hosts[(state.name, ids)] = (state, state.with_used((), ids))
-            blocked.append(kept[1])
-        return blocked
+        return [self._blocked_host(state, held[state.name]) if state.name in held else state for state in self.states]
+
+    def _blocked_host(self, state: HostState, ids: frozenset[int]) -> HostState:
+        """A host's state with `ids` marked used, kept for as long as its state and those devices are the same: sets of
+        reservations share hosts, and every set asked after a start would otherwise copy every host it holds."""
+        kept = self._blocked_hosts.get((state.name, ids))
+        if kept is None or kept[0] is not state:
+            kept = self._blocked_hosts[(state.name, ids)] = (state, state.with_used((), ids))
+        return kept[1]
 
     def _states_by_name(self) -> dict[str, HostState]:
         if self._by_name is None:
@@ -338,7 +345,7 @@ class Planner:
                 self.outcome.unplaced[job.job_id] = why
             else:
                 self.outcome.reservations[job.job_id] = reservation
-                self._overlaps_now.clear()
+                self._overlaps_now = None
         self._pending.clear()
 
     def _started_now(self, job: Waiting, where: Placement, end: float) -> None:
@@ -361,7 +368,13 @@ class Planner:
         # A shape the count ruled out stays out for the rest of the pass (starts and reservations only take devices);
         # a placement's verdict is asked again.
         self._misfits = {seen: why for seen, why in self._misfits.items() if why is None} if COUNT_FIRST else {}
-        self._blocked.clear()
+        # The blocked states kept per set of reservations change where the job landed only (a pass that starts dozens
+        # of jobs would block every host again for each set, after each start).
+        for reserved, blocked in self._blocked.items():
+            held = self._held_by(reserved)
+            for host in before:
+                state = self.states[position[host]]
+                blocked[position[host]] = self._blocked_host(state, held[host]) if host in held else state
         self._held_loss.clear()
         gang = Running(job.job_id, end, devices_of(where))
         if self._release_at is not None:  # the devices it took were free: none of them had a release time

@@ -181,6 +181,7 @@ def required_tasks(shape: JobShape) -> tuple[TaskSpec, ...]:
 
 
 @lru_cache(maxsize=1024)
+@lru_cache(maxsize=1024)
 def devices_needed(shape: JobShape) -> int:
     """The devices a (valid) shape holds in all (asked of every waiting job, every pass: a queue has a few shapes)."""
     return sum(task.devices for task in required_tasks(shape))

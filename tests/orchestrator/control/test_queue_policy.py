@@ -224,6 +224,8 @@ def test_the_queue_api_lists_waiting_jobs_in_order_and_only_staff_change_it(alic
     scheduling.schedule_cluster(host.cluster_id)
     rows = api.get(f"/api/clusters/{host.cluster_id}/queue/").json()
     assert [r["id"] for r in rows] == [first.pk, later.pk] and rows[0]["held"] and rows[1]["expected_start"]
+    # The held job no longer promises a start: its reservation went to the job behind it.
+    assert rows[0]["expected_start"] is None and rows[0]["reservation"] == {} and "held by staff" in rows[0]["reason"]
     assert [e.text for e in JobEvent.objects.filter(job=later)] == ["priority normal -> high by ops"]
 
 

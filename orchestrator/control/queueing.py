@@ -11,9 +11,8 @@ staff set no quota nobody is over; where they set any, a user with none has a qu
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import connection
@@ -178,6 +177,36 @@ def queued(cluster_id: int) -> list[Queued]:
     return [Queued(*row, rank=rank) for rank, row in enumerate(rows)]
 
 
-def order_key(job: Queued, classes: dict[int, tuple[int, bool]], default_value: int, share: Shares, need: int) -> Any:
-    value = classes[job.priority_class_id][0] if job.priority_class_id in classes else default_value
-    return (-value, share.over(job.owner_id, need), share.ratio(job.owner_id), job.rank)
+def _standing(
+    class_id: int | None,
+    owner_id: int,
+    need: int,
+    classes: dict[int, tuple[int, bool]],
+    default_value: int,
+    share: Shares,
+) -> tuple[int, bool, float]:
+    """What orders jobs before their submission: class, then fair share."""
+    value = classes[class_id][0] if class_id in classes else default_value
+    return (-value, share.over(owner_id, need), share.ratio(owner_id))
+
+
+def sort_queue(
+    jobs: list[Queued],
+    classes: dict[int, tuple[int, bool]],
+    default_value: int,
+    share: Shares,
+    need_of: Callable[[Queued], int],
+) -> None:
+    """Sort waiting jobs (in place) into the queue's order (this module's docstring), `need_of(job)` their devices. A
+    queue's jobs share a few (class, owner, devices) standings, each computed once (every pass sorts the whole
+    queue)."""
+    standings: dict[tuple[int | None, int, int], tuple[int, bool, float]] = {}
+
+    def key(job: Queued) -> tuple[tuple[int, bool, float], int]:
+        asked = (job.priority_class_id, job.owner_id, need_of(job))
+        standing = standings.get(asked)
+        if standing is None:
+            standing = standings[asked] = _standing(*asked, classes, default_value, share)
+        return (standing, job.rank)
+
+    jobs.sort(key=key)

@@ -127,7 +127,7 @@ def _plan_pass(
     share = queueing.shares(cluster, (job.owner_id for job in waiting), fleet.usage)
     shapes = {job.pk: job_shape(job) for job in waiting}
     needs = {pk: placement.devices_needed(shape) for pk, shape in shapes.items()}
-    waiting.sort(key=lambda job: queueing.order_key(job, classes, default_value, share, needs[job.pk]))
+    queueing.sort_queue(waiting, classes, default_value, share, lambda job: needs[job.pk])
     planner = backfill.Planner(
         fleet.states,
         fleet.gangs,
@@ -292,7 +292,7 @@ def ordered_queue(cluster: Cluster) -> list[Job]:
     waiting = queueing.queued(cluster.pk)
     classes, default_value = queueing.class_values()
     share = queueing.shares(cluster, (job.owner_id for job in waiting), fleet_state.usage(cluster.pk))
-    waiting.sort(key=lambda job: queueing.order_key(job, classes, default_value, share, placement_needs(job)))
+    queueing.sort_queue(waiting, classes, default_value, share, placement_needs)
     rows = Job.objects.select_related("owner", "priority_class").in_bulk([job.pk for job in waiting])
     return [rows[job.pk] for job in waiting if job.pk in rows]
 

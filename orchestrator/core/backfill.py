@@ -138,6 +138,7 @@ class Planner:
         self._fleet: int | None = None  # the hosts' fixed facts, hashed: the key of the idle verdicts
         self._pending: list[tuple[Waiting, Unplaceable | None]] = []  # waiting, in order, no reservation yet
         self._misfits: dict[tuple[JobShape, tuple[int, ...]], Unplaceable | None] = {}
+        self._shape_facts: dict[JobShape, _ShapeFacts] = {}
         self._held_cache: dict[tuple[int, ...], Devices] = {}
         self._blocked: dict[tuple[int, ...], list[HostState]] = {}
         # The states by host name, and per devices-per-task the sum of `fit_count` over the online hosts: made when
@@ -211,26 +212,38 @@ class Planner:
         when it is needed: when a job behind it fits now (it must keep clear of it), or at `finish` when the pass
         plans every waiting job's start. A pass over a full fleet where nothing fits then costs little."""
         shape = job.shape
-        end = self.now + job.limit_s
+        facts = self._shape_facts.get(shape) or self._facts_of(shape)
         result: Placement | Unplaceable | None = None
-        if self._count_free_now() >= devices_needed(shape) and not self._too_few_fits(shape):
-            if not self._pending:
+        if self._count_free_now() >= facts.needed and not self._too_few_fits(shape, facts):
+            end = self.now + job.limit_s
+            seen = (shape, self._overlapping_now(end))
+            if seen in self._misfits:
+                # It did not fit these very states (no job started since) with the same reservations in its way: on
+                # a busy fleet most of the queue is such repeats. (What _may_fit_now and _try_now would answer.)
+                result = self._misfits[seen]
+            elif not self._pending:
                 result = self._try_now(job, end)
             elif self._may_fit_now(job, end):
                 # Jobs ahead of it wait with no reservation yet: make theirs, then it must keep clear of them.
                 self._reserve_pending()
                 result = self._try_now(job, end)
             else:  # (what _may_fit_now found is kept: the same reservations are in its way)
-                result = self._misfits[(shape, self._overlapping_now(end))]
+                result = self._misfits[seen]
             if isinstance(result, Placement):
                 self._started_now(job, result, end)
                 return result
-        never = self._never(shape)
-        if never is not None:
-            self.outcome.never[job.job_id] = never
+        if not facts.asked:
+            facts.never, facts.asked = self._never(shape), True
+        if facts.never is not None:
+            self.outcome.never[job.job_id] = facts.never
             return None
         self._pending.append((job, result if isinstance(result, Unplaceable) else None))
         return None
+
+    def _facts_of(self, shape: JobShape) -> _ShapeFacts:
+        """What the pass asks of every waiting job's shape, once per shape (a queue has a few dozen)."""
+        facts = self._shape_facts[shape] = _ShapeFacts(devices_needed(shape), device_tasks(shape))
+        return facts
 
     def finish(self, *, plan_all: bool) -> None:
         """End the pass: with `plan_all`, every waiting job still without a reservation gets one (up to the depth);
@@ -241,11 +254,11 @@ class Planner:
             self.outcome.deferred = [job.job_id for job, _why in self._pending]
             self._pending.clear()
 
-    def _too_few_fits(self, shape: JobShape) -> bool:
+    def _too_few_fits(self, shape: JobShape, facts: _ShapeFacts) -> bool:
         """Whether the online hosts' free devices, reservations aside, hold fewer of the shape's device tasks than it
         has: then nothing placed or reserved later in the pass makes room (both only take devices), whatever its
         labels. On a busy spread fleet most of the queue is ruled out here, at the cost of a lookup."""
-        return COUNT_FIRST and self._fit_sum(shape.devices_per_worker) < device_tasks(shape)
+        return COUNT_FIRST and self._fit_sum(shape.devices_per_worker) < facts.device_tasks
 
     def _may_fit_now(self, job: Waiting, end: float) -> bool:
         """Whether `job` fits now as far as the reservations made so far go. A label-free shape is answered by the
@@ -453,6 +466,14 @@ class Planner:
             if tries >= RESERVE_TRIES:
                 return None
         return None
+
+
+@dataclass(slots=True)
+class _ShapeFacts:
+    needed: int  # devices_needed
+    device_tasks: int
+    asked: bool = False  # whether `never` holds Planner._never's answer yet
+    never: Unplaceable | None = None
 
 
 # Count free devices before trying a placement (placement.fits_free_counts): exact, so it changes no plan, only its

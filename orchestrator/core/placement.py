@@ -167,8 +167,10 @@ def validate_shape(shape: JobShape) -> list[tuple[str, str]]:
     return errors
 
 
+@lru_cache(maxsize=1024)
 def required_tasks(shape: JobShape) -> tuple[TaskSpec, ...]:
-    """The processes a (valid) shape needs, in TF_CONFIG role order."""
+    """The processes a (valid) shape needs, in TF_CONFIG role order (asked by every placement: made once per shape;
+    TaskSpecs are frozen)."""
     d = shape.devices_per_worker
     strategy = Strategy(shape.strategy)
     if strategy is Strategy.MIRRORED:
@@ -180,7 +182,6 @@ def required_tasks(shape: JobShape) -> tuple[TaskSpec, ...]:
     return chief + workers + tuple(TaskSpec(TaskType.PS, i, 0) for i in range(shape.ps))
 
 
-@lru_cache(maxsize=1024)
 @lru_cache(maxsize=1024)
 def devices_needed(shape: JobShape) -> int:
     """The devices a (valid) shape holds in all (asked of every waiting job, every pass: a queue has a few shapes)."""

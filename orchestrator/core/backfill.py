@@ -263,16 +263,14 @@ class Planner:
     def _may_fit_now(self, job: Waiting, end: float) -> bool:
         """Whether `job` fits now as far as the reservations made so far go. A label-free shape is answered by the
         count (`_fits_by_count`: exact, ports aside), so a job that fits is placed once, after the jobs ahead of it
-        get their reservations; any other shape by a placement, which is tried again once they have them."""
+        get their reservations; any other shape by a placement, which is tried again once they have them. (Asked by
+        `offer` of a job that is no kept misfit: it keeps the misfit it finds.)"""
         if not (COUNT_FIRST and not job.shape.labels):
             return isinstance(self._try_now(job, end), Placement)
         reserved = self._overlapping_now(end)
-        seen = (job.shape, reserved)
-        if seen in self._misfits:
-            return False
         if self._fits_by_count(job.shape, reserved):
             return True
-        self._misfits[seen] = None
+        self._misfits[(job.shape, reserved)] = None
         return False
 
     def _try_now(self, job: Waiting, end: float) -> Placement | Unplaceable | None:
@@ -386,7 +384,7 @@ class Planner:
         for reserved, blocked in self._blocked.items():
             held = self._held_by(reserved)
             for host in before:
-                state = self.states[position[host]]
+                state = by_name[host]  # (its new state, set above)
                 blocked[position[host]] = self._blocked_host(state, held[host]) if host in held else state
         self._held_loss.clear()
         gang = Running(job.job_id, end, devices_of(where))

@@ -8,10 +8,15 @@ Checks the rows the passes wrote (no port or device held twice on a host, every 
 and exits 1 when a check fails.
 
     .venv/bin/python bench/pass_cost.py [--hosts 500] [--jobs 1000] [--ends 60] [--per-pass 1] [--seed 14]
-                                        [--packing spread|pack] [--profile [--sort cumulative|tottime]]
+                                        [--packing spread|pack] [--history N] [--drawn-limits]
+                                        [--profile [--sort cumulative|tottime]]
 
 `--per-pass K` ends K gangs before each steady pass: bench/scale.py's passes place what a few seconds of endings
 freed (a pass at most every TFDASH_SCHEDULE_INTERVAL_S), dozens of jobs each, not one gang's worth.
+`--drawn-limits` gives the jobs time limits as bench/scale.py does (1.5-5x a drawn run time; without it every job has
+the cluster's default limit, so running gangs end together and reservations are cheap to plan). `--history N` adds N
+finished jobs (copies of a placed one, with its tasks) before the steady passes: a fleet a team
+has used for months keeps every job it ran, and a pass must not slow down with them.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scale import expected_tasks, job_mix, pct, register_fleet  # noqa: E402
+from scale import expected_tasks, give_time_limits, job_mix, pct, register_fleet  # noqa: E402
 from stack import django_in_process  # noqa: E402
 
 GPUS_PER_HOST = 8
@@ -93,6 +98,42 @@ def end_one_job(rng: random.Random) -> int | None:
     return job_id
 
 
+def add_history(jobs: int) -> None:
+    """`jobs` finished jobs with their tasks, copied in SQL from a job the first pass placed (its columns as they are,
+    the state succeeded, created earlier than the queue)."""
+    from django.db import connection
+
+    from orchestrator.models import Job, JobState, Task, TaskState
+
+    template = Job.objects.filter(attempt=1).order_by("pk").values_list("pk", flat=True).first()
+    assert template is not None, "the first pass placed nothing"
+    job_cols = [f.column for f in Job._meta.concrete_fields if f.column != "id"]
+    task_cols = [f.column for f in Task._meta.concrete_fields if f.column not in ("id", "job_id")]
+    override = {
+        "state": "%(job_state)s",
+        "created_at": "created_at - interval '1 day' * n / 100",
+        "finished_at": "created_at",
+        "name": "name || '-' || n",
+    }
+    picked = ", ".join(override.get(c, c) for c in job_cols)
+    task_picked = ", ".join("%(task_state)s" if c == "state" else f"t.{c}" for c in task_cols)
+    jobs_sql = f"""
+        INSERT INTO {Job._meta.db_table} ({", ".join(job_cols)}) SELECT {picked}
+        FROM {Job._meta.db_table}, generate_series(1, %(n)s) n WHERE id = %(id)s
+    """  # noqa: S608 - names from the models, every value a parameter
+    tasks_sql = f"""
+        INSERT INTO {Task._meta.db_table} (job_id, {", ".join(task_cols)}) SELECT j.id, {task_picked}
+        FROM {Job._meta.db_table} j, {Task._meta.db_table} t
+        WHERE j.state = %(job_state)s AND j.name LIKE %(like)s AND t.job_id = %(id)s
+    """  # noqa: S608 - names from the models, every value a parameter
+    like = Job.objects.get(pk=template).name.replace("%", r"\%").replace("_", r"\_") + "-%"
+    with connection.cursor() as cursor:
+        cursor.execute(jobs_sql, {"job_state": str(JobState.SUCCEEDED), "n": jobs, "id": template})
+        cursor.execute(tasks_sql, {"task_state": str(TaskState.SUCCEEDED), "job_state": str(JobState.SUCCEEDED),
+                                   "id": template, "like": like})  # fmt: skip
+        cursor.execute("ANALYZE")  # as autovacuum would have, over months
+
+
 def timed_pass(cluster_id: int, profiler: cProfile.Profile | None) -> tuple[int, float]:
     from orchestrator.control import scheduling
     from orchestrator.models import Task
@@ -151,23 +192,33 @@ def main() -> int:
     parser.add_argument("--per-pass", type=int, default=1, help="gangs ended before each steady pass")
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--packing", choices=("spread", "pack"), default="spread", help="the cluster's packing")
+    parser.add_argument("--history", type=int, default=0, help="finished jobs in the database (steady passes)")
+    parser.add_argument("--drawn-limits", action="store_true", help="time limits drawn as bench/scale.py draws them")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--sort", choices=("cumulative", "tottime"), default="cumulative", help="the profile's order")
     args = parser.parse_args()
     failures: list[str] = ["did not finish"]
     with django_in_process("tfdash-pass-cost-"):
         from config.celery import freeze_startup_heap
-        from orchestrator.models import Cluster
+        from orchestrator.models import Cluster, Job
 
         register_fleet(args.hosts, args.packing)
         bring_online(args.hosts)
         queue_jobs(job_mix(args.jobs, random.Random(args.seed), gpus=args.hosts * GPUS_PER_HOST))
+        if args.drawn_limits:
+            # Time limits as bench/scale.py gives them (its default durations): running gangs end at many distinct
+            # times, which is what a reservation walks (with the cluster's one default limit, they end together).
+            ids = sorted(Job.objects.values_list("pk", flat=True))
+            give_time_limits(ids, (20.0, 60.0), random.Random(args.seed + 1))
         cluster_id = Cluster.objects.get(name="scale").pk
         freeze_startup_heap()  # as the orchestrator worker does once it is ready (config/celery.py)
         print(f"[pass-cost] {args.hosts} hosts x {GPUS_PER_HOST} GPUs, {args.jobs} jobs queued", flush=True)
 
         first = cProfile.Profile() if args.profile else None
         report("first pass (idle fleet, full queue)", [timed_pass(cluster_id, first)])
+        if args.history:
+            add_history(args.history)
+            print(f"[pass-cost] {args.history} finished jobs added", flush=True)
         rng = random.Random(args.seed)
         profiler = cProfile.Profile() if args.profile else None
         steady = []

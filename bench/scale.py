@@ -23,9 +23,11 @@ overestimate), never the true time. `--policy` runs the scheduler with backfill 
 same seed; the table then has GPU utilization over the jobs phase (device-seconds in use / available), jobs finished,
 mean and p95 wait, and the head's start against its first reservation.
 
-It prints one table (with the load average) and checks correctness: every job placed exactly once (one set of tasks
-for attempt 1), every job that ended succeeded, no port or device booked twice, no healthy host ever marked offline,
-no order refused; with `--until-done` also that every job ended within `--minutes`. Exit status 1 when a check fails.
+It prints one table (with the load average, and the CPU each process used over the jobs phase: on a small machine
+the stack, the simulated fleet and the databases share its cores) and checks correctness: every job placed exactly
+once (one set of tasks for attempt 1), every job that ended succeeded, no port or device booked twice, no healthy host
+ever marked offline, no order refused; with `--until-done` also that every job ended within `--minutes`. Exit status
+1 when a check fails.
 """
 
 from __future__ import annotations
@@ -116,6 +118,29 @@ def cpu_seconds(pids: list[int]) -> float:
             except psutil.NoSuchProcess:
                 pass
     return total
+
+
+def cpu_by_process(stack: Stack, sims: list[subprocess.Popen[bytes]]) -> dict[str, float]:
+    """CPU seconds so far of each of the stack's processes (with their children: PostgreSQL's backends), the simulated
+    fleet's together, this bench's own, and the machine's busy and stolen seconds (all cores)."""
+    groups: dict[str, list[int]] = {}
+    for name, child in list(stack.children.items()):
+        if not name.startswith("agent-"):
+            groups.setdefault(re.sub(r"-\d+$", "", name), []).append(child.proc.pid)
+    groups["fleet sim"] = [proc.pid for proc in sims]
+    taken = {name: cpu_seconds(pids) for name, pids in groups.items()}
+    own = psutil.Process().cpu_times()
+    taken["this bench"] = own.user + own.system
+    machine = psutil.cpu_times()
+    taken["machine busy"] = sum(getattr(machine, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
+    taken["machine stolen"] = getattr(machine, "steal", 0.0)  # (the hypervisor ran something else on our cores)
+    return taken
+
+
+def cpu_shares(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
+    """% of one core each used between two `cpu_by_process` readings `seconds` apart, largest first."""
+    used = {name: round((after.get(name, 0.0) - before[name]) / seconds * 100, 1) for name in before}
+    return dict(sorted(used.items(), key=lambda kv: -kv[1]))
 
 
 def placing_passes(logs: list[Path]) -> list[tuple[int, float, float]]:
@@ -703,6 +728,7 @@ def main() -> int:
             give_time_limits(list(submitted), args.duration, random.Random(args.seed + 1))
         submit_s = committed[0] - submit_start
         print(f"[scale] {len(submitted)} jobs submitted in {submit_s:.1f} s", flush=True)
+        cpu_before, cpu_t0 = cpu_by_process(stack, sims), time.monotonic()
         deadline = time.monotonic() + args.minutes * 60
         samples: list[tuple[float, int, int]] = []  # (t, running tasks, max point id)
         offline_seen = 0
@@ -715,6 +741,11 @@ def main() -> int:
                 break
             time.sleep(2)
         results["jobs phase, s"] = time.monotonic() - (deadline - args.minutes * 60)
+        # Who used the machine's cores while the jobs ran (on a 2-core machine everything here shares them; a pass's
+        # wall time over its CPU time is mostly what the others took): % of one core each, 200 = two cores full.
+        results["CPU over the jobs phase, % of a core"] = cpu_shares(
+            cpu_before, cpu_by_process(stack, sims), time.monotonic() - cpu_t0
+        )
         jobs_phase = (submit_start + submit_s, time.time())
         results.update(queue_figures(list(submitted), *jobs_phase, args.hosts * 8))
 

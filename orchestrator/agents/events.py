@@ -22,6 +22,7 @@ from django.db import transaction
 
 from contracts.protocol import TASK_EVENT, TaskEvent, TaskEventKind
 from orchestrator import counters
+from orchestrator.compiled_reads import CompiledRead
 from orchestrator.control.lifecycle import SAVES_EVENT_SEQ, apply_event
 from orchestrator.identity import auth, foreign
 from orchestrator.identity.auth import Accepted, authenticated_body, remember
@@ -238,12 +239,20 @@ def _locked(task_id: int) -> Task | None:
     return _locked_group([task_id]).get(task_id)
 
 
+# Compiled once per count of ids (orchestrator/compiled_reads.py): every event reads its tasks by it, and compiling
+# its 100-odd columns was more of an exit's CPU than running it (bench/event_cost.py).
+_TASKS_LOCKED = CompiledRead(
+    lambda ids: (
+        Task.objects.select_for_update(of=("self",)).select_related("job", "host").filter(pk__in=ids).order_by("pk")
+    )
+)
+
+
 def _locked_group(task_ids: list[int]) -> dict[int, Task]:
     """These tasks of one job (its row already locked), their rows locked, read with the job in one instance that
     they all share (what one event's handling changes of the job, the next one's reads) and their hosts."""
     ids = sorted({task_id for task_id in task_ids if _number(task_id)})
-    rows = Task.objects.select_for_update(of=("self",)).select_related("job", "host").filter(pk__in=ids).order_by("pk")
-    tasks = {task.pk: task for task in rows}
+    tasks = {task.pk: task for task in _TASKS_LOCKED(ids)}
     shared = next(iter(tasks.values())).job if tasks else None
     for task in tasks.values():
         task.job = shared

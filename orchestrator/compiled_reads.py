@@ -1,0 +1,70 @@
+"""Model reads compiled once and run again with other values.
+
+Django compiles a queryset into SQL every time it runs it. For a read asked for every task event (a task with its job
+and host, locked) the compiling was about a third of the orchestrator's CPU per event (bench/event_cost.py: an exit's
+read brings 100-odd columns, each compiled again). A `CompiledRead` makes the queryset for the first values of a
+given count, keeps its SQL and the compiler's plan for turning rows into instances (select_related's included), and
+for later values of that count only runs the SQL and builds the instances, as Django's own iterator does.
+
+Per thread: a compiler belongs to its thread's database connection.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+from django.db import connections
+from django.db.models import Model, QuerySet
+from django.db.models.query import get_related_populators
+
+M = TypeVar("M", bound=Model)
+
+
+class _Compiled:
+    """One queryset's SQL and how its rows become instances (django.db.models.query.ModelIterable's steps)."""
+
+    def __init__(self, queryset: QuerySet[Any], values: Sequence[Any]) -> None:
+        self.db = queryset.db
+        self.compiler = queryset.query.get_compiler(using=self.db)
+        self.sql, params = self.compiler.as_sql()
+        if list(params) != list(values) or self.compiler.annotation_col_map or queryset._known_related_objects:
+            # The values must be the query's only parameters, in order, for other values to take their places.
+            raise ValueError(f"not a read of its values alone: {params!r} for {list(values)!r}")
+        klass_info, select = self.compiler.klass_info, self.compiler.select
+        self.start, self.end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
+        self.model = klass_info["model"]
+        self.init_list = [column[0].target.attname for column in select[self.start : self.end]]
+        self.populators = get_related_populators(klass_info, select, self.db)
+
+    def run(self, values: Sequence[Any]) -> list[Any]:
+        with connections[self.db].cursor() as cursor:
+            cursor.execute(self.sql, list(values))
+            rows = cursor.fetchall()
+        found = []
+        for row in self.compiler.results_iter([rows]):
+            obj = self.model.from_db(self.db, self.init_list, row[self.start : self.end])
+            for populator in self.populators:
+                populator.populate(row, obj)
+            found.append(obj)
+        return found
+
+
+class CompiledRead(Generic[M]):
+    """`make(values)`: the queryset for these values (they must be its only parameters, in order, e.g. a `pk__in` of
+    sorted distinct ids). Calling the read returns the instances that queryset would, compiled once per count of
+    values in each thread."""
+
+    def __init__(self, make: Callable[[Sequence[Any]], QuerySet[M]]) -> None:
+        self._make = make
+        self._local = threading.local()
+
+    def __call__(self, values: Sequence[Any]) -> list[M]:
+        if not values:
+            return list(self._make(values))  # (an empty IN matches nothing: Django answers without a query)
+        by_count: dict[int, _Compiled] = self._local.__dict__.setdefault("by_count", {})
+        compiled = by_count.get(len(values))
+        if compiled is None:
+            compiled = by_count[len(values)] = _Compiled(self._make(values), values)
+        return compiled.run(values)

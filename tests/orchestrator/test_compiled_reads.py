@@ -1,0 +1,64 @@
+"""A read compiled once (orchestrator/compiled_reads.py) answers what its queryset answers, every time: the same rows
+as instances with the same values, their related rows already there, the rows as they are now (only the SQL is kept,
+never data), for any count of values."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+from django.forms.models import model_to_dict
+
+from orchestrator.compiled_reads import CompiledRead
+from orchestrator.models import Job, Task
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+
+def tasks_read(ids):  # type: ignore[no-untyped-def]
+    return Task.objects.select_for_update(of=("self",)).select_related("job", "host").filter(pk__in=ids).order_by("pk")
+
+
+def as_dicts(tasks: list[Task]) -> list[tuple[dict, dict, dict]]:
+    return [(model_to_dict(t), model_to_dict(t.job), model_to_dict(t.host)) for t in tasks]
+
+
+@pytest.fixture
+def tasks(alice) -> list[Task]:  # type: ignore[no-untyped-def]
+    host, _token = factories.host()
+    host.save()
+    job = Job.objects.create(owner=alice, cluster=host.cluster, name="j", strategy="multi_worker_mirrored",
+                             program_kind="builtin", builtin="digits_mlp", workers=3)  # fmt: skip
+    return [
+        Task.objects.create(job=job, type="worker", index=i, host=host, port=24000 + i, devices=[i]) for i in range(3)
+    ]
+
+
+def test_it_reads_what_its_queryset_reads_with_the_related_rows(tasks, django_assert_num_queries):
+    read = CompiledRead(tasks_read)
+    for ids in ([tasks[0].pk], [tasks[0].pk, tasks[2].pk], [t.pk for t in tasks], [tasks[1].pk]):
+        with transaction.atomic():
+            expected = list(tasks_read(ids))
+            with django_assert_num_queries(1):  # the related job and host come with the row
+                found = read(ids)
+                assert as_dicts(found) == as_dicts(expected)
+            assert [t.pk for t in found] == sorted(ids)
+
+
+def test_each_call_reads_the_rows_as_they_are_now(tasks):
+    read = CompiledRead(tasks_read)
+    with transaction.atomic():
+        assert read([tasks[0].pk])[0].state == "pending"
+    Task.objects.filter(pk=tasks[0].pk).update(state="running")
+    Job.objects.filter(pk=tasks[0].job_id).update(reason="changed")
+    with transaction.atomic():
+        again = read([tasks[1].pk])[0], read([tasks[0].pk])[0]  # the same count: the compiled SQL, other values
+    assert (again[0].pk, again[1].pk) == (tasks[1].pk, tasks[0].pk)
+    assert (again[1].state, again[1].job.reason) == ("running", "changed")
+    assert read([]) == []
+
+
+def test_a_query_with_parameters_besides_its_values_is_refused(tasks):
+    read = CompiledRead(lambda ids: Task.objects.filter(pk__in=ids, state="pending"))
+    with pytest.raises(ValueError, match="not a read of its values alone"):
+        read([tasks[0].pk])

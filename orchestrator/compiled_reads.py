@@ -29,10 +29,18 @@ class _Compiled:
         self.db = queryset.db
         self.compiler = queryset.query.get_compiler(using=self.db)
         self.sql, params = self.compiler.as_sql()
-        if list(params) != list(values) or self.compiler.annotation_col_map or queryset._known_related_objects:
+        if list(params) != list(values):
             # The values must be the query's only parameters, in order, for other values to take their places.
             raise ValueError(f"not a read of its values alone: {params!r} for {list(values)!r}")
-        klass_info, select = self.compiler.klass_info, self.compiler.select
+        compiler = self.compiler
+        if compiler.annotation_col_map or compiler.has_extra_select or queryset._known_related_objects:
+            raise ValueError("a read of model rows only: no annotations, extra columns or known related objects")
+        fields = [column[0] for column in compiler.select[: compiler.col_count]]
+        if compiler.has_composite_fields(fields):
+            raise ValueError("a read of model rows only: no composite fields")
+        # What turns each column's value into the field's (compiler.results_iter makes them again for every run).
+        self.converters = compiler.get_converters(fields)
+        klass_info, select = compiler.klass_info, compiler.select
         self.start, self.end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
         self.model = klass_info["model"]
         self.init_list = [column[0].target.attname for column in select[self.start : self.end]]
@@ -43,7 +51,9 @@ class _Compiled:
             cursor.execute(self.sql, list(values))
             rows = cursor.fetchall()
         found = []
-        for row in self.compiler.results_iter([rows]):
+        if self.converters:
+            rows = self.compiler.apply_converters(rows, self.converters)
+        for row in rows:
             obj = self.model.from_db(self.db, self.init_list, row[self.start : self.end])
             for populator in self.populators:
                 populator.populate(row, obj)

@@ -23,6 +23,7 @@ from django.db import transaction
 from contracts.protocol import TASK_EVENT, TaskEvent, TaskEventKind
 from orchestrator import counters
 from orchestrator.compiled_reads import CompiledRead
+from orchestrator.compiled_writes import save_fields
 from orchestrator.control.lifecycle import SAVES_EVENT_SEQ, apply_event
 from orchestrator.identity import auth, foreign
 from orchestrator.identity.auth import Accepted, authenticated_body, remember
@@ -153,7 +154,7 @@ def wait_for_lines(task: Task, event: TaskEvent) -> None:
     settings.TFDASH_EXIT_LINES_WAIT_S whatever is in)."""
     if task.exit_waiting is None:
         task.exit_waiting = {**asdict(event), "waiting_since": time.time()}
-        task.save(update_fields=["exit_waiting"])
+        save_fields(task, ["exit_waiting"])
         log.info("exit of task %s waits for its lines (%s printed, %s in)", task.pk, event.lines, task.log_lines_in)
 
 
@@ -184,7 +185,7 @@ def apply_waited(task: Task, event: TaskEvent) -> None:
     """Apply an exit that waited (job and task locked by the caller): the recorded exit is the truth."""
     task.exit_waiting = None
     task.event_seq = max(task.event_seq, _number(event.seq))
-    task.save(update_fields=["exit_waiting", "event_seq"])
+    save_fields(task, ["exit_waiting", "event_seq"])
     if task.state in ACTIVE_TASK_STATES:
         apply_event(task, event)
 
@@ -207,7 +208,7 @@ def apply_once(task: Task, event: TaskEvent) -> bool:
     if seq:
         task.event_seq = seq
         if event.kind not in SAVES_EVENT_SEQ:
-            task.save(update_fields=["event_seq"])
+            save_fields(task, ["event_seq"])
     apply_event(task, event)
     return True
 

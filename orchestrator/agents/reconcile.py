@@ -37,6 +37,7 @@ from django.utils import timezone
 from contracts.protocol import RecordedExit, TaskReport
 from orchestrator import counters
 from orchestrator.agents import events
+from orchestrator.compiled_writes import save_fields
 from orchestrator.control import dispatch, lifecycle
 from orchestrator.identity import foreign
 from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task, TaskState
@@ -160,7 +161,7 @@ def _settle(
             elif recorded is not None:  # only a restarted agent records an exit as lost (it reclaimed the task)
                 if task.exit_waiting is not None:
                     task.exit_waiting = None
-                    task.save(update_fields=["exit_waiting"])
+                    save_fields(task, ["exit_waiting"])
                 gone.append((task, recorded.detail or f"the agent on {host.name} restarted"))
                 restarted = True
                 result.ended.append(task.pk)

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from contracts.protocol import TaskEvent, TaskEventKind
 from contracts.strategies import speaks_for_job
+from orchestrator.compiled_writes import save_fields
 from orchestrator.control import dispatch, passes
 from orchestrator.core import restarts
 from orchestrator.metrics import live
@@ -84,7 +85,7 @@ def apply_event(task: Task, event: TaskEvent) -> None:
         elif task.state == TaskState.PENDING:
             # A single mirrored process opens no TF server: started is as connected as it gets.
             task.state = TaskState.RUNNING if task.port is None else TaskState.STARTING
-        task.save(update_fields=["pid", "started_at", "state", "event_seq"])
+        save_fields(task, ["pid", "started_at", "state", "event_seq"])
         _maybe_running(job, task)
     elif event.kind == TaskEventKind.LISTENING:
         if task.state in (TaskState.PENDING, TaskState.STARTING):
@@ -93,7 +94,7 @@ def apply_event(task: Task, event: TaskEvent) -> None:
         # STARTED may have been overtaken (and is then dropped as older): this event says as much.
         task.pid = task.pid or event.pid
         task.started_at = task.started_at or now
-        task.save(update_fields=["state", "listening_at", "pid", "started_at", "event_seq"])
+        save_fields(task, ["state", "listening_at", "pid", "started_at", "event_seq"])
         _maybe_running(job, task)
     elif event.kind == TaskEventKind.EXITED:
         _exited(task, event.exit_code, event.detail, now)
@@ -122,7 +123,7 @@ def _maybe_running(job: Job, task: Task) -> None:
         now = timezone.now()
         job.state, job.progress_at, job.progress_mark = JobState.RUNNING, now, ""
         job.started_at = job.started_at or now  # a restarted job keeps its first start
-        job.save(update_fields=["state", "started_at", "progress_at", "progress_mark"])
+        save_fields(job, ["state", "started_at", "progress_at", "progress_mark"])
         log.info("job %s running", job.pk)
 
 
@@ -198,7 +199,7 @@ def _succeed(job: Job, reason: str) -> None:
         _end_job(job, JobState.SUCCEEDED, reason)
         return
     job.ending, job.ending_at, job.reason = JobState.SUCCEEDED, timezone.now(), reason + WAITING_FOR_OTHERS
-    job.save(update_fields=["ending", "ending_at", "reason"])
+    save_fields(job, ["ending", "ending_at", "reason"])
     log.info("job %s %s: waiting for its other tasks", job.pk, reason)
     if job.strategy == Strategy.PARAMETER_SERVER:
         _stop_tasks(job, f"stopped by the job's success rule ({reason})")
@@ -235,7 +236,7 @@ def task_failed(task: Task, reason: str, retryable: bool, *, host_gone: bool = F
         else:
             why = "its host is gone" if host_gone else _why_no_restart(job, retryable)
             job.reason = f"{reason}; training goes on without it ({why})"
-            job.save(update_fields=["reason"])
+            save_fields(job, ["reason"])
         return
     if allowed:
         restart_job(job, reason, failed=task)
@@ -248,7 +249,7 @@ def task_failed(task: Task, reason: str, retryable: bool, *, host_gone: bool = F
         wait = peer_word_wait()
         job.ending, job.ending_at, job.failed_task = JobState.FAILED, timezone.now(), task
         job.reason = reason + _awaiting_peers(wait)
-        job.save(update_fields=["ending", "ending_at", "failed_task", "reason"])
+        save_fields(job, ["ending", "ending_at", "failed_task", "reason"])
         log.info("job %s: %s; awaiting its peers' word for %s s", job.pk, reason, wait.seconds)
         return
     _end_job(job, JobState.FAILED, reason, failed=task)
@@ -284,7 +285,7 @@ def restart_job(job: Job, reason: str, failed: Task | None = None) -> None:
     job.state, job.failed_task, job.restart_reason = JobState.RESTARTING, failed, reason
     job.reason = f"{reason}; restarting from the last checkpoint (restart {job.restarts} of {job.max_restarts})"
     job.ending, job.ending_at = "", None  # a failure that awaited its peers' word is this restart now
-    job.save(update_fields=["restarts", "state", "failed_task", "restart_reason", "reason", "ending", "ending_at"])
+    save_fields(job, ["restarts", "state", "failed_task", "restart_reason", "reason", "ending", "ending_at"])
     log.warning("job %s restarting: %s", job.pk, reason)
     _stop_tasks(job, f"restarting the job: {reason}")
     schedule_later(job.cluster_id)
@@ -295,7 +296,7 @@ def _relaunch_in_place(job: Job, task: Task, reason: str) -> None:
     job.restarts += 1
     job.restart_reason = reason
     job.reason = f"{reason}; relaunched in place (restart {job.restarts} of {job.max_restarts})"
-    job.save(update_fields=["restarts", "restart_reason", "reason"])
+    save_fields(job, ["restarts", "restart_reason", "reason"])
     again = Task.objects.create(
         job=job,
         attempt=task.attempt,
@@ -317,7 +318,7 @@ def _finish_task(task: Task, state: str, code: int | None, detail: str, now: Any
     task.state, task.exit_code, task.finished_at = state, code, now
     if detail:
         task.detail = detail[:2000]
-    task.save(update_fields=["state", "exit_code", "finished_at", "detail", "event_seq"])
+    save_fields(task, ["state", "exit_code", "finished_at", "detail", "event_seq"])
     _maybe_final(task.job)
 
 
@@ -334,7 +335,7 @@ def _port_conflict(task: Task, detail: str, now: Any) -> None:
     _stop_tasks(job, "port conflict: placing the job again")
     job.state = JobState.QUEUED
     job.reason = f"port {task.port} on {task.host.name} was taken by another process; placing again"
-    job.save(update_fields=["state", "reason"])
+    save_fields(job, ["state", "reason"])
     schedule_later(job.cluster_id)
 
 
@@ -354,7 +355,7 @@ def _end_job(job: Job, state: str, reason: str, failed: Task | None = None) -> N
     job.state, job.reason, job.finished_at = state, reason, timezone.now()
     job.failed_task = failed
     job.ending = ""
-    job.save(update_fields=["state", "reason", "finished_at", "failed_task", "ending"])
+    save_fields(job, ["state", "reason", "finished_at", "failed_task", "ending"])
     log.info("job %s %s: %s", job.pk, state, reason)
     if state == JobState.SUCCEEDED:
         pass  # every task has ended (_succeed)
@@ -385,7 +386,7 @@ def preempt(job_id: int, *, by: int, why: str) -> bool:
     job.reason = (
         f"preempted by #{by} ({why}) {at}; back in the queue with its place kept, to resume from its checkpoint"
     )
-    job.save(update_fields=["state", "preemptions", "reason"])
+    save_fields(job, ["state", "preemptions", "reason"])
     JobEvent.objects.create(job=job, kind="preempted", text=f"preempted by #{by} ({why}) {at}")
     log.warning("job %s preempted by job %s: %s", job.pk, by, why)
     _stop_tasks(job, f"preempted by job #{by}")

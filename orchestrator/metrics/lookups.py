@@ -11,6 +11,7 @@ import time
 from typing import Any, NamedTuple, TypeVar
 
 from orchestrator import counters
+from orchestrator.compiled_reads import CompiledRead
 from orchestrator.identity import auth, foreign, tokens
 from orchestrator.models import Host, Task
 
@@ -42,7 +43,8 @@ class _Lookups:
             return hit[1], hit[2]
         if len(self.hosts) > 10_000:  # names from forged reports must not grow this without bound
             self.hosts.clear()
-        host = Host.objects.filter(name=name).first()
+        found = _HOST_NAMED([name])
+        host = found[0] if found else None
         key = tokens.mac_key(host) if host is not None else None
         self.hosts[name] = (now + HOST_CACHE_S, host, key)
         return host, key
@@ -74,6 +76,10 @@ class _Lookups:
         self.hosts.clear()
         self.tasks.clear()
 
+
+# Compiled once (orchestrator/compiled_reads.py): every host's entry is read again every HOST_CACHE_S, 100 reads a
+# second at 500 hosts, and compiling the query was most of each (`.first()` also sorted a unique name's one row).
+_HOST_NAMED = CompiledRead(lambda names: Host.objects.filter(name__in=names).order_by())
 
 lookups = _Lookups()
 

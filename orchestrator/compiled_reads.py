@@ -29,9 +29,13 @@ class _Compiled:
         self.db = queryset.db
         self.compiler = queryset.query.get_compiler(using=self.db)
         self.sql, params = self.compiler.as_sql()
-        if list(params) != list(values):
-            # The values must be the query's only parameters, in order, for other values to take their places.
-            raise ValueError(f"not a read of its values alone: {params!r} for {list(values)!r}")
+        # The values must be the query's parameters in one run, in order, found once, for other values to take their
+        # places; any other parameter is a constant (e.g. the states of a `state__in`), kept as it is.
+        params, n = list(params), len(values)
+        at = [i for i in range(len(params) - n + 1) if params[i : i + n] == list(values)]
+        if len(at) != 1:
+            raise ValueError(f"not a read of its values in one run: {params!r} for {list(values)!r}")
+        self.before, self.after = params[: at[0]], params[at[0] + n :]
         compiler = self.compiler
         if compiler.annotation_col_map or compiler.has_extra_select or queryset._known_related_objects:
             raise ValueError("a read of model rows only: no annotations, extra columns or known related objects")
@@ -48,7 +52,7 @@ class _Compiled:
 
     def run(self, values: Sequence[Any]) -> list[Any]:
         with connections[self.db].cursor() as cursor:
-            cursor.execute(self.sql, list(values))
+            cursor.execute(self.sql, [*self.before, *values, *self.after])
             rows = cursor.fetchall()
         found = []
         if self.converters:
@@ -62,9 +66,9 @@ class _Compiled:
 
 
 class CompiledRead(Generic[M]):
-    """`make(values)`: the queryset for these values (they must be its only parameters, in order, e.g. a `pk__in` of
-    sorted distinct ids). Calling the read returns the instances that queryset would, compiled once per count of
-    values in each thread."""
+    """`make(values)`: the queryset for these values (its parameters must be these values in one run, in order, e.g.
+    a `pk__in` of sorted distinct ids, and constants: the same in every call). Calling the read returns the instances
+    that queryset would, compiled once per count of values in each thread."""
 
     def __init__(self, make: Callable[[Sequence[Any]], QuerySet[M]]) -> None:
         self._make = make

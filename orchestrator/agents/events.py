@@ -232,7 +232,11 @@ def _lock_task(task_id: int, host: Host) -> Task | None:
 
 
 def _lock_job(job_id: int) -> None:
-    list(Job.objects.select_for_update().filter(pk=job_id).order_by().values_list("pk", flat=True))
+    _JOB_LOCKED([job_id])
+
+
+# Compiled once (orchestrator/compiled_reads.py), as the tasks' read below: every event's transaction takes this lock.
+_JOB_LOCKED = CompiledRead(lambda ids: Job.objects.select_for_update().filter(pk__in=ids).order_by().only("pk"))
 
 
 def _locked(task_id: int) -> Task | None:

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from contracts.protocol import TaskEvent, TaskEventKind
 from contracts.strategies import speaks_for_job
+from orchestrator.compiled_reads import CompiledRead
 from orchestrator.compiled_writes import save_fields
 from orchestrator.control import dispatch, passes
 from orchestrator.core import restarts
@@ -180,6 +181,16 @@ def _completed_while_stopped(job: Job, task: Task) -> bool:
 
 
 # --- ending: a final job has no live task --------------------------------------------------------------------------
+# Asked at every exit of a gang whose end is decided (once per task): compiled once (orchestrator/compiled_reads.py).
+_AN_ACTIVE_TASK = CompiledRead(
+    lambda job_ids: Task.objects.filter(job_id__in=job_ids, state__in=ACTIVE_TASK_STATES).order_by().only("pk")[:1]
+)
+
+
+def _has_active_tasks(job: Job) -> bool:
+    return bool(_AN_ACTIVE_TASK([job.pk]))
+
+
 WAITING_FOR_OTHERS = "; waiting for the job's other tasks to end"
 
 
@@ -195,7 +206,7 @@ def _succeed(job: Job, reason: str) -> None:
     workers end by themselves (they get FINISH_GRACE, reap_finished_jobs); ParameterServer workers and ps only
     serve (`Server.join()`) and never do, so they are stopped now. Either way a task stopped so ends `killed`, its
     detail naming the success rule."""
-    if not job.tasks.filter(state__in=ACTIVE_TASK_STATES).exists():
+    if not _has_active_tasks(job):
         _end_job(job, JobState.SUCCEEDED, reason)
         return
     job.ending, job.ending_at, job.reason = JobState.SUCCEEDED, timezone.now(), reason + WAITING_FOR_OTHERS
@@ -207,7 +218,7 @@ def _succeed(job: Job, reason: str) -> None:
 
 def _maybe_final(job: Job) -> None:
     """A task of the job ended: the job takes the state its success rule decided once it was the last."""
-    if job.ending and not job.is_terminal and not job.tasks.filter(state__in=ACTIVE_TASK_STATES).exists():
+    if job.ending and not job.is_terminal and not _has_active_tasks(job):
         failed = job.failed_task if job.ending == JobState.FAILED else None
         _end_job(job, job.ending, _without_suffix(job.reason), failed=failed)
 
@@ -362,7 +373,7 @@ def _end_job(job: Job, state: str, reason: str, failed: Task | None = None) -> N
     else:
         # The rest of a failed gang would wait forever for its peer.
         _stop_tasks(job, f"job {state}")
-    if not job.tasks.filter(state__in=ACTIVE_TASK_STATES).exists():
+    if not _has_active_tasks(job):
         schedule_later(job.cluster_id)
 
 

@@ -1,6 +1,6 @@
 """A read compiled once (orchestrator/compiled_reads.py) answers what its queryset answers, every time: the same rows
 as instances with the same values, their related rows already there, the rows as they are now (only the SQL is kept,
-never data), for any count of values."""
+never data), for any count of values, with the query's constant parameters kept."""
 
 from __future__ import annotations
 
@@ -58,7 +58,12 @@ def test_each_call_reads_the_rows_as_they_are_now(tasks):
     assert read([]) == []
 
 
-def test_a_query_with_parameters_besides_its_values_is_refused(tasks):
-    read = CompiledRead(lambda ids: Task.objects.filter(pk__in=ids, state="pending"))
-    with pytest.raises(ValueError, match="not a read of its values alone"):
-        read([tasks[0].pk])
+def test_constant_parameters_are_kept_and_values_it_cannot_find_are_refused(tasks):
+    Task.objects.filter(pk=tasks[1].pk).update(state="running")
+    read = CompiledRead(lambda ids: Task.objects.filter(state__in=["running", "stopping"], pk__in=ids).order_by("pk"))
+    with transaction.atomic():
+        assert [t.pk for t in read([tasks[0].pk, tasks[1].pk])] == [tasks[1].pk]
+        assert [t.pk for t in read([tasks[1].pk, tasks[2].pk])] == [tasks[1].pk]  # the states kept, other ids
+    shifted = CompiledRead(lambda ids: Task.objects.filter(pk__in=[i + 1 for i in ids]))
+    with pytest.raises(ValueError, match="not a read of its values in one run"):
+        shifted([tasks[0].pk])

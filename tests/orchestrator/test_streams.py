@@ -157,3 +157,31 @@ def test_a_new_host_and_a_lost_group_are_found_without_a_restart(redis_url, host
     assert one.drain_once() == 0  # the group is made again
     assert one.drain_once() == 1
     assert recorder.seen[-1] == (hosts[1], b"again")
+
+
+def test_reads_spread_over_many_streams_keep_their_bounds_and_miss_nothing(redis_url, monkeypatch):
+    """New entries are read from many streams per command (streams.MANY_STREAMS; a few here, so one read takes
+    several commands): a read hands over at most `read_count` entries and at most `per_stream` of one stream, each
+    stream's in order, and reads go on until every entry was handed over once."""
+    monkeypatch.setattr(streams, "MANY_STREAMS", 4)
+    client = redis.Redis.from_url(redis_url)
+    names = [f"s-{uuid.uuid4().hex[:8]}" for _ in range(11)]
+    counts = [0, 1, 12, 0, 3, 1, 0, 0, 7, 1, 2]  # most streams have little or nothing; one has more than a read takes
+    try:
+        recorder = Recorder()
+        many = reader(client, names, recorder, read_count=9, per_stream=5)
+        for host, count in zip(names, counts, strict=True):
+            for n in range(count):
+                client.xadd(broker.stream(host, KIND), {"name": f"m{n}"})
+        reads = []
+        while handed := many.drain_once():
+            reads.append(recorder.seen)
+            recorder.seen = []
+        assert reads and all(len(batch) <= 9 for batch in reads)
+        assert all(sum(1 for host, _ in batch if host == name) <= 5 for batch in reads for name in names)
+        every = [entry for batch in reads for entry in batch]
+        for host, count in zip(names, counts, strict=True):
+            assert [name for h, name in every if h == host] == [f"m{n}".encode() for n in range(count)]
+        assert len(every) == sum(counts)
+    finally:
+        client.delete(*(broker.stream(name, KIND) for name in names))

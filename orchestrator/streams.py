@@ -58,9 +58,10 @@ _SECRETS = re.compile(rb'("(?:token|mac)"\s*:\s*")[^"]*')
 # Returns, per entry read: {stream, id, 'ok', fields} | {stream, id, 'size', bytes} | {stream, id, 'tries', n} |
 # {stream, id, 'gone'} (deleted after it was read); per stream that failed: {stream, 'error', message}.
 #
-# New entries are read from many streams per XREADGROUP (up to MANY_STREAMS, a few of each, no more than the count in
-# all), then more from the streams that had that many. Most of a fleet's streams have nothing new at any moment: one
-# XREADGROUP per stream was, at 500 hosts, 2 ms of Redis's time per read and a tenth of its core (bench/scale.py).
+# New entries are read from many streams per XREADGROUP (up to MANY_STREAMS, an equal share of the count in all from
+# each), in rounds: then again from the streams that gave all that was asked of them. Most of a fleet's streams have
+# nothing new at any moment: one XREADGROUP per stream was, at 500 hosts, 2 ms of Redis's time per read and a tenth of
+# its core (bench/scale.py).
 # Pending entries (a reader starting again) are read one stream at a time, their delivery counts first.
 _READ = """
 local group, consumer, start = ARGV[1], ARGV[2], ARGV[3]
@@ -122,32 +123,38 @@ if start ~= '>' then
   return out
 end
 
-local more = {}  -- streams that gave all that was asked of them: they may hold more
-local i = 1
-while i <= #KEYS and budget > 0 do
-  local c = math.min(#KEYS - i + 1, budget, many)
-  local n = math.max(1, math.min(per, math.floor(budget / c)))
-  local args = {'XREADGROUP', 'GROUP', group, consumer, 'COUNT', n, 'STREAMS'}
-  for j = i, i + c - 1 do args[#args + 1] = KEYS[j] end
-  for j = 1, c do args[#args + 1] = '>' end
-  local res = redis.pcall(unpack(args))
-  if type(res) == 'table' and res.err then
-    -- A stream or its group is missing (a new host, a Redis that lost them): one at a time, so each says which.
-    for j = i, i + c - 1 do
-      if budget <= 0 then break end
-      read_one(KEYS[j], math.min(per, budget))
+-- Rounds: every stream at first, then the streams that gave all that was asked of them (they may hold more), until
+-- the count in all is reached or none may hold more. Each round asks each stream for an equal share of what is left.
+local took = {}
+local round = KEYS
+while #round > 0 and budget > 0 do
+  local again = {}
+  local i = 1
+  while i <= #round and budget > 0 do
+    local c = math.min(#round - i + 1, budget, many)
+    local most = 0
+    for j = i, i + c - 1 do most = math.max(most, took[round[j]] or 0) end
+    local n = math.max(1, math.min(per - most, math.floor(budget / c)))
+    local args = {'XREADGROUP', 'GROUP', group, consumer, 'COUNT', n, 'STREAMS'}
+    for j = i, i + c - 1 do args[#args + 1] = round[j] end
+    for j = 1, c do args[#args + 1] = '>' end
+    local res = redis.pcall(unpack(args))
+    if type(res) == 'table' and res.err then
+      -- A stream or its group is missing (a new host, a Redis that lost them): one at a time, so each says which.
+      for j = i, i + c - 1 do
+        if budget <= 0 then break end
+        read_one(round[j], math.min(per - (took[round[j]] or 0), budget))
+      end
+    elseif res then
+      for _, s in ipairs(res) do
+        take(s[1], s[2], {})
+        took[s[1]] = (took[s[1]] or 0) + #s[2]
+        if #s[2] == n and took[s[1]] < per then table.insert(again, s[1]) end
+      end
     end
-  elseif res then
-    for _, s in ipairs(res) do
-      take(s[1], s[2], {})
-      if #s[2] == n and n < per then table.insert(more, {s[1], per - n}) end
-    end
+    i = i + c
   end
-  i = i + c
-end
-for _, m in ipairs(more) do
-  if budget <= 0 then break end
-  read_one(m[1], math.min(m[2], budget))
+  round = again
 end
 return out
 """

@@ -113,13 +113,22 @@ def apply_event(task: Task, event: TaskEvent) -> None:
         log.warning("unknown task event kind %r", event.kind)
 
 
+# The states of the job's current tasks, asked by every event that makes its task RUNNING: compiled once
+# (orchestrator/compiled_reads.py). No order: Task's Meta.ordering sorts by its job's, which joins the job table.
+_CURRENT_STATES = CompiledRead(
+    lambda job_and_attempt: (
+        # (Two filters: one filter's keywords are sorted, and the values must be the query's parameters in order.)
+        Task.objects.filter(job_id=job_and_attempt[0]).filter(attempt=job_and_attempt[1]).order_by().only("state")
+    )
+)
+
+
 def _maybe_running(job: Job, task: Task) -> None:
     # Only the event that made its own task RUNNING can make the last of the gang so: a task still STARTING
     # (started, its server not listening yet) asks nothing of the others' rows (a query per STARTED of a gang).
     if job.state != JobState.STARTING or task.state != TaskState.RUNNING:
         return
-    # (No order: Task's Meta.ordering sorts by its job's, which joins the job table to a query of one job's rows.)
-    states = set(job.current_tasks().order_by().values_list("state", flat=True))
+    states = {current.state for current in _CURRENT_STATES([job.pk, job.attempt])}
     if states == {TaskState.RUNNING}:
         now = timezone.now()
         job.state, job.progress_at, job.progress_mark = JobState.RUNNING, now, ""

@@ -4,8 +4,8 @@
 compiler). Every task event saves its task (and often its job) so: at fleet size that building was a fifth of an
 exit's CPU (bench/event_cost.py). `save_fields(instance, fields)` does what that save does — the fields' `pre_save`,
 the `pre_save` and `post_save` signals (the pages are told by a receiver, orchestrator/apps.py), an error when no row
-was updated — with the UPDATE compiled once per model and fields, per thread (a compiler belongs to its thread's
-database connection). A value that is an expression (an `F()`) goes through `save` as before.
+was updated — with the UPDATE compiled once per model, fields and NULLs, per thread (a compiler belongs to its
+thread's database connection). A value that is an expression (an `F()`) goes through `save` as before.
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ _local = threading.local()
 
 def save_fields(instance: Model, names: Sequence[str]) -> None:
     """`instance.save(update_fields=names)`, its UPDATE compiled once per model, fields and NULLs in each thread."""
+    if not names:
+        return  # (as save does: nothing to write, no signals)
     model, meta = type(instance), instance._meta
     db = instance._state.db or router.db_for_write(model, instance=instance)
     fields: list[Field[Any, Any]] = [meta.get_field(name) for name in names]  # type: ignore[misc]

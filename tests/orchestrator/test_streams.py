@@ -174,7 +174,7 @@ def test_reads_spread_over_many_streams_keep_their_bounds_and_miss_nothing(redis
             for n in range(count):
                 client.xadd(broker.stream(host, KIND), {"name": f"m{n}"})
         reads = []
-        while handed := many.drain_once():
+        while many.drain_once():
             reads.append(recorder.seen)
             recorder.seen = []
         assert reads and all(len(batch) <= 9 for batch in reads)

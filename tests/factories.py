@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from orchestrator.identity import tokens
-from orchestrator.models import Cluster, Host
+from orchestrator.models import Cluster, Host, Job, Task
 
 
 def cluster(name: str = "lab") -> Cluster:
@@ -23,3 +24,15 @@ def host(name: str | None = None, *, cluster_name: str = "lab", port_min: int = 
     )
     token = tokens.issue(the_host)
     return the_host, token
+
+
+def gang(owner: Any, workers: int) -> list[Task]:
+    """A MultiWorkerMirrored built-in job's `workers` pending tasks, on one new host (ports 24000 up, a GPU each)."""
+    the_host, _token = host()
+    the_host.save()
+    job = Job.objects.create(owner=owner, cluster=the_host.cluster, name="j", strategy="multi_worker_mirrored",
+                             program_kind="builtin", builtin="digits_mlp", workers=workers)  # fmt: skip
+    return [
+        Task.objects.create(job=job, type="worker", index=i, host=the_host, port=24000 + i, devices=[i])
+        for i in range(workers)
+    ]

@@ -25,13 +25,7 @@ def as_dicts(tasks: list[Task]) -> list[tuple[dict, dict, dict]]:
 
 @pytest.fixture
 def tasks(alice) -> list[Task]:  # type: ignore[no-untyped-def]
-    host, _token = factories.host()
-    host.save()
-    job = Job.objects.create(owner=alice, cluster=host.cluster, name="j", strategy="multi_worker_mirrored",
-                             program_kind="builtin", builtin="digits_mlp", workers=3)  # fmt: skip
-    return [
-        Task.objects.create(job=job, type="worker", index=i, host=host, port=24000 + i, devices=[i]) for i in range(3)
-    ]
+    return factories.gang(alice, 3)
 
 
 def test_it_reads_what_its_queryset_reads_with_the_related_rows(tasks, django_assert_num_queries):

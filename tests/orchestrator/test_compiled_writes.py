@@ -20,13 +20,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def tasks(alice) -> list[Task]:  # type: ignore[no-untyped-def]
-    host, _token = factories.host()
-    host.save()
-    job = Job.objects.create(owner=alice, cluster=host.cluster, name="j", strategy="multi_worker_mirrored",
-                             program_kind="builtin", builtin="digits_mlp", workers=2)  # fmt: skip
-    return [
-        Task.objects.create(job=job, type="worker", index=i, host=host, port=24000 + i, devices=[i]) for i in (0, 1)
-    ]
+    return factories.gang(alice, 2)
 
 
 def test_it_writes_the_named_fields_and_nothing_else(tasks, django_assert_num_queries):

@@ -49,7 +49,7 @@ import time
 import urllib.request
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 
@@ -63,7 +63,8 @@ PORTS_PER_HOST = 100
 DURATION = (20.0, 60.0)  # the true run times drawn by default, s (--duration)
 SUCCEEDED = re.compile(r"Task (orchestrator\.\w+)\[[^\]]+\] succeeded in ([0-9.e-]+)s")
 PASS_PLACED = re.compile(
-    r"scheduler pass over cluster \d+ placed (\d+) task\(s\) of (\d+) job\(s\) in ([0-9.]+) s \(([0-9.]+) s of CPU\)"
+    r"scheduler pass over cluster \d+ placed (\d+) task\(s\) of (\d+) job\(s\) in ([0-9.]+) s \(([0-9.]+) s of CPU"
+    r"(?:, ([0-9.]+) s waiting for a core)?\)"
 )
 FIRST_RESERVED = re.compile(r"job (\d+) first reserved at depth (\d+) for (\S+)")
 
@@ -143,11 +144,17 @@ def cpu_shares(before: dict[str, float], after: dict[str, float], seconds: float
     return dict(sorted(used.items(), key=lambda kv: -kv[1]))
 
 
-def placing_passes(logs: list[Path]) -> list[tuple[int, float, float]]:
-    """(tasks placed, seconds, seconds of its thread's CPU) of every scheduler pass that placed something, from the
-    orchestrators' logs."""
-    return [(int(m.group(1)), float(m.group(3)), float(m.group(4))) for log in logs
-            for m in PASS_PLACED.finditer(log.read_text(errors="replace"))]  # fmt: skip
+class PlacingPass(NamedTuple):
+    tasks: int
+    seconds: float
+    cpu: float  # its thread's CPU seconds
+    waiting: float  # seconds its thread waited for a core (nan where the kernel does not say)
+
+
+def placing_passes(logs: list[Path]) -> list[PlacingPass]:
+    """Every scheduler pass that placed something, from the orchestrators' logs."""
+    return [PlacingPass(int(m.group(1)), float(m.group(3)), float(m.group(4)), float(m.group(5) or "nan"))
+            for log in logs for m in PASS_PLACED.finditer(log.read_text(errors="replace"))]  # fmt: skip
 
 
 def head_promises(logs: list[Path], job_ids: list[int]) -> dict[str, Any]:
@@ -772,14 +779,23 @@ def main() -> int:
         placing = placing_passes(stack.orchestrator_logs())
         if placing:
             biggest = max(placing)
-            placed_tasks = sum(n for n, _s, _cpu in placing)
+            placed_tasks = sum(p.tasks for p in placing)
+            wall = sum(p.seconds for p in placing)
             results["placing passes / tasks they placed"] = (len(placing), placed_tasks)
-            results["placement: tasks/s within passes that placed"] = placed_tasks / sum(t for _n, t, _c in placing)
+            results["placement: tasks/s within passes that placed"] = placed_tasks / wall
             results["placement: tasks per CPU-second of those passes' threads"] = placed_tasks / max(
-                sum(cpu for _n, _t, cpu in placing), 1e-9
+                sum(p.cpu for p in placing), 1e-9
             )
-            results["placing pass p50 / p90, ms"] = (pct([t for _n, t, _c in placing], 50) * 1000,
-                                                     pct([t for _n, t, _c in placing], 90) * 1000)  # fmt: skip
+            # Where their wall time went: on a core, waiting for one (the machine's other processes), or blocked
+            # (queries and the broker).
+            cpu, waiting = sum(p.cpu for p in placing), sum(p.waiting for p in placing)
+            results["placing passes' time: on a core / waiting for one / blocked, %"] = (
+                100 * cpu / wall,
+                100 * waiting / wall,
+                100 * (wall - cpu - waiting) / wall,
+            )
+            results["placing pass p50 / p90, ms"] = (pct([p.seconds for p in placing], 50) * 1000,
+                                                     pct([p.seconds for p in placing], 90) * 1000)  # fmt: skip
             results["largest pass: tasks, s, tasks/s"] = (biggest[0], biggest[1], biggest[0] / biggest[1])
         results["tasks placed in all"] = total_tasks
         results["tasks placed per second of scheduler time"] = total_tasks / sched_s if sched_s else float("nan")
@@ -848,7 +864,7 @@ def main() -> int:
         results.update(booked_time(list(submitted), received, ended, jobs_phase))
         # The orchestrator's own claim, from its rows; what the agents saw also counts a stray process that was still
         # running when its host came back after being declared lost (it is killed on that host's next report).
-        longest_pass = max([*sched, *watchdog, *(t for _n, t, _c in placing)], default=1.0)
+        longest_pass = max([*sched, *watchdog, *(p.seconds for p in placing)], default=1.0)
         results["ports booked twice"], results["devices booked twice"] = booked_twice(list(submitted), longest_pass)
         results["seen at the agents: ports / devices in use at a launch"] = (
             tally.get("ports booked twice", 0),

@@ -51,6 +51,10 @@ def test_fifty_hosts_place_every_job_once_and_all_finish(tmp_path, artifacts_dir
     assert results["jobs placed twice"] == 0
     assert results["ports booked twice"] == 0 and results["devices booked twice"] == 0
     assert results["hosts marked offline"] == 0
+    # The scheduler's log lines are what the bench reads placement speed from: each placed task is in one of them.
+    assert results["placing passes / tasks they placed"][1] == results["tasks placed in all"]
+    on_core, waiting, _blocked = results["placing passes' time: on a core / waiting for one / blocked, %"]
+    assert 0 < on_core <= 100 and 0 <= waiting < 100  # (Linux says how long a thread waited for a core)
     # Every launch the agents applied is a placed task (one the orchestrator stopped before its launch arrived is
     # never started, so there may be fewer).
     assert 0 < results["fleet tally"]["launches"] <= results["tasks placed in all"]

@@ -369,6 +369,10 @@ def _has_chief(env: dict[str, str]) -> bool:
 
 def main() -> int:
     config = json.loads(Path(sys.argv[1]).read_text())
+    if config.get("cpu_idle"):
+        # The fleet stands in for other machines: at Linux's idle priority it runs only on cores the control plane
+        # leaves free (bench/scale.py --sim-idle).
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     fleet = Fleet(config)
     signal.signal(signal.SIGTERM, lambda *_: fleet.stopped.set())
     signal.signal(signal.SIGINT, lambda *_: fleet.stopped.set())

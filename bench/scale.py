@@ -1,6 +1,6 @@
 """The control plane at fleet scale: a simulated fleet on the real orchestrator, ingest and web, measured.
 
-    .venv/bin/python bench/scale.py [--hosts 500] [--jobs 1000] [--minutes 4] [--sim-procs 2] [--json FILE]
+    .venv/bin/python bench/scale.py [--hosts 500] [--jobs 1000] [--minutes 4] [--sim-procs 2] [--sim-idle] [--json FILE]
                                     [--policy backfill|fifo] [--packing spread|pack] [--seed N]
                                     [--duration 20 60] [--schedule-interval S] [--scheduler-shared]
 
@@ -24,10 +24,11 @@ same seed; the table then has GPU utilization over the jobs phase (device-second
 mean and p95 wait, and the head's start against its first reservation.
 
 It prints one table (with the load average, and the CPU each process used over the jobs phase: on a small machine
-the stack, the simulated fleet and the databases share its cores) and checks correctness: every job placed exactly
-once (one set of tasks for attempt 1), every job that ended succeeded, no port or device booked twice, no healthy host
-ever marked offline, no order refused; with `--until-done` also that every job ended within `--minutes`. Exit status
-1 when a check fails.
+the stack, the simulated fleet and the databases share its cores; `--sim-idle` runs the fleet, which stands in for
+other machines, at Linux's idle CPU priority, so that it takes only what the stack leaves) and checks correctness:
+every job placed exactly once (one set of tasks for attempt 1), every job that ended succeeded, no port or device
+booked twice, no healthy host ever marked offline, no order refused; with `--until-done` also that every job ended
+within `--minutes`. Exit status 1 when a check fails.
 """
 
 from __future__ import annotations
@@ -607,6 +608,9 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=3.0, help="heartbeat interval (the agent's default)")
     parser.add_argument("--duration", type=float, nargs=2, default=DURATION, help="task run time drawn, s")
     parser.add_argument("--sim-procs", type=int, default=2)
+    parser.add_argument(
+        "--sim-idle", action="store_true", help="the simulated fleet at idle CPU priority: only what the stack leaves"
+    )
     parser.add_argument("--ingest-tasks", type=int, default=4000, help="tasks reporting in the ingest phase (0: none)")
     parser.add_argument("--ingest-s", type=float, default=20.0)
     parser.add_argument("--ingest-partitions", type=int, default=1, help="ingest processes (TFDASH_INGEST_PARTITIONS)")
@@ -687,7 +691,8 @@ def main() -> int:
         for n in range(0, len(fleet), per):
             config = {"redis_url": stack.env["REDIS_URL"], "control_key": control_public_key(),
                       "hosts": fleet[n:n + per], "interval_s": args.interval, "duration_s": list(args.duration),
-                      "workdir": str(var / "sim"), "seed": n, "out": str(var / f"sim-{n}.json")}  # fmt: skip
+                      "workdir": str(var / "sim"), "seed": n, "out": str(var / f"sim-{n}.json"),
+                      "cpu_idle": args.sim_idle}  # fmt: skip
             path = var / f"sim-{n}.config.json"
             path.write_text(json.dumps(config))
             log = (stack.logs / f"sim-{n}.log").open("wb")

@@ -785,15 +785,13 @@ def main() -> int:
         if placing:
             biggest = max(placing)
             placed_tasks = sum(p.tasks for p in placing)
-            wall = sum(p.seconds for p in placing)
+            wall, cpu, waiting = (sum(p.seconds for p in placing), sum(p.cpu for p in placing),
+                                  sum(p.waiting for p in placing))  # fmt: skip
             results["placing passes / tasks they placed"] = (len(placing), placed_tasks)
             results["placement: tasks/s within passes that placed"] = placed_tasks / wall
-            results["placement: tasks per CPU-second of those passes' threads"] = placed_tasks / max(
-                sum(p.cpu for p in placing), 1e-9
-            )
+            results["placement: tasks per CPU-second of those passes' threads"] = placed_tasks / max(cpu, 1e-9)
             # Where their wall time went: on a core, waiting for one (the machine's other processes), or blocked
             # (queries and the broker).
-            cpu, waiting = sum(p.cpu for p in placing), sum(p.waiting for p in placing)
             results["placing passes' time: on a core / waiting for one / blocked, %"] = (
                 100 * cpu / wall,
                 100 * waiting / wall,
@@ -801,7 +799,8 @@ def main() -> int:
             )
             results["placing pass p50 / p90, ms"] = (pct([p.seconds for p in placing], 50) * 1000,
                                                      pct([p.seconds for p in placing], 90) * 1000)  # fmt: skip
-            results["largest pass: tasks, s, tasks/s"] = (biggest[0], biggest[1], biggest[0] / biggest[1])
+            results["largest pass: tasks, s, tasks/s"] = (biggest.tasks, biggest.seconds,
+                                                          biggest.tasks / biggest.seconds)  # fmt: skip
         results["tasks placed in all"] = total_tasks
         results["tasks placed per second of scheduler time"] = total_tasks / sched_s if sched_s else float("nan")
         results["scheduler pass p50/p99, ms"] = (pct(sched, 50) * 1000, pct(sched, 99) * 1000)

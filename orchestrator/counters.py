@@ -22,13 +22,18 @@ def client() -> redis.Redis:
     return _client()
 
 
+def key(name: str) -> str:
+    """The Redis key of counter `name`, for a caller that moves it in its own MULTI with what it counts."""
+    return _PREFIX + name
+
+
 def incr(name: str, by: int = 1) -> None:
     with contextlib.suppress(redis.RedisError):  # a counter must never break the message path it counts
-        _client().incr(_PREFIX + name, by)
+        _client().incr(key(name), by)
 
 
 def get(name: str) -> int:
-    value = _client().get(_PREFIX + name)
+    value = _client().get(key(name))
     return int(value) if value else 0
 
 

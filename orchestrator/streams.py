@@ -398,7 +398,9 @@ class StreamReader:
 
     # --- helpers --------------------------------------------------------------------------------------------------
     def _finish(self, read: list[tuple[str, bytes]], dead: list[tuple[Entry, str]]) -> None:
-        """One MULTI: an entry is never both dead-lettered and still pending, nor acknowledged and lost."""
+        """One MULTI: an entry is never both dead-lettered and still pending, nor acknowledged and lost, and the dead
+        letters are counted with them (counted after, a reader of the drained stream could see one not yet counted).
+        The stream's client is the counters' Redis (both REDIS_URL)."""
         by_stream: dict[str, list[bytes]] = {}
         for stream, entry_id in read:
             by_stream.setdefault(stream, []).append(entry_id)
@@ -406,13 +408,14 @@ class StreamReader:
         for entry, why in dead:
             pipe.xadd(dead_letter_stream(self.kind), _dead_letter(entry, why), maxlen=DEAD_LETTERS_MAXLEN,
                       approximate=True)  # fmt: skip
+        if dead:
+            pipe.incrby(counters.key(dead_letter_counter(self.kind)), len(dead))
         for stream, ids in by_stream.items():
             pipe.xack(stream, self.group, *ids)
             pipe.xdel(stream, *ids)
         pipe.execute()
         for entry, why in dead:
             log.warning("%s entry %s of host %s dead-lettered: %s", self.kind, entry.id.decode(), entry.host, why)
-            counters.incr(dead_letter_counter(self.kind))
         self.dead += len(dead)
 
     def _repair(self, stream: str, error: str) -> None:

@@ -28,6 +28,7 @@ from orchestrator.control.lifecycle import SAVES_EVENT_SEQ, apply_event
 from orchestrator.identity import auth, foreign
 from orchestrator.identity.auth import Accepted, authenticated_body, remember
 from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task
+from orchestrator.models.row_locks import tasks_locked
 from orchestrator.outages import TRANSIENT
 
 log = logging.getLogger(__name__)
@@ -246,11 +247,7 @@ def _locked(task_id: int) -> Task | None:
 
 # Compiled once per count of ids (orchestrator/compiled_reads.py): every event reads its tasks by it, and compiling
 # its 100-odd columns was more of an exit's CPU than running it (bench/event_cost.py).
-_TASKS_LOCKED = CompiledRead(
-    lambda ids: (
-        Task.objects.select_for_update(of=("self",)).select_related("job", "host").filter(pk__in=ids).order_by("pk")
-    )
-)
+_TASKS_LOCKED = CompiledRead(lambda ids: tasks_locked(Task.objects.select_related("job", "host").filter(pk__in=ids)))
 
 
 def _locked_group(task_ids: list[int]) -> dict[int, Task]:

@@ -41,6 +41,7 @@ from orchestrator.compiled_writes import save_fields
 from orchestrator.control import dispatch, lifecycle
 from orchestrator.identity import foreign
 from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task, TaskState
+from orchestrator.models.row_locks import tasks_locked
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,7 @@ def _settle(
     """End the job's tasks that the report shows are over, rechecked under the job's and the tasks' locks."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
-        tasks = job.tasks.select_for_update(of=("self",)).filter(pk__in=[k[0] for k in keys]).select_related("host")
+        tasks = tasks_locked(job.tasks.filter(pk__in=[k[0] for k in keys]).select_related("host"))
         gone, restarted = [], False
         for task in tasks:
             key = (task.pk, task.attempt)

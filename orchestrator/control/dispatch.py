@@ -38,6 +38,7 @@ from orchestrator.broker_sends import BROKER_ERRORS
 from orchestrator.core import tf_config
 from orchestrator.identity.keys import control_private_key
 from orchestrator.models import Host, Job, ProgramKind, Task, TaskState
+from orchestrator.models.row_locks import tasks_locked
 
 log = logging.getLogger(__name__)
 
@@ -225,5 +226,9 @@ def _send(order: str, body: dict[str, Any], host: str, producer: Any = None) -> 
 
 
 def _stamp(tasks: list[Task]) -> None:
-    # Before sending: an order that is lost after this line is sent again by the heartbeat's convergence.
-    Task.objects.filter(pk__in=[t.pk for t in tasks]).update(ordered_at=timezone.now())
+    # Before sending: an order that is lost after this line is sent again by the heartbeat's convergence. The rows are
+    # locked in id order first (orchestrator/models/row_locks.py): a bare UPDATE takes them in the table's order.
+    ids = [t.pk for t in tasks]
+    with transaction.atomic():
+        list(tasks_locked(Task.objects.filter(pk__in=ids)).values_list("pk", flat=True))
+        Task.objects.filter(pk__in=ids).update(ordered_at=timezone.now())

@@ -37,6 +37,7 @@ from orchestrator.models import (
     TaskState,
     TaskType,
 )
+from orchestrator.models.row_locks import tasks_locked
 
 log = logging.getLogger(__name__)
 
@@ -363,7 +364,7 @@ def _stop_tasks(job: Job, reason: str, *, types: tuple[str, ...] | None = None) 
     active_tasks = job.tasks.filter(state__in=ACTIVE_TASK_STATES).exclude(state=TaskState.STOPPING)
     if types is not None:
         active_tasks = active_tasks.filter(type__in=types)
-    active = list(active_tasks.select_related("host"))
+    active = list(tasks_locked(active_tasks.select_related("host")))  # the job's row is locked: row_locks.py
     Task.objects.filter(pk__in=[t.pk for t in active]).update(state=TaskState.STOPPING)
     if active:
         live.job_changed(job.pk)
@@ -489,7 +490,7 @@ def host_lost(host_id: int, host_name: str) -> list[int]:
     for job_id in sorted(job_ids):
         with transaction.atomic():
             job = Job.objects.select_for_update().get(pk=job_id)
-            lost = list(job.tasks.select_for_update().filter(host_id=host_id, state__in=ACTIVE_TASK_STATES))
+            lost = list(tasks_locked(job.tasks.filter(host_id=host_id, state__in=ACTIVE_TASK_STATES)))
             ended_before = job.is_terminal
             detail = f"host {host_name} stopped answering"
             lose_tasks(job, [(t, detail) for t in lost], f"host {host_name} went offline", host_gone=True)

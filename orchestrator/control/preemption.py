@@ -72,7 +72,7 @@ def consider(
         victims = preemption.choose_victims(shape, states, candidates, planner.packing)
         if not victims:
             continue
-        for victim in victims:
+        for victim in sorted(victims):  # their rows locked in id order (orchestrator/models/row_locks.py)
             lifecycle.preempt(victim, by=job.pk, why=why[victim])
         preempted += victims
         freed: dict[str, frozenset[int]] = {}

@@ -51,6 +51,7 @@ from orchestrator.metrics.points import (
     within_limits,
 )
 from orchestrator.models import Host, HostSample, Job, Task, TaskLogLine
+from orchestrator.models.row_locks import lock_rows
 
 # A verified report: its name, the host that sealed it, when (the agent's clock), its body (not checked yet).
 Part = tuple[str, Host, float, Any]
@@ -339,6 +340,10 @@ _COLLECTORS = {TASK_METRICS: _collect_metrics, HOST_SAMPLES: _collect_samples, T
 
 
 def _write(batch: _Batch) -> None:
+    # Every job and task row the batch writes to, locked first and in the one order (orchestrator/models/row_locks.py):
+    # a task's facts were written before its job's, and a cancel holding the job deadlocked with it.
+    written = batch.facts.keys() | batch.shed.keys() | {line.task_id for line in batch.lines}
+    lock_rows(jobs={row[0] for row in batch.points}, tasks=written)
     if batch.points:
         # Past a job's point limit its series are thinned (limits.keep_point); counted on the job for its page.
         rows, left_out = within_limits(batch.points)

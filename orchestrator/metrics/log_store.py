@@ -1,10 +1,11 @@
 """Storing task log lines within each task attempt's log limit (limits.TFDASH_MAX_LOG_BYTES_PER_TASK).
 
-Runs inside the ingest's transaction. Each task's row is locked and its running total (`Task.log_bytes`) read; lines
-already stored (a re-read stream entry, a redelivered batch) are recognised by (task, seq) and neither stored nor
-counted again; new lines are stored in seq order while they fit. The first line that does not fit is replaced by ONE
-marker line (at its seq, so the marker sits where the output was cut) and `Task.log_truncated` is set in the same
-transaction: every later line of the task, redelivered or new, is dropped without another marker.
+Runs inside the ingest's transaction, which holds each task's row (orchestrator/models/row_locks.py), and reads its
+running total (`Task.log_bytes`); lines already stored (a re-read stream entry, a redelivered batch) are recognised
+by (task, seq) and neither stored nor counted again; new lines are stored in seq order while they fit. The first line
+that does not fit is replaced by ONE marker line (at its seq, so the marker sits where the output was cut) and
+`Task.log_truncated` is set in the same transaction: every later line of the task, redelivered or new, is dropped
+without another marker.
 """
 
 from __future__ import annotations
@@ -19,17 +20,11 @@ from orchestrator.models import Task, TaskLogLine
 
 def store_lines(lines: list[TaskLogLine]) -> int:
     """Store `lines` (unsaved, of any tasks) within their tasks' limits; returns how many rows were added (a marker
-    included). Call inside a transaction."""
+    included). Call inside a transaction that holds the rows of their tasks (orchestrator/models/row_locks.py)."""
     by_task: dict[int, dict[int, TaskLogLine]] = defaultdict(dict)
     for line in lines:
         by_task[line.task_id].setdefault(line.seq, line)  # the same seq twice in one run: the first (as stored)
-    # In id order, so two writers (the stream consumer and an old agent's Celery path) never lock in opposite orders.
-    tasks = (
-        Task.objects.select_for_update()
-        .filter(pk__in=by_task)
-        .order_by("pk")
-        .values_list("pk", "log_bytes", "log_truncated")
-    )
+    tasks = Task.objects.filter(pk__in=by_task).order_by("pk").values_list("pk", "log_bytes", "log_truncated")
     limit = settings.TFDASH_MAX_LOG_BYTES_PER_TASK
     rows: list[TaskLogLine] = []
     for task_id, used, cut_before in tasks:

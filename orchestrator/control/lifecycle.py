@@ -37,7 +37,7 @@ from orchestrator.models import (
     TaskState,
     TaskType,
 )
-from orchestrator.models.row_locks import tasks_locked
+from orchestrator.models.row_locks import lock_rows, tasks_locked
 
 log = logging.getLogger(__name__)
 
@@ -594,7 +594,10 @@ def _store_marks(moved: list[tuple[int, str, str]], now: datetime) -> None:
         WHERE j.id = v.id AND j.state = %s AND j.progress_mark = v.stored
     """  # noqa: S608 - a table name from the model, every value a parameter
     ids, stored, marks = zip(*moved, strict=True)
-    with connection.cursor() as cursor:
+    # Their rows locked first, in id order (orchestrator/models/row_locks.py): the UPDATE alone takes them in the
+    # order of its plan, and the ingest holds rows of these very jobs (running ones) while it takes the next.
+    with transaction.atomic(), connection.cursor() as cursor:
+        lock_rows(jobs=ids)
         cursor.execute(sql, [now, list(ids), list(stored), list(marks), str(JobState.RUNNING)])
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 
 from contracts.protocol import TASK_LOGS, TASK_METRICS
 from orchestrator.control import dispatch, lifecycle
@@ -118,3 +119,24 @@ def test_orders_stamped_on_tasks_take_their_rows_in_id_order(django_user_model):
     stamping.result()
 
     assert Task.objects.filter(pk__in=[first.pk, second.pk], ordered_at__isnull=False).count() == 2
+
+
+def test_the_watchdogs_progress_marks_take_the_jobs_rows_in_id_order(django_user_model):
+    owner = django_user_model.objects.create_user("alice", password="pw-alice-123")
+    first, second = (factories.gang(owner, 1)[0].job for _ in range(2))
+    Job.objects.filter(pk__in=[first.pk, second.pk]).update(state=JobState.RUNNING, progress_mark="")
+    Job.objects.filter(pk=first.pk).update(name="moved")  # its row's new version now lies after the second's
+    moved = [(second.pk, "", "points 5"), (first.pk, "", "points 7")]
+
+    with transaction.atomic():
+        Job.objects.select_for_update().get(pk=first.pk)  # as the ingest holds it, about to take the second's
+        marking = Beside(lambda: seq_scans_only() or lifecycle._store_marks(moved, timezone.now()))
+        marking.wait_blocked()
+        # The marks wait for the first job's row and have not taken the second's.
+        assert list(Job.objects.select_for_update(nowait=True).filter(pk=second.pk).values_list("pk", flat=True))
+    marking.result()
+
+    assert dict(Job.objects.filter(pk__in=[first.pk, second.pk]).values_list("pk", "progress_mark")) == {
+        first.pk: "points 7",
+        second.pk: "points 5",
+    }

@@ -38,7 +38,7 @@ from orchestrator.broker_sends import BROKER_ERRORS
 from orchestrator.core import tf_config
 from orchestrator.identity.keys import control_private_key
 from orchestrator.models import Host, Job, ProgramKind, Task, TaskState
-from orchestrator.models.row_locks import tasks_locked
+from orchestrator.models.row_locks import lock_tasks
 
 log = logging.getLogger(__name__)
 
@@ -230,5 +230,5 @@ def _stamp(tasks: list[Task]) -> None:
     # locked in id order first (orchestrator/models/row_locks.py): a bare UPDATE takes them in the table's order.
     ids = [t.pk for t in tasks]
     with transaction.atomic():
-        list(tasks_locked(Task.objects.filter(pk__in=ids)).values_list("pk", flat=True))
+        lock_tasks(ids)
         Task.objects.filter(pk__in=ids).update(ordered_at=timezone.now())

@@ -24,7 +24,6 @@ _LOCK_JOBS_SQL = f"""
     )
     ORDER BY j.id FOR UPDATE OF j
 """  # noqa: S608 - the models' tables; values are parameters
-_LOCK_TASKS_SQL = f"SELECT id FROM {_TASK_TABLE} WHERE id = ANY(%s::bigint[]) ORDER BY id FOR UPDATE"  # noqa: S608
 
 
 def lock_rows(*, jobs: Collection[int] = (), tasks: Collection[int] = ()) -> None:
@@ -32,11 +31,16 @@ def lock_rows(*, jobs: Collection[int] = (), tasks: Collection[int] = ()) -> Non
     that writes to rows of several jobs and tasks (the metrics ingest) takes them all first. Call inside a
     transaction."""
     job_ids, task_ids = sorted(set(jobs)), sorted(set(tasks))
-    with connection.cursor() as cursor:
-        if job_ids or task_ids:
+    if job_ids or task_ids:
+        with connection.cursor() as cursor:
             cursor.execute(_LOCK_JOBS_SQL, [job_ids, task_ids])
-        if task_ids:
-            cursor.execute(_LOCK_TASKS_SQL, [task_ids])
+    if task_ids:
+        lock_tasks(task_ids)
+
+
+def lock_tasks(task_ids: Collection[int]) -> None:
+    """Lock these tasks' rows in id order, and not their jobs' (the caller holds them, or takes none)."""
+    list(tasks_locked(Task.objects.filter(pk__in=task_ids)).values_list("pk", flat=True))
 
 
 def tasks_locked(tasks: QuerySet[Task]) -> QuerySet[Task]:

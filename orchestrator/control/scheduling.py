@@ -345,7 +345,7 @@ def _start(
         )
         job.state = JobState.STARTING
         job.placed_at = now
-        configs = tf_configs(job, where)
+        configs = tf_config.tf_config_texts(where, placement.Strategy(job.strategy))
         gang_restarts = job.restarts - relaunched[job.pk].total()
         rows += [
             {
@@ -356,7 +356,7 @@ def _start(
                 "host_id": hosts[t.host],
                 "port": tf_config.task_port(t, job.strategy),
                 "devices": list(t.devices),
-                "tf_config": configs[(t.type, t.index)],
+                "tf_config": None if (text := configs[(t.type, t.index)]) is None else task_rows.JsonText(text),
                 "restarts": gang_restarts + relaunched[job.pk][(t.type, t.index)],
                 "ordered_at": now,  # its launch goes out on commit
             }

@@ -24,6 +24,13 @@ _IDS_SQL = f"""
 """  # noqa: S608 - table names from the models, the value a parameter
 
 
+class JsonText(str):
+    """A JSON column's value already serialized (tf_config.tf_config_texts): written as it is, where any other value
+    is prepared by its field (which would encode a str as a JSON string)."""
+
+    __slots__ = ()
+
+
 def insert_current(rows: list[dict[str, Any]]) -> list[int]:
     """Write these task rows, each given as the values the pass sets (by field attname: `job_id`, `host_id`, `type`
     ...), every other column the model's default; each of its job's current attempt (the pass moved the jobs'
@@ -42,7 +49,7 @@ def insert_current(rows: list[dict[str, Any]]) -> list[int]:
                 values = template.copy()
                 for name, value in row.items():
                     position, field = _BY_ATTNAME[name]
-                    values[position] = field.get_db_prep_save(value, db)
+                    values[position] = value if type(value) is JsonText else field.get_db_prep_save(value, db)
                 copy.write_row(values)
         cursor.execute(_IDS_SQL, [sorted({row["job_id"] for row in rows})])
         return [task_id for (task_id,) in cursor.fetchall()]

@@ -44,6 +44,21 @@ def tf_configs_for(placement: Placement, strategy: Strategy) -> dict[tuple[str, 
     return {(t.type, t.index): {"cluster": spec, "task": {"type": t.type, "index": t.index}} for t in placement.tasks}
 
 
+def tf_config_texts(placement: Placement, strategy: Strategy) -> dict[tuple[str, int], str | None]:
+    """Every task's TF_CONFIG as JSON text, by (type, index): what `tf_configs_for` gives, with the shared cluster
+    serialized once for the job (a 64-worker job's 64 TF_CONFIGs each list all 64 addresses: encoding each whole was
+    most of what a pass spent writing task rows)."""
+    if is_single_process(strategy):
+        return {(t.type, t.index): None for t in placement.tasks}
+    cluster = json.dumps(cluster_spec(placement))
+    texts: dict[tuple[str, int], str | None] = {}
+    for t in placement.tasks:
+        texts[(t.type, t.index)] = (
+            f'{{"cluster": {cluster}, "task": {{"type": {json.dumps(t.type)}, "index": {t.index:d}}}}}'
+        )
+    return texts
+
+
 def task_port(task: TaskPlacement, strategy: Strategy) -> int | None:
     """The port the task listens on; None for a single-process (Mirrored) run, which opens no TF server and so holds
     no port even though placement reserved one while it placed the job."""

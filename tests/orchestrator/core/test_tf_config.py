@@ -5,7 +5,7 @@ import json
 import pytest
 
 from orchestrator.core.placement import HostState, JobShape, Placement, Strategy, TaskPlacement, place
-from orchestrator.core.tf_config import cluster_spec, task_environment, tf_config_for
+from orchestrator.core.tf_config import cluster_spec, task_environment, tf_config_for, tf_config_texts, tf_configs_for
 
 PS = Strategy.PARAMETER_SERVER
 MWMS = Strategy.MULTI_WORKER_MIRRORED
@@ -46,6 +46,22 @@ def test_it_builds_identical_cluster_specs_for_every_ps_task() -> None:
     }
     endpoints = [e for role in clusters[0].values() for e in role]
     assert len(set(endpoints)) == len(endpoints)
+
+
+def test_the_texts_a_pass_stores_are_the_tf_configs() -> None:
+    """The scheduler stores each task's TF_CONFIG from text serialized with the job's cluster once: the same JSON,
+    for every strategy (none for a one-process run), IPv6 brackets included."""
+    hosts = [host("host-a", "127.0.0.2"), host("host-b", "::1"), host("host-c", "10.0.0.9")]
+    for strategy, shape in (
+        (PS, JobShape(PS, 3, 2, 1)),
+        (MWMS, JobShape(MWMS, 3, 0, 2)),
+        (Strategy.MIRRORED, JobShape(Strategy.MIRRORED, 1, 0, 2)),
+    ):
+        placement = place(shape, hosts)
+        assert isinstance(placement, Placement), placement
+        texts = tf_config_texts(placement, strategy)
+        parsed = {key: None if text is None else json.loads(text) for key, text in texts.items()}
+        assert parsed == tf_configs_for(placement, strategy)
 
 
 def test_it_gives_each_role_indexes_from_zero() -> None:

@@ -152,8 +152,6 @@ class Planner:
         # _overlapping_now's reservation starts and prefixes, until a reservation is made
         self._overlaps_now: tuple[list[float], list[tuple[int, ...]]] | None = None
         self._blocked_hosts: dict[tuple[str, frozenset[int]], tuple[HostState, HostState]] = {}  # _block_now's
-        # Moves when a job starts or a reservation is made: what a shape's misfits kept before (_ShapeFacts) is stale.
-        self._epoch = 0
 
     @property
     def running(self) -> list[Running]:
@@ -197,13 +195,6 @@ class Planner:
         starts, prefixes = self._overlaps_now
         return prefixes[bisect.bisect_left(starts, end)]
 
-    def _overlap_index(self, end: float) -> int:
-        """Which of _overlapping_now's prefixes a run from now to `end` meets (valid until a reservation is made)."""
-        if self._overlaps_now is None:
-            self._overlapping_now(end)
-        assert self._overlaps_now is not None
-        return bisect.bisect_left(self._overlaps_now[0], end)
-
     def _overlapping(self, start: float, end: float) -> tuple[int, ...]:
         """The jobs whose reservations overlap [start, end)."""
         return tuple(r.job_id for r in self.outcome.reservations.values() if r.start < end and start < r.end)
@@ -221,59 +212,35 @@ class Planner:
     def offer(self, job: Waiting) -> Placement | None:
         """Start `job` now if it may (the placement), else leave it waiting (None). Its reservation is made only
         when it is needed: when a job behind it fits now (it must keep clear of it), or at `finish` when the pass
-        plans every waiting job's start. A pass over a full fleet where nothing fits then costs little.
-
-        Asked of every waiting job, every pass (thousands), and most are answered by what the pass already knows of
-        their shape: a shape the counts ruled out stays out (starts only take devices), and a shape that did not fit
-        with the same reservations in its way, no job started and no reservation made since, does not fit again."""
+        plans every waiting job's start. A pass over a full fleet where nothing fits then costs little."""
         shape = job.shape
         facts = self._shape_facts.get(shape) or self._facts_of(shape)
-        if KEEP_ANSWERS and facts.out:
-            self._wait(job, facts, None)
-            return None
-        if self._count_free_now() < facts.needed or self._too_few_fits(shape, facts):
-            facts.out = True
-            self._wait(job, facts, None)
-            return None
-        end = self.now + job.limit_s
-        if KEEP_ANSWERS and facts.epoch == self._epoch:
-            index = self._overlap_index(end)
-            if index in facts.misfits:
-                self._wait(job, facts, facts.misfits[index])
-                return None
-        seen = (shape, self._overlapping_now(end))
-        result: Placement | Unplaceable | None
-        if seen in self._misfits:
-            # It did not fit these very states (no job started since) with the same reservations in its way: on
-            # a busy fleet most of the queue is such repeats. (What _may_fit_now and _try_now would answer.)
-            result = self._misfits[seen]
-        elif not self._pending:
-            result = self._try_now(job, end)
-        elif self._may_fit_now(job, end):
-            # Jobs ahead of it wait with no reservation yet: make theirs, then it must keep clear of them.
-            self._reserve_pending()
-            result = self._try_now(job, end)
-        else:  # (what _may_fit_now found is kept: the same reservations are in its way)
-            result = self._misfits[seen]
-        if isinstance(result, Placement):
-            self._started_now(job, result, end)
-            return result
-        # Kept for the next job of this shape with the same reservations in its way (as _misfits holds it, indexed
-        # by what _overlapping_now bisects to) until a job starts or a reservation is made (the epoch moves).
-        if facts.epoch != self._epoch:
-            facts.epoch, facts.misfits = self._epoch, {}
-        facts.misfits[self._overlap_index(end)] = result
-        self._wait(job, facts, result)
-        return None
-
-    def _wait(self, job: Waiting, facts: _ShapeFacts, why: Unplaceable | None) -> None:
-        """`job` does not start now: it cannot run here at all (`never`), or it waits for a reservation."""
+        result: Placement | Unplaceable | None = None
+        if self._count_free_now() >= facts.needed and not self._too_few_fits(shape, facts):
+            end = self.now + job.limit_s
+            seen = (shape, self._overlapping_now(end))
+            if seen in self._misfits:
+                # It did not fit these very states (no job started since) with the same reservations in its way: on
+                # a busy fleet most of the queue is such repeats. (What _may_fit_now and _try_now would answer.)
+                result = self._misfits[seen]
+            elif not self._pending:
+                result = self._try_now(job, end)
+            elif self._may_fit_now(job, end):
+                # Jobs ahead of it wait with no reservation yet: make theirs, then it must keep clear of them.
+                self._reserve_pending()
+                result = self._try_now(job, end)
+            else:  # (what _may_fit_now found is kept: the same reservations are in its way)
+                result = self._misfits[seen]
+            if isinstance(result, Placement):
+                self._started_now(job, result, end)
+                return result
         if not facts.asked:
-            facts.never, facts.asked = self._never(job.shape), True
+            facts.never, facts.asked = self._never(shape), True
         if facts.never is not None:
             self.outcome.never[job.job_id] = facts.never
-            return
-        self._pending.append((job, why))
+            return None
+        self._pending.append((job, result if isinstance(result, Unplaceable) else None))
+        return None
 
     def _facts_of(self, shape: JobShape) -> _ShapeFacts:
         """What the pass asks of every waiting job's shape, once per shape (a queue has a few dozen)."""
@@ -394,12 +361,10 @@ class Planner:
             else:
                 self.outcome.reservations[job.job_id] = reservation
                 self._overlaps_now = None
-                self._epoch += 1
         self._pending.clear()
 
     def _started_now(self, job: Waiting, where: Placement, end: float) -> None:
         self.outcome.started.append((job, where))
-        self._epoch += 1
         by_name = self._states_by_name()
         before = {task.host: by_name[task.host] for task in where.tasks}
         position = self._positions()
@@ -510,16 +475,10 @@ class Planner:
 
 @dataclass(slots=True)
 class _ShapeFacts:
-    """What one pass knows of a shape (Planner._facts_of)."""
-
     needed: int  # devices_needed
     device_tasks: int
     asked: bool = False  # whether `never` holds Planner._never's answer yet
     never: Unplaceable | None = None
-    out: bool = False  # ruled out by the free device counts: for the rest of the pass (they only fall)
-    epoch: int = -1  # the Planner's epoch `misfits` was kept in
-    # Why jobs of this shape did not fit, by _overlap_index of their run: a copy of what _misfits holds for them.
-    misfits: dict[int, Unplaceable | None] = field(default_factory=dict)
 
 
 # Count free devices before trying a placement (placement.fits_free_counts): exact, so it changes no plan, only its
@@ -528,9 +487,6 @@ COUNT_FIRST = True
 # Placements a reservation may try (each a full placement over the fleet): a gang that fits nowhere at that many
 # release times gets no estimate this pass rather than making the pass slow.
 RESERVE_TRIES = 40
-# Answer a waiting job from what the pass already found for its shape (Planner.offer): exact, like COUNT_FIRST, and
-# turned off with it by the same test.
-KEEP_ANSWERS = True
 _ENDS_AT = attrgetter("ends_at")
 _NAME = attrgetter("name")
 _IDLE_VERDICTS: dict[tuple[int, JobShape], Unplaceable | None] = {}

@@ -140,15 +140,15 @@ def test_the_head_starts_by_its_reservation_and_jobs_wait_less_on_random_queues(
     assert easy_waits < fifo_waits
 
 
-def test_counting_free_devices_first_and_keeping_answers_change_no_plan(monkeypatch) -> None:
+def test_counting_free_devices_first_changes_no_plan(monkeypatch) -> None:
     """The planner rules most shapes out by counting free devices before it tries a placement (a spread fleet leaves
     a few free devices on every host, and wide workers fit none), and answers a job whose shape it already answered
-    (ruled out by the counts, or a misfit with the same reservations in its way) from that answer: on random fleets
-    and queues every start and every reservation is the same with both as without them."""
+    with the same reservations in its way from that answer: on random fleets and queues every start and every
+    reservation is the same with the count as without it."""
     import random
 
     # Queues of 60 jobs of a few dozen shapes, limits drawn apart: jobs of one shape meet different reservations in
-    # their way, and reservations are made in the middle of a pass (a kept answer must not outlive them).
+    # their way, and reservations are made in the middle of a pass.
     for seed in range(24):
         rng = random.Random(seed)
         hosts = [host(f"h-{c}", devices=rng.choice([2, 4, 8])) for c in "abcdef"]
@@ -159,10 +159,8 @@ def test_counting_free_devices_first_and_keeping_answers_change_no_plan(monkeypa
                             limit=runs * rng.choice([1, 1.5, 2, 3]), runs=runs))  # fmt: skip
         jobs = [job for job in jobs if isinstance(place(job.shape, hosts), Placement)]  # each fits the idle fleet
         monkeypatch.setattr(backfill, "COUNT_FIRST", True)
-        monkeypatch.setattr(backfill, "KEEP_ANSWERS", True)
         counted = simulate(jobs, hosts, fifo=False)
         monkeypatch.setattr(backfill, "COUNT_FIRST", False)
-        monkeypatch.setattr(backfill, "KEEP_ANSWERS", False)
         placed = simulate(jobs, hosts, fifo=False)
         assert counted == placed, seed
 

@@ -100,8 +100,9 @@ def read(cluster: Cluster, now: datetime) -> Fleet:
     (orchestrator/control/active_tasks.py) and blocked ports, a few queries whatever the size of the fleet."""
     hosts = placement_hosts(cluster.pk)
     ids = [host.pk for host in hosts]
+    tasks = active_tasks.read(ids, cache_key=cluster.pk)
     names = {host.pk: host.name for host in hosts}
-    held = active_tasks.held_now(ids, names, now.timestamp(), release_margin(cluster), cache_key=cluster.pk)
+    held = active_tasks.tally(tasks, names, now.timestamp(), release_margin(cluster))
     states = _states(hosts, held, _blocked_ports(ids), kept=_kept.setdefault(cluster.pk, {}))
     return Fleet(states, {host.name: host.pk for host in hosts}, held.gangs, held.usage)
 

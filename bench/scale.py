@@ -25,8 +25,9 @@ mean and p95 wait, and the head's start against its first reservation.
 
 It prints one table (with the load average, and the CPU each process used over the jobs phase: on a small machine
 the stack, the simulated fleet and the databases share its cores; `--sim-idle` runs the fleet, which stands in for
-other machines, at Linux's idle CPU priority, so that it takes only what the stack leaves) and checks correctness:
-every job placed exactly once (one set of tasks for attempt 1), every job that ended succeeded, no port or device
+other machines, at Linux's idle CPU priority and its session's autogroup at nice 19, so that it takes only what the
+stack leaves: on a machine with no core to spare the fleet then falls behind what it must report, README "Sizing")
+and checks correctness: every job placed exactly once (one set of tasks for attempt 1), every job that ended succeeded, no port or device
 booked twice, no healthy host ever marked offline, no order refused; with `--until-done` also that every job ended
 within `--minutes`. Exit status 1 when a check fails.
 """

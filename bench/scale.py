@@ -27,9 +27,9 @@ It prints one table (with the load average, and the CPU each process used over t
 the stack, the simulated fleet and the databases share its cores; `--sim-idle` runs the fleet, which stands in for
 other machines, at Linux's idle CPU priority and its session's autogroup at nice 19, so that it takes only what the
 stack leaves: on a machine with no core to spare the fleet then falls behind what it must report, README "Sizing")
-and checks correctness: every job placed exactly once (one set of tasks for attempt 1), every job that ended succeeded, no port or device
-booked twice, no healthy host ever marked offline, no order refused; with `--until-done` also that every job ended
-within `--minutes`. Exit status 1 when a check fails.
+and checks correctness: every job placed exactly once (one set of tasks for attempt 1), every job that ended
+succeeded, no port or device booked twice, no healthy host ever marked offline, no order refused; with
+`--until-done` also that every job ended within `--minutes`. Exit status 1 when a check fails.
 """
 
 from __future__ import annotations

@@ -142,8 +142,7 @@ def test_the_head_starts_by_its_reservation_and_jobs_wait_less_on_random_queues(
 
 def test_counting_free_devices_first_changes_no_plan(monkeypatch) -> None:
     """The planner rules most shapes out by counting free devices before it tries a placement (a spread fleet leaves
-    a few free devices on every host, and wide workers fit none), and answers a job whose shape it already answered
-    with the same reservations in its way from that answer: on random fleets and queues every start and every
+    a few free devices on every host, and wide workers fit none): on random fleets and queues every start and every
     reservation is the same with the count as without it."""
     import random
 

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from orchestrator import counters, thread_times
+from orchestrator import counters, gc_pause, thread_times
 from orchestrator.control import dispatch, fleet_state, lifecycle, passes, preemption, queueing, task_rows
 from orchestrator.core import backfill, placement, tf_config
 from orchestrator.metrics import live
@@ -82,7 +82,8 @@ def schedule_cluster(cluster_id: int, *, wait: bool = True) -> list[int]:
     False (the orchestrator's passes): when another pass holds the cluster, end at once (see below)."""
     began = time.perf_counter()
     try:
-        return _pass(cluster_id, wait=wait)
+        with gc_pause.paused():  # the collector runs after the pass, over what is left (orchestrator/gc_pause.py)
+            return _pass(cluster_id, wait=wait)
     finally:
         counters.observe(PASS_TIME, time.perf_counter() - began)
 

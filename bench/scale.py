@@ -58,7 +58,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stack import Stack, with_retry  # noqa: E402 - bench/stack.py (a script's folder is on its path)
+from stack import SCHEDULER_NICE, Stack, with_retry  # noqa: E402 - bench/stack.py (a script's folder is on its path)
 
 PY = sys.executable
 PORTS_PER_HOST = 100
@@ -223,6 +223,13 @@ class ScaleStack(Stack):
     def orchestrator_logs(self) -> list[Path]:
         """The logs of every worker of the control plane's queues (the scheduler's own, when apart)."""
         return sorted([*self.logs.glob("orchestrator*.log"), *self.logs.glob("scheduler*.log")])
+
+
+def session_nice_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/autogroup").read_text().split()[-1]  # "/autogroup-123 nice -10"
+    except (OSError, IndexError):
+        return "no autogroups"
 
 
 # --- setup ---------------------------------------------------------------------------------------------------------
@@ -631,6 +638,9 @@ def main() -> int:
     parser.add_argument("--scheduler-shared", action="store_true",
                         help="the orchestrator's worker takes the scheduler passes too (-Q orchestrator,scheduler), "
                         "the layout before; as shipped they have a worker of their own (-Q scheduler)")  # fmt: skip
+    parser.add_argument("--scheduler-equal", action="store_true",
+                        help="the scheduler's worker at the CPU priority of every other process; as `make run` "
+                        f"starts it, its session runs at nice {SCHEDULER_NICE} where allowed")  # fmt: skip
     parser.add_argument("--json", type=Path)
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
@@ -638,7 +648,8 @@ def main() -> int:
     load_start = os.getloadavg()
     var = Path(tempfile.mkdtemp(prefix="tfdash-scale-"))
     os.chmod(var, 0o755)  # noqa: S103 - the embedded PostgreSQL runs as its own user when we are root
-    stack = ScaleStack(var, scheduler_apart=not args.scheduler_shared)
+    stack = ScaleStack(var, scheduler_apart=not args.scheduler_shared,
+                       scheduler_nice=None if args.scheduler_equal else SCHEDULER_NICE)  # fmt: skip
     # DB_CONN_MAX_AGE: the orchestrator keeps its database connections (README "Sizing"); without it every message
     # opens one. TFDASH_TRACE_LOG_LEVEL: each handler's run time in the log, read below.
     stack.env.update({"TFDASH_MAX_ACTIVE_JOBS_PER_USER": "1000000", "DEBUG": "0", "LOG_LEVEL": "INFO",
@@ -679,6 +690,8 @@ def main() -> int:
         for name in ("orchestrator", *(f"orchestrator-{n}" for n in range(2, args.orchestrators + 1)), *apart,
                      *ingests, "web"):  # fmt: skip
             stack.start(name)
+        if stack.scheduler_apart:  # what the kernel says, whatever was asked (a user without CAP_SYS_NICE gets 0)
+            results["scheduler's session nice"] = session_nice_of(stack.children["scheduler"].proc.pid)
         # 0. no fleet yet: what the orchestrator costs by itself (Celery, beat, the watchdog's ticks over the
         # registered hosts), so that the heartbeats' own share can be told apart.
         control = ("orchestrator", "scheduler")

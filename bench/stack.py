@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from local_services import EmbeddedPostgres, EmbeddedRedis, control_key_file, wait_for  # noqa: E402
-from run_local import Child  # noqa: E402
+from run_local import SCHEDULER_NICE, Child  # noqa: E402
 
 from contracts.broker import without_credentials  # noqa: E402
 
@@ -116,8 +116,11 @@ def wait_line(path: str, text: str, timeout: float = 30) -> None:
 class Stack:
     """Every process of the product, each restartable after a SIGKILL."""
 
-    def __init__(self, var: Path, *, scheduler_apart: bool = True) -> None:
+    def __init__(self, var: Path, *, scheduler_apart: bool = True, scheduler_nice: int | None = SCHEDULER_NICE) -> None:
         self.var = var
+        # The scheduler's session at this CPU nice, as `make run` starts it (None: as every other process;
+        # bench/scale.py --scheduler-equal).
+        self.scheduler_nice = scheduler_nice
         # Scheduler passes in a worker of their own (`scheduler`), as the product ships them (`make run`, compose);
         # False: the orchestrator's worker takes them too (the layout before; bench/scale.py --scheduler-shared).
         self.scheduler_apart = scheduler_apart
@@ -179,7 +182,7 @@ class Stack:
                  "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",
                  "--hostname", "scheduler@%h"],
                 self.env,
-                {},
+                {"nice": self.scheduler_nice},
             )  # fmt: skip
         if name == "ingest" or name.startswith("ingest-"):  # ingest-P: partition P of TFDASH_INGEST_PARTITIONS
             partition = name.removeprefix("ingest").removeprefix("-") or "0"

@@ -51,6 +51,10 @@ NOT_FOR_AGENTS = frozenset(
 TASK_UIDS_ENV = "TFDASH_TASK_UIDS"  # set it (even empty) to choose the local agents' task uids yourself
 LOCAL_TASK_UIDS = "20000-29999"
 GRACE_S = 10.0
+# The scheduler's session runs at this CPU nice where allowed (session_nice): a pass is one thread the whole fleet
+# waits on, using a few percent of a core between passes, and on a machine the rest of the control plane fills it
+# waited for a core a third of its time (README, Sizing).
+SCHEDULER_NICE = -10
 
 
 class Backoff:
@@ -70,9 +74,13 @@ class Backoff:
 
 
 class Child:
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path, **options: Any) -> None:
+    def __init__(
+        self, name: str, argv: list[str], env: dict[str, str], log_dir: Path, *, nice: int | None = None,
+        **options: Any,
+    ) -> None:  # fmt: skip
         self.name = name
         self.argv, self.env, self.options = argv, env, options
+        self.nice = nice  # its session's CPU nice (session_nice), when given
         self.log_path = log_dir / f"{name}.log"
         self.log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 - the child writes to it until stop()
         self.backoff = Backoff()
@@ -82,10 +90,13 @@ class Child:
     def _spawn(self) -> subprocess.Popen[bytes]:
         self.started_at = time.monotonic()
         # Own session: Ctrl-C in the terminal reaches only this script, which then stops children in order.
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             self.argv, cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
             **self.options,
         )  # fmt: skip
+        if self.nice is not None:
+            session_nice(proc.pid, self.nice)
+        return proc
 
     def restart(self) -> None:
         """Start it again, once whatever its last run left in its process group (a beat child) is gone."""
@@ -105,6 +116,20 @@ class Child:
         # Whatever else is left in its group (a TF process under an agent, a beat child) goes too.
         self.signal(signal.SIGKILL)
         self.log.close()
+
+
+def session_nice(pid: int, nice: int) -> bool:
+    """Set the CPU nice of the session `pid` leads; False where this kernel or this user cannot.
+
+    Every child leads a session of its own, and with autogroups on (`kernel.sched_autogroup_enabled`, the default of
+    many distribution kernels) Linux shares the CPU between sessions first: a process's own nice counts only inside
+    its session, so `nice`/`renice` on the scheduler did nothing against the rest of the control plane (README,
+    Sizing). The session's nice is what weighs (`/proc/PID/autogroup`; below 0 needs root or CAP_SYS_NICE)."""
+    try:
+        Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+    except OSError:
+        return False  # no autogroups (then a process's nice is what counts), or not allowed: equal shares
+    return True
 
 
 def not_root_notice(var: Path) -> str | None:
@@ -312,6 +337,7 @@ class Stack:
             [PY, "-m", "celery", "-A", "config", "worker", "-Q", "scheduler", "--pool", "threads", "-c", "1",
              "--without-gossip", "--without-mingle", "--without-heartbeat",
              "-l", "INFO", "--hostname", "scheduler@%h"],
+            nice=SCHEDULER_NICE,
         )  # fmt: skip
         # The one consumer of the metric stream (point ids then grow in commit order).
         self.start("ingest", [PY, "manage.py", "ingest_metrics"])

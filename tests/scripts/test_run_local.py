@@ -23,7 +23,7 @@ import requests
 from tests.support.processes import ROOT, ManagedProcess, wait_until
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from run_local import Backoff, Children  # scripts/ is no package: found through the path above
+from run_local import SCHEDULER_NICE, Backoff, Children  # scripts/ is no package: found through the path above
 
 OWN_SETTINGS = (
     "DATABASE_URL",
@@ -74,6 +74,9 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
         assert len(children) >= 8  # postgres, redis, web, orchestrator, scheduler, ingest, two agents
         workers = [" ".join(cmdline(c)) for c in children if "celery" in " ".join(cmdline(c))]
         assert any("-Q scheduler " in argv for argv in workers), workers  # passes in a worker of their own
+        if CAN_RAISE_SESSIONS:  # and first in line for a core
+            scheduler = next(c for c in children if "scheduler@" in " ".join(cmdline(c)))
+            assert session_nice(scheduler.pid) == SCHEDULER_NICE
 
         api = requests.Session()
         token = api.post(
@@ -218,6 +221,31 @@ def test_a_child_that_exits_is_started_again_after_a_doubling_pause_and_the_othe
         children.stop_all()
     assert steady.proc.poll() is not None
     assert crasher.proc.poll() is not None
+
+
+# Autogroups (a session's CPU nice) exist on this kernel, and this user may raise one: root (or CAP_SYS_NICE).
+CAN_RAISE_SESSIONS = os.path.exists("/proc/self/autogroup") and os.geteuid() == 0
+
+
+def session_nice(pid: int) -> int:
+    return int(open(f"/proc/{pid}/autogroup").read().split()[-1])  # "/autogroup-123 nice -10"
+
+
+def test_a_child_started_at_a_session_nice_keeps_it_across_restarts_and_the_others_keep_theirs(tmp_path):
+    if not os.path.exists("/proc/self/autogroup"):
+        pytest.skip("this kernel has no autogroups: a session's nice does not exist")
+    children = Children(tmp_path, lambda _line: None)
+    sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+    first = children.start("first", sleep, dict(os.environ), nice=-5)
+    other = children.start("other", sleep, dict(os.environ))
+    try:
+        expected = -5 if CAN_RAISE_SESSIONS else 0  # not allowed: it runs as every other process, no failure
+        assert session_nice(first.proc.pid) == expected
+        first.restart()
+        assert session_nice(first.proc.pid) == expected
+        assert session_nice(other.proc.pid) == 0
+    finally:
+        children.stop_all()
 
 
 def test_the_pause_starts_over_once_a_child_ran_a_while():

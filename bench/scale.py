@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/scale.py [--hosts 500] [--jobs 1000] [--minutes 4] [--sim-procs 2] [--sim-idle] [--json FILE]
                                     [--policy backfill|fifo] [--packing spread|pack] [--seed N]
-                                    [--duration 20 60] [--schedule-interval S] [--scheduler-shared]
+                                    [--duration 20 60] [--schedule-interval S] [--scheduler-shared] [--scheduler-equal]
 
 A stack of its own (bench/chaos.py's: embedded PostgreSQL and Redis on free ports, Daphne, the orchestrator as a
 Celery worker + beat, the scheduler's worker, the metrics ingest) and `--hosts` simulated agents with 8 GPUs each
@@ -26,8 +26,9 @@ mean and p95 wait, and the head's start against its first reservation.
 It prints one table (with the load average, and the CPU each process used over the jobs phase: on a small machine
 the stack, the simulated fleet and the databases share its cores; `--sim-idle` runs the fleet, which stands in for
 other machines, at Linux's idle CPU priority and its session's autogroup at nice 19, so that it takes only what the
-stack leaves: on a machine with no core to spare the fleet then falls behind what it must report, README "Sizing")
-and checks correctness: every job placed exactly once (one set of tasks for attempt 1), every job that ended
+stack leaves: on a machine with no core to spare the fleet then falls behind what it must report, README "Sizing";
+the scheduler's worker runs first in line for a core, as `make run` starts it, unless `--scheduler-equal`) and checks
+correctness: every job placed exactly once (one set of tasks for attempt 1), every job that ended
 succeeded, no port or device booked twice, no healthy host ever marked offline, no order refused; with
 `--until-done` also that every job ended within `--minutes`. Exit status 1 when a check fails.
 """

@@ -28,9 +28,9 @@ the stack, the simulated fleet and the databases share its cores; `--sim-idle` r
 other machines, at Linux's idle CPU priority and its session's autogroup at nice 19, so that it takes only what the
 stack leaves: on a machine with no core to spare the fleet then falls behind what it must report, README "Sizing";
 the scheduler's worker runs first in line for a core, as `make run` starts it, unless `--scheduler-equal`) and checks
-correctness: every job placed exactly once (one set of tasks for attempt 1), every job that ended
-succeeded, no port or device booked twice, no healthy host ever marked offline, no order refused; with
-`--until-done` also that every job ended within `--minutes`. Exit status 1 when a check fails.
+correctness: every job placed exactly once (one set of tasks for attempt 1), every job that ended succeeded, no port
+or device booked twice, no healthy host ever marked offline, no order refused; with `--until-done` also that every
+job ended within `--minutes`. Exit status 1 when a check fails.
 """
 
 from __future__ import annotations
@@ -224,13 +224,6 @@ class ScaleStack(Stack):
     def orchestrator_logs(self) -> list[Path]:
         """The logs of every worker of the control plane's queues (the scheduler's own, when apart)."""
         return sorted([*self.logs.glob("orchestrator*.log"), *self.logs.glob("scheduler*.log")])
-
-
-def session_nice_of(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/autogroup").read_text().split()[-1]  # "/autogroup-123 nice -10"
-    except (OSError, IndexError):
-        return "no autogroups"
 
 
 # --- setup ---------------------------------------------------------------------------------------------------------
@@ -692,7 +685,8 @@ def main() -> int:
                      *ingests, "web"):  # fmt: skip
             stack.start(name)
         if stack.scheduler_apart:  # what the kernel says, whatever was asked (a user without CAP_SYS_NICE gets 0)
-            results["scheduler's session nice"] = session_nice_of(stack.children["scheduler"].proc.pid)
+            nice = stack.session_nice("scheduler")
+            results["scheduler's session nice"] = "no autogroups" if nice is None else nice
         # 0. no fleet yet: what the orchestrator costs by itself (Celery, beat, the watchdog's ticks over the
         # registered hosts), so that the heartbeats' own share can be told apart.
         control = ("orchestrator", "scheduler")

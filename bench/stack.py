@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from local_services import EmbeddedPostgres, EmbeddedRedis, control_key_file, wait_for  # noqa: E402
-from run_local import SCHEDULER_NICE, Child  # noqa: E402
+from run_local import SCHEDULER_NICE, Child, session_nice_of  # noqa: E402
 
 from contracts.broker import without_credentials  # noqa: E402
 
@@ -200,6 +200,11 @@ class Stack:
             env,
             {},
         )  # fmt: skip
+
+    def session_nice(self, name: str) -> int | None:
+        """The CPU nice of the session the service runs in, as the kernel reports it (None: no autogroups)."""
+        with self.lock:
+            return session_nice_of(self.children[name].proc.pid)
 
     def kill(self, name: str) -> None:
         """SIGKILL the service's whole process group (an agent's task processes have sessions of their own)."""

@@ -118,18 +118,25 @@ class Child:
         self.log.close()
 
 
-def session_nice(pid: int, nice: int) -> bool:
-    """Set the CPU nice of the session `pid` leads; False where this kernel or this user cannot.
+def session_nice(pid: int, nice: int) -> None:
+    """Set the CPU nice of the session `pid` leads, where this kernel and this user can (`session_nice_of` says what
+    the kernel made of it).
 
     Every child leads a session of its own, and with autogroups on (`kernel.sched_autogroup_enabled`, the default of
     many distribution kernels) Linux shares the CPU between sessions first: a process's own nice counts only inside
     its session, so `nice`/`renice` on the scheduler did nothing against the rest of the control plane (README,
     Sizing). The session's nice is what weighs (`/proc/PID/autogroup`; below 0 needs root or CAP_SYS_NICE)."""
-    try:
+    # No autogroups (then a process's nice is what counts), or not allowed: equal shares.
+    with contextlib.suppress(OSError):
         Path(f"/proc/{pid}/autogroup").write_text(str(nice))
-    except OSError:
-        return False  # no autogroups (then a process's nice is what counts), or not allowed: equal shares
-    return True
+
+
+def session_nice_of(pid: int) -> int | None:
+    """The CPU nice of the session `pid` is in (None: no autogroups on this kernel)."""
+    try:
+        return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])  # "/autogroup-123 nice -10"
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def not_root_notice(var: Path) -> str | None:

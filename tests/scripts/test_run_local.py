@@ -23,7 +23,8 @@ import requests
 from tests.support.processes import ROOT, ManagedProcess, wait_until
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from run_local import SCHEDULER_NICE, Backoff, Children  # scripts/ is no package: found through the path above
+# scripts/ is no package: found through the path above
+from run_local import SCHEDULER_NICE, Backoff, Children, session_nice_of
 
 OWN_SETTINGS = (
     "DATABASE_URL",
@@ -76,7 +77,7 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
         assert any("-Q scheduler " in argv for argv in workers), workers  # passes in a worker of their own
         if CAN_RAISE_SESSIONS:  # and first in line for a core
             scheduler = next(c for c in children if "scheduler@" in " ".join(cmdline(c)))
-            assert session_nice(scheduler.pid) == SCHEDULER_NICE
+            assert session_nice_of(scheduler.pid) == SCHEDULER_NICE
 
         api = requests.Session()
         token = api.post(
@@ -227,10 +228,6 @@ def test_a_child_that_exits_is_started_again_after_a_doubling_pause_and_the_othe
 CAN_RAISE_SESSIONS = os.path.exists("/proc/self/autogroup") and os.geteuid() == 0
 
 
-def session_nice(pid: int) -> int:
-    return int(open(f"/proc/{pid}/autogroup").read().split()[-1])  # "/autogroup-123 nice -10"
-
-
 def test_a_child_started_at_a_session_nice_keeps_it_across_restarts_and_the_others_keep_theirs(tmp_path):
     if not os.path.exists("/proc/self/autogroup"):
         pytest.skip("this kernel has no autogroups: a session's nice does not exist")
@@ -240,10 +237,10 @@ def test_a_child_started_at_a_session_nice_keeps_it_across_restarts_and_the_othe
     other = children.start("other", sleep, dict(os.environ))
     try:
         expected = -5 if CAN_RAISE_SESSIONS else 0  # not allowed: it runs as every other process, no failure
-        assert session_nice(first.proc.pid) == expected
+        assert session_nice_of(first.proc.pid) == expected
         first.restart()
-        assert session_nice(first.proc.pid) == expected
-        assert session_nice(other.proc.pid) == 0
+        assert session_nice_of(first.proc.pid) == expected
+        assert session_nice_of(other.proc.pid) == 0
     finally:
         children.stop_all()
 

@@ -44,3 +44,18 @@ def freeze_startup_heap(sender: Any = None, **kwargs: Any) -> None:
 
 
 signals.worker_ready.connect(freeze_startup_heap, weak=False)
+
+
+def keep_database_connections(sender: Any = None, **kwargs: Any) -> None:
+    """A worker's threads keep their database connections between messages for TFDASH_WORKER_CONN_MAX_AGE seconds
+    (Celery's Django fixup closes one at a message's end only once it is older: config/settings.py says why). A
+    connection that met an error is closed all the same (orchestrator/tasks.py: a retried handler starts afresh)."""
+    from django.conf import settings  # noqa: PLC0415 - the app module loads before Django
+    from django.db import connections  # noqa: PLC0415
+
+    for alias in connections:
+        # The settings every connection of this alias is made from, now and in threads not started yet.
+        connections.settings[alias]["CONN_MAX_AGE"] = settings.TFDASH_WORKER_CONN_MAX_AGE
+
+
+signals.worker_init.connect(keep_database_connections, weak=False)

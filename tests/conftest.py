@@ -137,6 +137,7 @@ def orchestrator(service_env: dict[str, str], tmp_path_factory: pytest.TempPathF
     proc.wait_for_line(r"orchestrator-test@\S+ ready", timeout=60)
     scheduler.wait_for_line(r"scheduler-test@\S+ ready", timeout=60)
     ingest.wait_for_line(r"metrics ingest \S+ ready", timeout=60)
+    proc.scheduler = scheduler  # type: ignore[attr-defined]  # tests that look at the scheduler's own process
     yield proc
     for each in (proc, scheduler, ingest):
         each.stop()

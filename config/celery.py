@@ -49,7 +49,11 @@ signals.worker_ready.connect(freeze_startup_heap, weak=False)
 def keep_database_connections(sender: Any = None, **kwargs: Any) -> None:
     """A worker's threads keep their database connections between messages for TFDASH_WORKER_CONN_MAX_AGE seconds
     (Celery's Django fixup closes one at a message's end only once it is older: config/settings.py says why). A
-    connection that met an error is closed all the same (orchestrator/tasks.py: a retried handler starts afresh)."""
+    connection that met an error is closed all the same (orchestrator/tasks.py: a retried handler starts afresh).
+    Only a worker of this app: the signal is every app's, and a test that runs a worker of its own in-process must
+    not turn the test process's connections persistent."""
+    if getattr(sender, "app", None) is not app:
+        return
     from django.conf import settings  # noqa: PLC0415 - the app module loads before Django
     from django.db import connections  # noqa: PLC0415
 

@@ -6,12 +6,13 @@ scheduler pass."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import psutil
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import connection, connections
 
 from orchestrator.control import passes
 from orchestrator.models import Cluster, Job, JobState
@@ -32,6 +33,13 @@ def _backend_starts(pid: int) -> list[datetime]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT backend_start FROM pg_stat_activity WHERE client_port = ANY(%s)", [ports])
         return [start for (start,) in cursor.fetchall()]
+
+
+class _Worker:
+    """What worker_init's receivers are handed (a WorkController), as far as they read it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
 
 
 def _db_now() -> datetime:
@@ -61,3 +69,21 @@ def test_the_scheduler_keeps_its_connection_from_one_pass_to_the_next(orchestrat
     second_asked = one_pass()
     starts = _backend_starts(scheduler.proc.pid)
     assert any(start < second_asked for start in starts), (second_asked, starts)
+
+
+def test_a_worker_of_another_app_leaves_this_process_connections_as_they_are() -> None:
+    # Celery's worker_init is sent for every app's workers: a test that runs a worker of its own app in-process
+    # (tests/celery_steps/test_wakeup.py) once made the test process's connections persistent, and a thread's
+    # connection kept the test database from being dropped at the session's end.
+    from celery import Celery, signals
+
+    from config.celery import app
+
+    before = connections.settings["default"]["CONN_MAX_AGE"]
+    try:
+        signals.worker_init.send(sender=_Worker(Celery("another", set_as_current=False)))
+        assert connections.settings["default"]["CONN_MAX_AGE"] == before
+        signals.worker_init.send(sender=_Worker(app))
+        assert connections.settings["default"]["CONN_MAX_AGE"] == settings.TFDASH_WORKER_CONN_MAX_AGE
+    finally:
+        connections.settings["default"]["CONN_MAX_AGE"] = before

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,6 +22,10 @@ SECRETS = {
     "DJANGO_SUPERUSER_PASSWORD": "admin-pw",
     "TFDASH_CONTROL_KEY": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
 }
+
+# Flags that take a password as the next argument (redis-cli, redis-server, others); a URL with user:password@.
+PASSWORD_FLAGS = {"-a", "--pass", "--password", "--requirepass"}
+URL_WITH_PASSWORD = re.compile(r"://[^/@\s:]*:[^/@\s]+@")
 
 
 def compose_config(path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -64,6 +69,29 @@ def test_the_compose_file_validates_with_every_service():
         assert {v["source"]: v["target"] for v in services["web"]["volumes"]}[f"agent-{number}-secrets"] == (
             f"/tokens/compose-{number}"
         )
+
+
+def test_no_secret_is_on_any_command_line():
+    """Every user of the machine reads every process's arguments (`ps`, /proc/PID/cmdline; a container's processes
+    are the host's too): no service's command, entrypoint or health check may carry a secret, a password flag or a
+    URL with a password in it. The Redis service reads its password from its environment instead."""
+    import json
+
+    result = compose_config(ROOT / "docker-compose.yml")
+    assert result.returncode == 0, result.stderr
+
+    found = []
+    for name, service in json.loads(result.stdout)["services"].items():
+        for part in ("command", "entrypoint", "healthcheck"):
+            value = service.get(part)
+            words = value.get("test") if isinstance(value, dict) else value
+            words = [words] if isinstance(words, str) else list(words or [])
+            found += [f"{name} {part}: {secret} in {word!r}" for word in words for secret, text in SECRETS.items()
+                      if text in word]  # fmt: skip
+            found += [f"{name} {part}: password flag {word!r}" for word in words if word in PASSWORD_FLAGS]
+            found += [f"{name} {part}: {word!r}" for word in words if URL_WITH_PASSWORD.search(word)]
+    assert not found
+    assert json.loads(result.stdout)["services"]["redis"]["environment"]["REDISCLI_AUTH"] == SECRETS["REDIS_PASSWORD"]
 
 
 @pytest.mark.parametrize("missing", sorted(SECRETS))

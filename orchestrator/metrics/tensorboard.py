@@ -3,7 +3,9 @@
 Layout: `job<id>/<task>/<phase>/events.out.tfevents.<time>.tfdash.<job>.<task>`, one run per task and phase, one tag
 per metric name: `worker-0/train` holds `loss`, `accuracy`, ...; `worker-0/epoch_end` holds the epoch-end values. A
 later attempt or an in-place restart of a task is a run of its own (`worker-0.attempt2`, `worker-0.restart1`), so a
-restarted job's curves do not overwrite each other. Each point is one scalar event with the point's step and wall
+restarted job's curves do not overwrite each other. Every part of a member's path comes from a safe alphabet
+(`archive_part`): a phase is free text an agent reports, and a `../../x`, an absolute path or a control character must
+not become a path where the archive is unpacked. Each point is one scalar event with the point's step and wall
 time, written by TensorBoard's own record writer (TFRecord framing, masked CRC32C) as a scalars-plugin summary over a
 float64 tensor, so the values read back are exactly the stored ones (a `simple_value` would be float32).
 
@@ -14,7 +16,9 @@ member and deleted; the whole archive is compressed as it goes out.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import re
 import tarfile
 import tempfile
 import time
@@ -34,6 +38,20 @@ PAGE_POINTS = 10_000
 CHUNK_BYTES = 256 * 1024
 _SCALAR = scalar_metadata.create_summary_metadata(display_name="", description="")
 _SCALAR_SHAPE = tensor_shape_pb2.TensorShapeProto()
+# What a path part in the archive may hold: ASCII letters, digits, '_', '.', '-' (never '/', '\\', a control
+# character or a non-ASCII one, which some unpackers and terminals interpret).
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+MAX_PART_CHARS = 64
+
+
+def archive_part(text: str) -> str:
+    """`text` as one path part of the archive: itself when it is made of the safe alphabet alone (not empty, not
+    starting with '.', so never `.` or `..`); otherwise its safe characters with a digest of the whole, so two
+    phases that differ only in unsafe characters stay two runs."""
+    cleaned = _UNSAFE.sub("_", text).lstrip(".")[:MAX_PART_CHARS]
+    if cleaned == text and cleaned:
+        return cleaned
+    return f"{cleaned or 'x'}-{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
 
 @dataclass(frozen=True)
@@ -69,7 +87,7 @@ def runs(job_id: int) -> list[Run]:
         )
     }
     found = [
-        Run(f"job{job_id}/{tasks[task_id]}/{phase}", task_id, phase, tuple(sorted(names)))
+        Run(f"job{job_id}/{archive_part(tasks[task_id])}/{archive_part(phase)}", task_id, phase, tuple(sorted(names)))
         for (task_id, phase), names in series.items()
         if task_id in tasks
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 from pathlib import Path
 
@@ -113,3 +114,33 @@ def test_a_job_with_no_points_is_an_empty_archive(alice, tmp_path):
 
 def test_another_users_job_is_not_found(bob, finished):
     assert as_user(bob).get(f"/api/jobs/{finished.pk}/tensorboard/").status_code == 404
+
+
+# Phases an agent may report (free text, cut to 10 characters by the ingest): a way out of the folder, an absolute
+# path, a terminal escape, non-ASCII, a lone dot, and the usual one.
+HOSTILE_PHASES = ["../../etc/", "/etc/x", "t\x1b]0;pwn\x07", "фаза", "..", ".", "train"]
+
+
+def test_archive_member_names_use_a_safe_alphabet_whatever_the_phase(alice, tmp_path):
+    job = Job.objects.create(
+        owner=alice, cluster=factories.cluster(), name="tb", strategy="mirrored", program_kind="script", attempt=1
+    )
+    task = Task.objects.create(job=job, attempt=1, type="worker", index=0, state="succeeded")
+    MetricPoint.objects.bulk_create(
+        MetricPoint(job=job, task=task, phase=phase, name="loss", step=1, epoch=1, value=float(i), ts=1.7e9)
+        for i, phase in enumerate(HOSTILE_PHASES)
+    )
+
+    names = extract(streamed(as_user(alice).get(f"/api/jobs/{job.pk}/tensorboard/")), tmp_path / "out")
+
+    for name in names:
+        assert re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*", name), name
+        assert not any(part.startswith(".") for part in name.split("/")), name
+    runs = sorted({name.rsplit("/", 1)[0] for name in names})
+    assert len(runs) == len(HOSTILE_PHASES)  # each phase its own run: none merged with another
+    assert f"job{job.pk}/worker-0/train" in runs
+    # Every file landed inside the folder it was unpacked into, and each phase's value is there to read.
+    files = [path for path in (tmp_path / "out").rglob("*") if path.is_file()]
+    assert len(files) == len(HOSTILE_PHASES)
+    assert sorted(read_back(path.parent)["loss"][0][2] for path in files) == [float(i) for i in range(len(runs))]
+    assert not (tmp_path / "etc").exists()

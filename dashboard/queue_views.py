@@ -1,4 +1,5 @@
-"""The queue page (like `squeue --start`) and staff's actions on it: hold, release, another priority class."""
+"""The queue page (like `squeue --start`), each priority class's rule, and staff's actions on it: hold, release,
+another priority class."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from orchestrator.control import queue_view
+from orchestrator.control import class_rights, queue_view
 from orchestrator.models import Cluster, Job, PriorityClass
 
 
@@ -21,6 +22,7 @@ def queue(request: HttpRequest, cluster_id: int) -> HttpResponse:
             "cluster": cluster,
             "rows": queue_view.rows(cluster, request.user),
             "classes": list(PriorityClass.objects.values_list("name", flat=True)),
+            "class_rules": class_rights.rules(request.user),
         },
     )
 

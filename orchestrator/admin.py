@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from orchestrator import counters, storage
+from orchestrator.control import class_rights
 from orchestrator.identity import tokens
 from orchestrator.identity.broker_users import agent_server_url
 from orchestrator.metrics import stream as metrics_stream
@@ -98,7 +99,19 @@ class QuotaInline(admin.TabularInline):
 
 @admin.register(PriorityClass)
 class PriorityClassAdmin(admin.ModelAdmin):
-    list_display = ("name", "value", "preemptible", "is_default", "description")
+    """Who may submit at each class: open to all, or the users and groups named (staff always; the default class is
+    open to all whatever its box says). The queue page shows the same rule to everyone."""
+
+    list_display = ("name", "value", "preemptible", "is_default", "who_may_use", "description")
+    filter_horizontal = ("users", "groups")
+    fields = ("name", "value", "preemptible", "is_default", "description", "open_to_all", "users", "groups")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[PriorityClass]:
+        return super().get_queryset(request).prefetch_related("users", "groups")
+
+    @admin.display(description="who may use it")
+    def who_may_use(self, obj: PriorityClass) -> str:
+        return class_rights.who_may_use(obj)
 
 
 @admin.register(Cluster)
@@ -258,3 +271,7 @@ class JobAdmin(admin.ModelAdmin):
     list_filter = ("state", "strategy", "cluster")
     search_fields = ("name", "owner__username")
     inlines = [TaskInline]
+
+    # A job's class changes on the queue page (or POST /api/jobs/<id>/priority/) alone, where it is recorded in the
+    # job's history: an edit here would move a job past its owner's right without a trace.
+    readonly_fields = ("priority_class",)

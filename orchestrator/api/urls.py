@@ -6,6 +6,7 @@ from rest_framework.routers import DefaultRouter
 
 from orchestrator.api.experiment_views import ExperimentViewSet
 from orchestrator.api.job_views import JobViewSet
+from orchestrator.api.priority_views import PriorityClassesView
 from orchestrator.api.views import ClusterViewSet, HostViewSet, TokenView, api_not_found
 from orchestrator.api.webhook_views import WebhookViewSet
 
@@ -21,6 +22,7 @@ host_detail = HostViewSet.as_view({"get": "retrieve", "put": "update", "patch": 
 urlpatterns = [
     path("token/", TokenView.as_view(), name="api-token"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("priority-classes/", PriorityClassesView.as_view(), name="priority-classes"),
     path("clusters/<int:cluster_pk>/hosts/", host_list, name="cluster-hosts"),
     path("clusters/<int:cluster_pk>/hosts/<int:pk>/", host_detail, name="cluster-host-detail"),
     path("", include(router.urls)),

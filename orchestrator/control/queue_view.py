@@ -1,7 +1,9 @@
 """The queue as people see it (like `squeue --start`) and what staff do to it: hold, release, change the priority.
 
 Everyone signed in sees every waiting job's place, owner, priority, shape and expected start (a shared fleet's queue
-is the team's business, as Slurm's is); a job's name and reason only its owner and staff, as everywhere else.
+is the team's business, as Slurm's is), and each priority class's rule (who may use it: class_rights); a job's name
+and reason only its owner and staff, as everywhere else. Staff may move a job to a class its owner may not use
+themselves; the job's history says so.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from typing import Any
 
 from django.db import transaction
 
-from orchestrator.control import passes, scheduling
+from orchestrator.control import class_rights, passes, scheduling
 from orchestrator.models import Cluster, Job, JobEvent, PriorityClass
 
 
@@ -88,6 +90,12 @@ def set_priority(job_id: int, name: str, by: str) -> Job:
             before = job.priority or "default"
             job.priority_class = found
             job.save(update_fields=["priority_class"])
-            JobEvent.objects.create(job=job, kind="priority", text=f"priority {before} -> {found.name} by {by}")
+            JobEvent.objects.create(job=job, kind="priority", text=priority_story(before, found, job.owner, by))
         passes.schedule_after_commit(job.cluster_id)
     return job
+
+
+def priority_story(before: str, to: PriorityClass, owner: Any, by: str) -> str:
+    """The history line of a class change; it says when staff lifted a job above its owner's own right."""
+    beyond = "" if class_rights.may_use(to, owner) else f" (beyond {owner.get_username()}'s own right)"
+    return f"priority {before} -> {to.name} by {by}{beyond}"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from django.contrib.auth import get_user_model
 from django.db import connection
 
+from orchestrator.control import class_rights
 from orchestrator.models import Cluster, Job, JobState, PriorityClass, Quota
 from orchestrator.models.queueing import STANDARD_CLASSES
 
@@ -35,15 +36,22 @@ def standard_classes_if_none() -> None:
     three: a job naming `low`, `normal` or `high` always finds them, as the README promises."""
     if PriorityClass.objects.exists():
         return
-    for name, value, preemptible, default, text in STANDARD_CLASSES:
+    for name, value, preemptible, default, open_to_all, text in STANDARD_CLASSES:
         PriorityClass.objects.get_or_create(
-            name=name, defaults={"value": value, "preemptible": preemptible, "is_default": default, "description": text}
+            name=name,
+            defaults={
+                "value": value,
+                "preemptible": preemptible,
+                "is_default": default,
+                "open_to_all": open_to_all,
+                "description": text,
+            },
         )
 
 
 def settle(job: Job) -> list[tuple[str, str]]:
-    """Resolve a new job's priority class (by name; blank: the default) and time limit (none: the cluster's default;
-    never above its maximum). Returns (field, message) problems."""
+    """Resolve a new job's priority class (by name; blank: the default; one its owner may use: class_rights) and
+    time limit (none: the cluster's default; never above its maximum). Returns (field, message) problems."""
     errors: list[tuple[str, str]] = []
     asked = getattr(job, "asked_priority", None)
     if asked is not None:
@@ -52,6 +60,11 @@ def settle(job: Job) -> list[tuple[str, str]]:
         if asked and found is None:
             names = ", ".join(PriorityClass.objects.values_list("name", flat=True)) or "none defined"
             errors.append(("priority", f"Unknown priority class {asked!r}; choose one of: {names}."))
+        elif found is not None:
+            # A class is a right, not a wish: checked here, where every path that names one for a new job passes.
+            refused = class_rights.refusal(found, job.owner)
+            if refused:
+                errors.append(("priority", refused))
         job.priority_class = found
     cluster = job.cluster
     if not job.time_limit_s:

@@ -1,7 +1,9 @@
 """What a shared fleet's queue is made of besides jobs: priority classes, quotas, and each job's story.
 
 Staff define priority classes and quotas in the admin; the scheduler (orchestrator/control/scheduling.py) orders the
-queue by class, then fair share, then submission, and may preempt lower preemptible classes or borrowers.
+queue by class, then fair share, then submission, and may preempt lower preemptible classes or borrowers. Who may
+submit at a class is the class's own (open to all, or its users and groups: Slurm's QOS per account); the rule that
+reads it is orchestrator/control/class_rights.py.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from django.db.models import Q
 from orchestrator.models.clusters import Cluster
 from orchestrator.models.jobs import Job
 
-# What a team starts with (migration 0015 creates them; staff change them in the admin): (name, value, preemptible,
-# default, description).
+# What a team starts with (migration 0015 creates them, 0022 sets who may use them; staff change them in the admin):
+# (name, value, preemptible, default, open to all, description). `high` is closed: it jumps every queue and preempts
+# others' `low` jobs, so staff grant it to users or groups.
 STANDARD_CLASSES = (
-    ("low", 0, True, False, "may be preempted by normal and high jobs; resumes from its checkpoint"),
-    ("normal", 100, False, True, "the default"),
-    ("high", 200, False, False, "goes first; may preempt low jobs"),
+    ("low", 0, True, False, True, "may be preempted by normal and high jobs; resumes from its checkpoint"),
+    ("normal", 100, False, True, True, "the default"),
+    ("high", 200, False, False, False, "goes first; may preempt low jobs; only for the users and groups staff name"),
 )
 
 
@@ -29,6 +32,18 @@ class PriorityClass(models.Model):
     preemptible = models.BooleanField(default=False, help_text="its jobs may be stopped for a higher class's")
     is_default = models.BooleanField(default=False, help_text="the class of a job that names none")
     description = models.CharField(max_length=200, blank=True)
+    # Closed unless staff open it: a class staff add goes to nobody until they say who (the default class is open to
+    # all whatever this says: a job naming no class must always be possible).
+    open_to_all = models.BooleanField(
+        default=False,
+        help_text="every user may submit at this class; otherwise only the users and groups below, and staff",
+    )
+    users = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="priority_classes", help_text="who may submit at it"
+    )
+    groups = models.ManyToManyField(
+        Group, blank=True, related_name="priority_classes", help_text="whose members may submit at it"
+    )
 
     class Meta:
         ordering = ["-value", "name"]

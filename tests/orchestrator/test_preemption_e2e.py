@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from rest_framework.test import APIClient
 
-from orchestrator.models import Host, Job, JobEvent, Task
+from orchestrator.control import queueing
+from orchestrator.models import Host, Job, JobEvent, PriorityClass, Task
 from tests.orchestrator.test_faults_e2e import epochs_done
 from tests.orchestrator.test_jobs_e2e import log_text, wait_for_job
 from tests.support.processes import wait_until
@@ -53,6 +54,8 @@ def speaker(job_id: int, attempt: int) -> Task:
 @pytest.mark.parametrize("strategy", ["multi_worker_mirrored", "parameter_server"])
 def test_a_high_job_preempts_a_low_one_which_resumes_from_its_checkpoint(api, two_hosts, client, alice, strategy):
     shape = {"strategy": strategy, "ps": 1} if strategy == "parameter_server" else {}
+    queueing.standard_classes_if_none()  # a flushed database has none until a job names one
+    PriorityClass.objects.get(name="high").users.add(alice)  # high is a right staff grant (issue 42)
     low_id = submit(api, "low, long", "low", LOW_RUN, **shape)
     wait_for_job(low_id, ("running",), timeout=90)
     first = speaker(low_id, 1)

@@ -226,7 +226,10 @@ def test_the_queue_api_lists_waiting_jobs_in_order_and_only_staff_change_it(alic
     assert [r["id"] for r in rows] == [first.pk, later.pk] and rows[0]["held"] and rows[1]["expected_start"]
     # The held job no longer promises a start: its reservation went to the job behind it.
     assert rows[0]["expected_start"] is None and rows[0]["reservation"] == {} and "held by staff" in rows[0]["reason"]
-    assert [e.text for e in JobEvent.objects.filter(job=later)] == ["priority normal -> high by ops"]
+    # alice may not submit at high herself (issue 42): staff may lift her job there, and her job's history says so.
+    assert [e.text for e in JobEvent.objects.filter(job=later)] == [
+        "priority normal -> high by ops (beyond alice's own right)"
+    ]
 
 
 def test_two_users_quota_two_each_b_reclaims_what_a_borrowed_in_one_pass_and_a_resumes_later(alice, bob):

@@ -1,0 +1,32 @@
+"""GET /api/priority-classes/: every priority class and who may use it (orchestrator/control/class_rights.py), the
+rules the queue page shows, for scripts and `tfdash queue`."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from orchestrator.control import class_rights
+
+
+class PriorityClassRuleSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    value = serializers.IntegerField(help_text="higher goes first")
+    preemptible = serializers.BooleanField()
+    is_default = serializers.BooleanField(help_text="the class of a job that names none")
+    description = serializers.CharField()
+    open_to_all = serializers.BooleanField(help_text="every user may submit at it (the default class always)")
+    users = serializers.ListField(child=serializers.CharField(), help_text="users staff granted it to")
+    groups = serializers.ListField(child=serializers.CharField(), help_text="groups whose members may use it")
+    who = serializers.CharField(help_text="the rule in words (staff may use every class)")
+    you_may_use = serializers.BooleanField(help_text="whether you may submit a job at this class")
+
+
+class PriorityClassesView(APIView):
+    @extend_schema(responses={200: PriorityClassRuleSerializer(many=True)})
+    def get(self, request: Request) -> Response:
+        """Every priority class, highest first, with who may submit at it."""
+        return Response(PriorityClassRuleSerializer(class_rights.rules(request.user), many=True).data)

@@ -31,6 +31,7 @@ from tfdash.client import (
     task_label,
 )
 from tfdash.progress import JobWatch
+from tfdash.terminal import printable
 
 # Exit codes a shell script can test (README, "Command line").
 OK = 0
@@ -178,13 +179,16 @@ def logs(ns: argparse.Namespace, client: Callable[[], Client]) -> int:
     with client() as api:
         lines = api.follow_logs(ns.id, task=ns.task, poll_s=ns.poll) if ns.follow else api.logs(ns.id, task=ns.task)
         several = ns.task is None
+        # A task's output may hold terminal escapes (a clipboard write, a title change): stripped unless --raw.
+        # JSON needs nothing: json.dumps writes every control character as an escape.
+        shown = (lambda text: text) if ns.raw else printable
         for line in lines:
             if ns.json:
                 print(json.dumps(line), flush=True)
             elif several:
-                print(f"[{line['task']}] {line['text']}", flush=True)
+                print(f"[{line['task']}] {shown(line['text'])}", flush=True)
             else:
-                print(line["text"], flush=True)
+                print(shown(line["text"]), flush=True)
     return OK
 
 
@@ -382,6 +386,12 @@ def build_parsers() -> dict[str, tuple[argparse.ArgumentParser, Command, bool]]:
     )
     p.add_argument("--poll", type=_poll, default=1.0, help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="one JSON object per line: task, task_id, seq, stream, text")
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="print the lines as the tasks wrote them, terminal escape sequences included (by default they are "
+        "removed: a script's output could otherwise write your clipboard or retitle your terminal)",
+    )
     parsers["logs"] = (p, logs, False)
 
     p = _parser("cancel", "Cancel a job: its tasks are stopped.")
@@ -517,10 +527,10 @@ def _print_job(job: Job) -> None:
     if failure:
         out.print(
             f"  failed task {escape(str(failure.get('task')))} (exit {failure.get('exit_code')}): "
-            f"{escape(str(failure.get('detail')))}"
+            f"{escape(printable(str(failure.get('detail'))))}"
         )
         for line in failure.get("log_tail") or []:
-            out.print(f"    {escape(str(line))}")
+            out.print(f"    {escape(printable(str(line)))}")
 
 
 def _print_outcome(job: Job) -> None:

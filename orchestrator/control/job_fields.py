@@ -108,7 +108,7 @@ FIELDS: tuple[JobField, ...] = (
         str,
         "Priority class",
         "",
-        help="a class staff defined (e.g. low, normal, high); blank: the default class",
+        help="a class staff defined and let you use (each class's rule is on the queue page); blank: the default",
         max_length=32,
         optional_in_form=True,
     ),

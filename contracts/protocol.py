@@ -293,6 +293,10 @@ class LaunchSpec:
     user_env: dict[str, str] = field(default_factory=dict)
     # When the cluster has an object store: the task's presigned URLs (contracts/store.py StoreUrls, as a dict).
     store: dict[str, Any] = field(default_factory=dict)
+    # The job's place in its cluster's pool of task uids (orchestrator/control/task_uids.py): an agent with
+    # `--task-uids A-B` runs it as uid A + uid_slot, the same on every host; None (an older control plane): the agent
+    # picks (worker_agent/supervision/uid_pool.py).
+    uid_slot: int | None = None
 
 
 @dataclass(frozen=True)
@@ -487,7 +491,9 @@ def launch_spec_from(body: dict[str, Any]) -> LaunchSpec:
     try:
         program = ProgramSpec(**body["program"])
         spec = LaunchSpec(**{**body, "program": program})
-    except (KeyError, TypeError) as exc:
+        if spec.uid_slot is not None:
+            _count(spec.uid_slot)
+    except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"malformed launch spec: {exc!r}") from exc
     store_urls_from(spec.store)  # ValueError when malformed
     return spec

@@ -83,17 +83,20 @@ def launch_spec(
         job_dir=job_dir(task.job),
         user_env=dict(task.job.env or {}),
         store=store or {},
+        uid_slot=task.job.task_uid_slot,  # the job's uid on every host (orchestrator/control/task_uids.py)
     )
 
 
 def launch_body(spec: LaunchSpec) -> dict[str, Any]:
     """The order's body. `user_env` goes only when the job sets variables: an agent from before it (which refuses an
     unknown key) still runs every job that sets none while a fleet is upgraded; `store` likewise goes only on a cluster
-    with an object store."""
+    with an object store; `uid_slot` only once the job has one (a task placed before the upgrade has none)."""
     body = asdict(spec)
     for optional in ("user_env", "store"):
         if not body[optional]:
             del body[optional]
+    if body["uid_slot"] is None:
+        del body["uid_slot"]
     return body
 
 

@@ -21,7 +21,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from orchestrator import counters, gc_pause, thread_times
-from orchestrator.control import dispatch, fleet_state, lifecycle, passes, preemption, queueing, task_rows
+from orchestrator.control import dispatch, fleet_state, lifecycle, passes, preemption, queueing, task_rows, task_uids
 from orchestrator.core import backfill, placement, tf_config
 from orchestrator.metrics import live
 from orchestrator.models import (
@@ -385,6 +385,7 @@ def _start(
             job.save(update_fields=["attempt", "state", "placed_at", "reason", "expected_start", "reservation",
                                     "borrowing"])  # fmt: skip
     ids = task_rows.insert_current(rows)
+    task_uids.assign(placed[0][0].cluster_id, [job for job, _where in placed])  # before their orders go out
     live.jobs_changed(fresh)  # an UPDATE sends no post_save: the pages are told here
     dispatch.launch_after_commit(ids)
     return [job.pk for job, _where in placed]

@@ -126,6 +126,10 @@ class Job(models.Model):
     preemptions = models.PositiveIntegerField(default=0)
     # Started beyond its owner's quota (on idle devices): a user under quota may reclaim them by preemption.
     borrowing = models.BooleanField(default=False)
+    # Its place in its cluster's pool of task uids (orchestrator/control/task_uids.py): every host runs its tasks as
+    # the same uid (--task-uids' first + this), and no other job of the cluster has it while a task of this one is
+    # active. Given at placement; None before, or after another job took it once this one had no active task.
+    task_uid_slot = models.PositiveIntegerField(null=True, blank=True)
 
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
     reason = models.TextField(blank=True, help_text="why the job is in its state (waiting, failed, ...)")
@@ -177,7 +181,13 @@ class Job(models.Model):
                 fields=["experiment", "variant"],
                 condition=models.Q(experiment__isnull=False),
                 name="one_job_per_experiment_variant",
-            )
+            ),
+            # One job per uid slot of a cluster, whatever races (orchestrator/control/task_uids.py).
+            models.UniqueConstraint(
+                fields=["cluster", "task_uid_slot"],
+                condition=models.Q(task_uid_slot__isnull=False),
+                name="one_job_per_task_uid_slot",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -6,8 +6,11 @@ group id and no supplementary group; the job's folders are 0700 and owned by it.
 another job's folder nor the agent's files (its workdir is 0711: enter, not list; ledger/ and running/ 0700), nor
 signal or trace another job's processes, nor read the agent's /proc/<pid>/environ.
 
-The uid rule, one definition (`preferred_uid`): low + job_id % size, the same on every host with the same range, so
-the hosts of a cluster sharing a folder agree on its owner without talking.
+Which uid: the launch order's `uid_slot` (low + slot), which the control plane gives each job of a cluster while it
+has an active task, so every host of the cluster runs the job as one uid and no two live jobs of the cluster share
+one (uid_pool.py; hosts of a cluster need the same range). An order without one (an older control plane) falls back
+to `preferred_uid`: low + job_id % size, the same on every host with the same range, but two jobs a range apart
+collide there, and a host that finds it taken picks another.
 """
 
 from __future__ import annotations

@@ -120,6 +120,11 @@ class UidLock:
             return False
         return True
 
+    def share(self) -> None:
+        """From exclusive to shared (held for a job after emptying it alone); waits while another agent empties it."""
+        assert self._fd is not None
+        fcntl.flock(self._fd, fcntl.LOCK_SH)
+
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)

@@ -1,12 +1,22 @@
 """The pool of task uids on this host (`--task-uids`): which job holds which uid, the job folders each owns, and the
 rule that a uid goes to another job only when it is empty (the rule itself and the start-up checks: identity.py).
 
-On one host a uid belongs to one job at a time: while job A has a task running, a job B that maps to the same uid
-takes the next free one. The allocation is persisted by the folders themselves: a job's folder is owned by its uid,
-and when a uid goes to a job whose folder it does not own, every other job folder it owns (an earlier job's, left on
-disk, under the workdir's jobs/ or a shared folder's) is handed back to root first, so a job never inherits an
-earlier job's files with its uid. When a job's last task here ends, every process its uid still owns is killed
-(reaping.py) before the uid is free. Every ownership walk goes by fd without following links (folders.py).
+Which uid a job gets is the control plane's word when its launch order names a uid slot (`LaunchSpec.uid_slot`):
+the uid is `low + slot` on every host, and the control plane gives each job of a cluster a slot of its own while any
+task of it is active (orchestrator/control/task_uids.py). So one job's tasks on several hosts share one uid (they can
+all write the job's shared folder) and two live jobs of a cluster never share one, whichever hosts run them. A slot
+beyond this host's range, or a uid this host still holds for another job, is refused with the reason. An order with
+no slot (an older control plane) gets a uid chosen here, as before: the owner of the job's existing folder, else
+identity.preferred_uid, else the next free one.
+
+On one host a uid belongs to one job at a time. The allocation is persisted by the folders themselves: a job's folder
+is owned by its uid, and when a uid goes to a job whose folder it does not own, every other job folder it owns (an
+earlier job's, left on disk, under the workdir's jobs/ or a shared folder's) is handed back to root first, so a job
+never inherits an earlier job's files with its uid. When a job's last task here ends, every process its uid still
+owns is killed (reaping.py), then what it left outside its folders (SysV IPC, POSIX message queues, files in /var/tmp
+and /dev/shm: leftovers.py) is removed, before the uid is free; and before a uid serves a job no agent of this machine
+holds it for, both are checked again (an agent that died mid-job, a kill that came late). Every ownership walk goes by
+fd without following links (folders.py).
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ from dataclasses import dataclass
 
 from worker_agent import folders
 from worker_agent.folders import Place, Roots
-from worker_agent.supervision import reaping
+from worker_agent.supervision import leftovers, reaping
 from worker_agent.supervision.identity import JOB_FOLDER_MODE, UidRange, Unusable, preferred_uid
 
 log = logging.getLogger(__name__)
@@ -46,18 +56,23 @@ class TaskUids:
         self._holders: dict[int, _Holder] = {}
         self._stuck: set[int] = set()  # uids with a process that would not die: not given out while it lives
 
-    def acquire(self, job_id: int, places: Iterable[Place]) -> int:
-        """The job's uid, held until `release`; its folders exist, 0700, owned by it (contents too). Waits while
-        the job's uid is being emptied (its previous task here just ended)."""
+    def acquire(self, job_id: int, places: Iterable[Place], slot: int | None = None) -> int:
+        """The job's uid, held until `release`; its folders exist, 0700, owned by it (contents too). `slot`: the
+        job's place in its cluster's uid pool (the launch order's), None when the order names none. Waits while the
+        job's uid, or the uid its slot names, is being emptied (a task that just ended here); raises Unusable when the
+        slot lies outside this host's range or its uid still serves another job here."""
         places = list(places)
         with self._cond:
-            while (uid := self._held_by(job_id)) is not None and self._holders[uid].emptying:
+            while self._must_wait(job_id, slot):
                 self._cond.wait()
+            uid = self._held_by(job_id)
+            if slot is not None:
+                uid = self._check_slot(job_id, slot, uid)
             holder = self._holders.get(uid) if uid is not None else None
             if holder is None:
-                uid = self._choose(job_id, places)
+                uid = self._choose(job_id, places) if uid is None else self._take(uid, job_id)
             assert uid is not None
-            lock = reaping.UidLock.shared(uid) if holder is None else None  # waits while another agent empties it
+            lock = self._claim(uid) if holder is None else None  # waits while another agent empties it
             try:
                 for place in places:
                     own_folder(place, uid)
@@ -71,9 +86,74 @@ class TaskUids:
             holder.tasks += 1
             return uid
 
+    def _must_wait(self, job_id: int, slot: int | None) -> bool:
+        """Whether the job's uid here, or the uid its slot names, is being emptied (a task that just ended)."""
+        held = self._held_by(job_id)
+        if held is not None and self._holders[held].emptying:
+            return True
+        return slot is not None and self._emptying_for_another(self._slot_uid(slot), job_id)
+
+    def _slot_uid(self, slot: int) -> int:
+        if not 0 <= slot < self.uids.size:
+            raise Unusable(
+                f"the job's uid slot {slot} lies outside this host's --task-uids {self.uids} ({self.uids.size} uids): "
+                "the cluster runs more jobs at once than this range holds; give every host of the cluster the same, "
+                "wider range"
+            )
+        return self.uids.low + slot
+
+    def _emptying_for_another(self, uid: int, job_id: int) -> bool:
+        holder = self._holders.get(uid)
+        return holder is not None and holder.job_id != job_id and holder.emptying
+
+    def _check_slot(self, job_id: int, slot: int, held: int | None) -> int:
+        """The uid the slot names, when this host can give it to the job now."""
+        uid = self._slot_uid(slot)
+        if held is not None and held != uid:
+            raise Unusable(f"job {job_id} already runs here as uid {held}; its order names uid {uid} (slot {slot})")
+        holder = self._holders.get(uid)
+        if holder is not None and holder.job_id != job_id:
+            # The control plane took the other job's tasks for ended (a host that was lost, say) while they still run
+            # here: the uid is not shared with them.
+            raise Unusable(f"uid {uid} (slot {slot}) still serves job {holder.job_id} on this host")
+        return uid
+
+    def _take(self, uid: int, job_id: int) -> int:
+        """The uid a slot names, for a job this host does not run yet."""
+        if uid in self._stuck and reaping.alive(uid.__eq__):
+            raise Unusable(f"uid {uid} still runs processes of an earlier job that would not die (see the log)")
+        self._stuck.discard(uid)
+        self._hand_back(uid, job_id)
+        return uid
+
+    def _claim(self, uid: int) -> reaping.UidLock:
+        """The uid's machine-wide lock, shared, for a job that gets the uid here. When no agent of this machine holds
+        it, it is first checked empty, alone: nothing runs as it, and nothing an earlier job left (IPC objects,
+        temporary files) is there."""
+        lock = reaping.UidLock.exclusive(uid)
+        if lock is None:
+            return reaping.UidLock.shared(uid)  # another agent here holds it for this job, or is emptying it
+        try:
+            self._check_empty(uid)
+            lock.share()
+        except BaseException:
+            lock.close()
+            raise
+        return lock
+
+    def _check_empty(self, uid: int) -> None:
+        running = reaping.empty(uid)
+        if running:
+            self._note(uid, running)
+            raise Unusable(f"uid {uid} still runs processes {running[:5]} of an earlier job that would not die")
+        found = leftovers.clear(uid)
+        if found.left:
+            raise Unusable(f"uid {uid} still has what an earlier job left ({', '.join(found.left[:5])})")
+
     def release(self, uid: int) -> None:
         """One task of the uid's job is over (its process group is dead). After the last one, the uid is emptied
-        (every process it still owns killed) before another job can have it."""
+        (every process it still owns killed, then its SysV IPC objects, message queues and shared temporary files
+        removed) before another job can have it."""
         with self._cond:
             holder = self._holders[uid]
             holder.tasks -= 1
@@ -103,7 +183,10 @@ class TaskUids:
     def _empty(self, uid: int, lock: reaping.UidLock) -> None:
         try:
             if lock.alone():
-                self._note(uid, reaping.empty(uid))
+                left = reaping.empty(uid)
+                self._note(uid, left)
+                if not left:  # nothing runs as it that could make more: what the job left outside its folders goes
+                    leftovers.clear(uid)
             else:
                 log.info("uid %s is still held by another agent on this machine: the last one out empties it", uid)
         finally:

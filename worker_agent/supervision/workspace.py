@@ -90,7 +90,7 @@ class Workspace:
         try:
             if mounts is not None and self.private_tmp is not None:
                 self.private_tmp.check_shm_root()
-            uid = self._own(spec.job_id, places)
+            uid = self._own(spec.job_id, places, spec.uid_slot)
             self._write_script(program, cwd, uid)
             return self._command(spec, program, cwd, home, job_dir, task_summaries, uid, mounts)
         except BaseException as exc:
@@ -140,9 +140,9 @@ class Workspace:
                 self._cond.wait()
             self._tasks[job_id] = self._tasks.get(job_id, 0) + 1
 
-    def _own(self, job_id: int, places: list[Place]) -> int | None:
+    def _own(self, job_id: int, places: list[Place], slot: int | None) -> int | None:
         if self.task_uids is not None:
-            return self.task_uids.acquire(job_id, places)
+            return self.task_uids.acquire(job_id, places, slot)
         for place in places:
             os.close(folders.open_folder(place, create=True))
         return None

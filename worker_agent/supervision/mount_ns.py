@@ -3,14 +3,22 @@ task (`python -I -S mount_ns.py SPEC -- ARGV...`; see private_tmp.py for what SP
 
 In order, as root: unshare the mount namespace and make every mount in it private (nothing propagates back to the
 host); open the folders to keep visible (the agent's workdir, ...) while their paths still reach them; bind the job's
-own folders onto /tmp and /dev/shm (nosuid, nodev); bind each kept folder back at its path under them, on a folder
-made by fd walk (never through a link a task planted); mount a /proc of its own that shows only the task's uid's
-processes (hidepid=invisible, kernel 5.8+; older kernels refuse the option, so nothing changes for the host); change
-to the task's folder again (through the new mounts). Then drop to the task's uid (no groups), set its umask and exec
-the task: same pid, same process group, same fds (the metrics pipe).
+own folders onto /tmp, /var/tmp and /dev/shm (nosuid, nodev); bind each kept folder back at its path under them, on a
+folder made by fd walk (never through a link a task planted); mount a /proc of its own that shows only the task's
+uid's processes (hidepid=invisible, kernel 5.8+; older kernels refuse the option, so nothing changes for the host);
+change to the task's folder again (through the new mounts). Then drop to the task's uid (no groups), set its umask
+and exec the task: same pid, same process group, same fds (the metrics pipe).
 
-Standard library only, run isolated (-I -S: no environment, no site packages): it runs as root with a task's
-environment. Any failure: one line on stderr, exit status 126, and the task never starts.
+It runs as root, so it starts from a fixed environment the agent writes (private_tmp.LAUNCHER_ENV), never the task's:
+glibc reads GCONV_PATH, LOCPATH, LC_ALL, LD_DEBUG_OUTPUT, GLIBC_TUNABLES and more while any process starts, before
+Python could ignore them, and a job's variables naming a gconv module its user planted would run that module as uid 0
+(`-I -S` only keeps `PYTHON*` and site packages out). The task's environment comes on stdin instead (a memfd of
+`NAME=value` entries, each ending in NUL, as in /proc/PID/environ; at most ENV_MAX_BYTES): read here as data, parsed
+strictly, and handed only to the final execve, which already runs as the task's uid. Then stdin is /dev/null again,
+as for any task. No deny-list: nothing of the job's reaches a root process, whatever its name.
+
+Standard library only, run isolated (-I -S: no site packages). Any failure: one line on stderr, exit status 126, and
+the task never starts.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import Any
@@ -33,6 +42,10 @@ MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
 EXIT_FAILED = 126
+# The task's environment, as the launcher reads it: what one execve could carry and more (Linux takes at most a
+# quarter of the stack limit, 2 MiB by default, for arguments and environment together). The agent refuses to write
+# more, and the launcher to read more, so a wrong writer cannot make a root process read without end.
+ENV_MAX_BYTES = 4 * 1024 * 1024
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -103,13 +116,54 @@ def enter(spec: dict[str, Any]) -> None:
         os.umask(spec["umask"])
 
 
+def encode_env(env: Mapping[str, str]) -> bytes:
+    """The task's environment as the launcher reads it on stdin; raises ValueError for what no environment holds."""
+    out = bytearray()
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            raise ValueError(f"{name[:64]!r}: no environment variable can have this name or value")
+        out += os.fsencode(name) + b"=" + os.fsencode(value) + b"\0"
+    if len(out) > ENV_MAX_BYTES:
+        raise ValueError(f"the task's environment is {len(out)} bytes, over the launcher's {ENV_MAX_BYTES}")
+    return bytes(out)
+
+
+def decode_env(data: bytes) -> dict[bytes, bytes]:
+    """What encode_env wrote, checked: bytes, never decoded (execve takes them as they are)."""
+    if len(data) > ENV_MAX_BYTES:
+        raise ValueError(f"the task's environment is over {ENV_MAX_BYTES} bytes")
+    if data and not data.endswith(b"\0"):
+        raise ValueError("the task's environment does not end with NUL")
+    env: dict[bytes, bytes] = {}
+    for entry in data.split(b"\0")[:-1]:
+        name, sep, value = entry.partition(b"=")
+        if not sep or not name or name in env:
+            raise ValueError(f"{entry[:64]!r} is not a NAME=value entry, or sets a name twice")
+        env[name] = value
+    return env
+
+
+def read_env(fd: int) -> dict[bytes, bytes]:
+    chunks, size = [], 0
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > ENV_MAX_BYTES:
+            break  # decode_env refuses it; never read on
+    return decode_env(b"".join(chunks))
+
+
 def main(argv: list[str]) -> None:
     if len(argv) < 4 or argv[2] != "--":
-        sys.exit("usage: mount_ns.py SPEC -- ARGV...")
+        sys.exit("usage: mount_ns.py SPEC -- ARGV... < ENVIRONMENT")
     command = argv[3:]
     try:
+        env = read_env(0)
+        null = os.open(os.devnull, os.O_RDONLY)  # the task's stdin, as without a launcher
+        os.dup2(null, 0)
+        os.close(null)
         enter(json.loads(argv[1]))
-        os.execve(command[0], command, os.environ)  # noqa: S606 - an argv, no shell
+        os.execve(command[0], command, env)  # noqa: S606 - an argv, no shell
     except Exception as exc:
         print(f"tfdash: could not start the task in its own mount namespace: {exc}", file=sys.stderr, flush=True)
         os._exit(EXIT_FAILED)

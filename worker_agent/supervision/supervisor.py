@@ -296,17 +296,19 @@ class Supervisor:
             # Files, not pipes: the task's prints never block on, or die with, this agent (output.py).
             output = self.output.create(spec.task_id, spec.attempt)
             child.logs.open()
-            proc = subprocess.Popen(
-                prepared.argv,
-                cwd=prepared.cwd,
-                env=prepared.env,
-                stdin=subprocess.DEVNULL,
-                stdout=output["stdout"],
-                stderr=output["stderr"],
-                pass_fds=(metrics.write_fd,),
-                start_new_session=True,  # its own process group: one killpg stops it and everything it spawned
-                **prepared.popen,
-            )
+            # Through the launcher (root): a fixed environment, the task's on stdin (workspace.Prepared).
+            with prepared.process_start() as (env, stdin):
+                proc = subprocess.Popen(
+                    prepared.argv,
+                    cwd=prepared.cwd,
+                    env=env,
+                    stdin=stdin,
+                    stdout=output["stdout"],
+                    stderr=output["stderr"],
+                    pass_fds=(metrics.write_fd,),
+                    start_new_session=True,  # its own process group: one killpg stops it and everything it spawned
+                    **prepared.popen,
+                )
         except BaseException:
             metrics.discard()
             child.logs.discard()

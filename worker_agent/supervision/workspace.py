@@ -3,17 +3,20 @@
 Its folders: the job's home `<workdir>/jobs/<id>` (HOME), the task's own folder in it (its working directory, where
 its script is written), the job folder (the order's `job_dir`, which must lie under `jobs/<its job id>` of the
 agent's roots: its workdir or a `--shared-root`; anything else is refused, signed or not) and, when the agent is
-root, a private /tmp and /dev/shm (private_tmp.py). With `--task-uids` all of them belong to the job's own uid
-(uid_pool.py). When the job's last task here is over, its uid is emptied (every process it still owns killed) and
-its private /tmp and /dev/shm removed; a task of the same job that arrives meanwhile waits for that.
+root, a private /tmp, /var/tmp and /dev/shm (private_tmp.py). With `--task-uids` all of them belong to the job's own
+uid (uid_pool.py). When the job's last task here is over, its uid is emptied (every process it still owns killed) and
+its private /tmp, /var/tmp and /dev/shm removed; a task of the same job that arrives meanwhile waits for that.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import subprocess
 import sys
 import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,20 @@ class Prepared:
     tensorboard: Path  # the task's own folder for summaries (env TENSORBOARD_DIR_ENV), packed when it ends
     popen: dict[str, Any] = field(default_factory=dict)
     job_place: Place | None = None  # the job's folder here (checkpoints restored from the object store go there)
+    launcher: bool = False  # argv starts mount_ns.py, as root: never with `env` (process_start)
+
+    @contextlib.contextmanager
+    def process_start(self) -> Iterator[tuple[Mapping[str, str], int]]:
+        """The environment and stdin to start `argv` with: `env` and /dev/null, or, through the launcher (root until
+        it drops to the task's uid), a fixed environment and `env` on stdin for the task's own execve only."""
+        if not self.launcher:
+            yield self.env, subprocess.DEVNULL
+            return
+        start = private_tmp.TaskStart(self.env)
+        try:
+            yield start.env, start.stdin
+        finally:
+            start.close()
 
 
 class Workspace:
@@ -84,7 +101,8 @@ class Workspace:
         # Per task slot, so attempts and restarts add to one logdir (worker_agent/supervision/tensorboard_dir.py).
         summaries = job_dir.child("tensorboard")
         task_summaries = summaries.child(tensorboard_dir.folder(Path(), spec).name)
-        places = [home, cwd, job_dir, summaries, task_summaries, home.child("tmp"), *([mounts.shm] if mounts else [])]
+        # Its TMPDIR (identity.task_env), which is also its /tmp with a namespace of its own.
+        places = [home, cwd, job_dir, summaries, task_summaries, *(mounts.places if mounts else [home.child("tmp")])]
         self._enter(spec.job_id)
         uid: int | None = None
         try:
@@ -176,6 +194,7 @@ class Workspace:
         if uid is not None:
             env.update(identity.task_env(uid, home.path, home.child("tmp").path))
         popen: dict[str, Any] = {}
+        launcher = mounts is not None and self.private_tmp is not None
         if mounts is not None and self.private_tmp is not None:
             env["TMPDIR"] = "/tmp"  # noqa: S108 - the task's own /tmp
             argv = self.private_tmp.wrap(
@@ -185,4 +204,4 @@ class Workspace:
             # setgid/setgroups/setuid in the child between fork and exec (no shell), and files private by default.
             popen = dict(user=uid, group=uid, extra_groups=[], umask=identity.TASK_UMASK)
         artifacts_from = Roots([job_dir, home])
-        return Prepared(argv, env, cwd.path, uid, artifacts_from, summaries.path, popen, job_dir)
+        return Prepared(argv, env, cwd.path, uid, artifacts_from, summaries.path, popen, job_dir, launcher)

@@ -1,6 +1,7 @@
-"""A task has a /tmp (and /dev/shm, and /proc) of its own when the agent is root: the same script writing a fixed /tmp
-path runs as two jobs at once and one after another, each sees only its own files, and nothing of theirs is left in
-the host's /tmp. Real supervisor, real task processes under their jobs' uids (CI runs as root)."""
+"""A task has a /tmp (and /var/tmp, /dev/shm, and /proc) of its own when the agent is root: the same script writing a
+fixed /tmp and /var/tmp path runs as two jobs at once and one after another, each sees only its own files, and nothing
+of theirs is left in the host's /tmp or /var/tmp. Real supervisor, real task processes under their jobs' uids (CI runs
+as root)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a private /tmp needs 
 RANGE = UidRange(20000, 29999)
 SCRIPT = (Path(__file__).resolve().parents[2] / "programs" / "fixed_tmp_path.py").read_bytes()
 HOST_WORK = Path("/tmp/my_working_dir")
+HOST_VAR_WORK = Path("/var/tmp/my_working_dir")  # outlives a reboot: what a job leaves there meets every later one
 
 
 @pytest.fixture
@@ -37,7 +39,8 @@ def isolated(sent: Recorder, open_tmp: Path) -> Iterator[Supervisor]:
     identity.secure_workdir(sup.workdir)
     tmp = sup.workspace.private_tmp
     assert tmp is not None and tmp.available, tmp and tmp.why_not  # root here: CI can make mount namespaces
-    shutil.rmtree(HOST_WORK, ignore_errors=True)  # whatever an earlier run without private /tmp left
+    for path in (HOST_WORK, HOST_VAR_WORK):
+        shutil.rmtree(path, ignore_errors=True)  # whatever an earlier run without private /tmp left
     yield sup
     sup.kill_all("test over", timeout=10)
 
@@ -83,7 +86,8 @@ def reported(sent: Recorder, task_id: int) -> dict[str, Any]:
 def assert_private(isolated: Supervisor, report: dict[str, Any], job_id: int) -> None:
     uid = identity.preferred_uid(job_id, RANGE)
     assert report["uid"] == uid
-    assert report["work"] == [f"job-{job_id}.txt"]  # its own file only
+    assert report["work"] == report["var_work"] == [f"job-{job_id}.txt"]  # its own file only
+    assert report["stdin"] == "/dev/null"  # the launcher read the task's environment there: nothing of it is left
     assert report["segment"] == str(job_id)  # its own /dev/shm
     assert report["marker_seen"] is False and report["tmpdir"] == "/tmp"
     tmp = isolated.workspace.private_tmp
@@ -95,9 +99,10 @@ def assert_private(isolated: Supervisor, report: dict[str, Any], job_id: int) ->
 def assert_nothing_left(isolated: Supervisor, job_ids: list[int]) -> None:
     tmp = isolated.workspace.private_tmp
     assert tmp is not None
-    assert not HOST_WORK.exists()
+    assert not HOST_WORK.exists() and not HOST_VAR_WORK.exists()
     for job_id in job_ids:
         assert not (isolated.workdir / "jobs" / str(job_id) / "tmp").exists()
+        assert not (isolated.workdir / "jobs" / str(job_id) / "var-tmp").exists()
         assert not tmp.shm_root.child(f"job-{job_id}").path.exists()
 
 

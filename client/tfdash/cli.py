@@ -218,6 +218,7 @@ def queue(ns: argparse.Namespace, client: Callable[[], Client]) -> int:
             if not clusters:
                 raise NotFound(f"No cluster {ns.cluster!r}.")
         queues = {str(c.get("name")): api.queue(int(c["id"])) for c in clusters}
+        classes = [] if ns.json else _priority_classes(api)
     if ns.json:
         _json(queues)
         return OK
@@ -232,7 +233,26 @@ def queue(ns: argparse.Namespace, client: Callable[[], Client]) -> int:
             for row in rows:
                 table.add_row(*(escape(str(row.get(c, ""))) for c in columns))
             out.print(table)
+    if classes:
+        # Who may submit at each class (the queue page shows the same): a refusal at submit is no surprise.
+        out.print("[bold]priority classes[/]")
+        table = Table("class", "value", "preemptible", "who may use it", "you", box=None)
+        for c in classes:
+            table.add_row(
+                *(escape(printable(str(c.get(key, "")))) for key in ("name", "value")),
+                "yes" if c.get("preemptible") else "no",
+                escape(printable(str(c.get("who", "")))),
+                "may use" if c.get("you_may_use") else "may not use",
+            )
+        out.print(table)
     return OK
+
+
+def _priority_classes(api: Client) -> list[dict[str, Any]]:
+    try:
+        return api.priority_classes()
+    except Unsupported:  # an older server: its queue alone
+        return []
 
 
 def experiment(ns: argparse.Namespace, client: Callable[[], Client]) -> int:

@@ -395,6 +395,14 @@ class Client:
                 f"{self.url} does not offer the queue API (GET /api/clusters/<id>/queue/); it needs a newer server."
             ) from None
 
+    def priority_classes(self) -> list[dict[str, Any]]:
+        """Every priority class and who may use it (`GET /api/priority-classes/`); Unsupported on an older server."""
+        try:
+            body = self._request("GET", "/api/priority-classes/")
+        except NotFound:
+            raise Unsupported(f"{self.url} does not list priority classes; it needs a newer server.") from None
+        return [c for c in body if isinstance(c, dict)] if isinstance(body, list) else []
+
     def experiments(self) -> list[dict[str, Any]]:
         body = self._request("GET", "/api/experiments/")
         return list(body["results"] if isinstance(body, dict) else body)

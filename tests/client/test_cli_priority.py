@@ -1,6 +1,7 @@
 """`tfdash submit --priority` as a user without the right to the class has it (issue 42): the real command, installed
 on its own, against a live server, says why on the option to change and exits 5 (refused), nothing stored; once staff
-grant the class to a group the user is in, the same command queues the job at that class."""
+grant the class to a group the user is in, the same command queues the job at that class, and `tfdash queue` shows
+each class's rule."""
 
 from __future__ import annotations
 
@@ -37,3 +38,9 @@ def test_cli_says_why_a_priority_class_is_refused(web, alice, laptop):  # noqa: 
 
     assert granted.returncode == 0, (granted.stdout, granted.stderr)
     assert list(Job.objects.values_list("owner__username", "priority_class__name")) == [("alice", "high")]
+    # `tfdash queue` shows each class's rule, as the queue page does.
+    queue = laptop.run("queue")
+    rules = {line.split()[0]: " ".join(line.split()) for line in queue.stdout.splitlines() if line.strip()}
+    assert queue.returncode == 0, queue.stderr
+    assert rules["high"] == "high 200 no group ml-leads, staff may use"
+    assert rules["normal"] == "normal 100 no everyone (the default class) may use"

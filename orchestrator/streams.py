@@ -11,7 +11,12 @@ those within their bound (contracts/protocol.py MAX_ENTRY_BYTES; an artifact's m
 added never reaches this process, it is dead-lettered unread. The same script hands back, unread, an entry that has
 been delivered more than `max_deliveries` times without being acknowledged (a handler that kills its process every
 time, say), and it dead-letters it too, so no entry can make a crash loop. Reads do not block: a reader polls every
-`idle_s` while nothing comes (a blocking read would return the entries themselves, of any size).
+`idle_s` while nothing comes (a blocking read would return the entries themselves, of any size). A read has a byte
+budget (`read_bytes`, contracts/publish_limits.py READ_BYTES_BUDGET): once the entries it measured weigh that much it
+asks for no more, so one read hands a reader at most the budget plus one entry, however many a host queued. (Redis
+has no command that sizes one entry without reading it: the script reads entries into its own memory, inside Redis,
+one XREADGROUP at a time, and nothing over its bound ever leaves Redis. The agents bound what a task may add,
+contracts/publish_limits.py, and Redis's `maxmemory` what all of them may.)
 
 At least once: an entry is acknowledged (and deleted) only after the handler returned, in one transaction with the
 dead letters of its batch. A handler that meets an outage (a database, Redis or broker error) is given the same batch
@@ -39,7 +44,8 @@ from django.db import DatabaseError, connection
 
 from contracts import broker, signing
 from contracts.protocol import MAX_ARTIFACT_ENTRY_BYTES, MAX_ENTRY_BYTES, TASK_ARTIFACT, read_stream_entry
-from orchestrator import counters
+from contracts.publish_limits import READ_BYTES_BUDGET
+from orchestrator import counters, stream_scripts
 
 log = logging.getLogger(__name__)
 
@@ -52,153 +58,6 @@ DEAD_MAX_FIELDS = 8
 # No secret travels in an entry (a MAC is not one, but it need not be kept either); an old agent's token is hidden all
 # the same, also when the value was cut short.
 _SECRETS = re.compile(rb'("(?:token|mac)"\s*:\s*")[^"]*')
-
-# KEYS: streams. ARGV: group, consumer, start ('>' new entries, '0' this consumer's pending ones), count per stream,
-# count in all, max bytes, the entry name allowed the big bound, the big bound, max deliveries.
-# Returns, per entry read: {stream, id, 'ok', fields} | {stream, id, 'size', bytes} | {stream, id, 'tries', n} |
-# {stream, id, 'gone'} (deleted after it was read); per stream that failed: {stream, 'error', message}.
-#
-# New entries are read from many streams per XREADGROUP (up to MANY_STREAMS, an equal share of the count in all from
-# each), in rounds: then again from the streams that gave all that was asked of them. Most of a fleet's streams have
-# nothing new at any moment: one XREADGROUP per stream was, at 500 hosts, 2 ms of Redis's time per read and a tenth of
-# its core (bench/scale.py).
-# Pending entries (a reader starting again) are read one stream at a time, their delivery counts first.
-_READ = """
-local group, consumer, start = ARGV[1], ARGV[2], ARGV[3]
-local per, budget = tonumber(ARGV[4]), tonumber(ARGV[5])
-local maxb, bigname, bigmax, maxdel = tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
-local many = tonumber(ARGV[10])
-local out = {}
-
-local function take(key, entries, tries)
-  for _, e in ipairs(entries) do
-    local id, f = e[1], e[2]
-    budget = budget - 1
-    if not f then
-      table.insert(out, {key, id, 'gone'})
-    elseif (tries[id] or 0) >= maxdel then
-      table.insert(out, {key, id, 'tries', tries[id]})
-    else
-      local size, limit = 0, maxb
-      for j = 1, #f, 2 do
-        size = size + #f[j] + #f[j + 1]
-        if f[j] == 'name' and f[j + 1] == bigname then limit = bigmax end
-      end
-      if size > limit then
-        table.insert(out, {key, id, 'size', size})
-      else
-        table.insert(out, {key, id, 'ok', f})
-      end
-    end
-  end
-end
-
-local function read_one(key, n)
-  local tries = {}
-  if start ~= '>' then
-    local pending = redis.pcall('XPENDING', key, group, '-', '+', n, consumer)
-    if type(pending) == 'table' and not pending.err then
-      for _, p in ipairs(pending) do tries[p[1]] = p[4] end
-      -- Delivered twice already: a reader died on this batch. One entry at a time from here, so the entry that kills
-      -- it is found and set aside alone, not with every neighbour it was read with.
-      if #pending > 0 and pending[1][4] >= 2 then
-        n = 1
-        budget = 1
-      end
-    end
-  end
-  local res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n, 'STREAMS', key, start)
-  if type(res) == 'table' and res.err then
-    table.insert(out, {key, 'error', res.err})
-  elseif res then
-    take(key, res[1][2], tries)
-  end
-end
-
-if start ~= '>' then
-  for _, key in ipairs(KEYS) do
-    if budget <= 0 then break end
-    read_one(key, math.min(per, budget))
-  end
-  return out
-end
-
--- Rounds: every stream at first, then the streams that gave all that was asked of them (they may hold more), until
--- the count in all is reached or none may hold more. Each round asks each stream for an equal share of what is left.
-local took = {}
-local round = KEYS
-while #round > 0 and budget > 0 do
-  local again = {}
-  local i = 1
-  while i <= #round and budget > 0 do
-    local c = math.min(#round - i + 1, budget, many)
-    local most = 0
-    for j = i, i + c - 1 do most = math.max(most, took[round[j]] or 0) end
-    local n = math.max(1, math.min(per - most, math.floor(budget / c)))
-    local args = {'XREADGROUP', 'GROUP', group, consumer, 'COUNT', n, 'STREAMS'}
-    for j = i, i + c - 1 do args[#args + 1] = round[j] end
-    for j = 1, c do args[#args + 1] = '>' end
-    local res = redis.pcall(unpack(args))
-    if type(res) == 'table' and res.err then
-      -- A stream or its group is missing (a new host, a Redis that lost them): one at a time, so each says which.
-      for j = i, i + c - 1 do
-        if budget <= 0 then break end
-        read_one(round[j], math.min(per - (took[round[j]] or 0), budget))
-      end
-    elseif res then
-      for _, s in ipairs(res) do
-        take(s[1], s[2], {})
-        took[s[1]] = (took[s[1]] or 0) + #s[2]
-        if #s[2] == n and took[s[1]] < per then table.insert(again, s[1]) end
-      end
-    end
-    i = i + c
-  end
-  round = again
-end
-return out
-"""
-
-# KEYS: streams. ARGV: group, consumer, min idle ms, count. Takes over (JUSTID: unread, uncounted) entries other
-# consumers of the group read and left unacknowledged for that long; they are then read as this consumer's pending.
-_CLAIM = """
-for _, key in ipairs(KEYS) do
-  redis.pcall('XAUTOCLAIM', key, ARGV[1], ARGV[2], ARGV[3], '0-0', 'COUNT', ARGV[4], 'JUSTID')
-end
-return 0
-"""
-
-# KEYS: streams. ARGV: group. The id of the oldest entry the group has not finished with, over all the streams:
-# pending (read, not acknowledged) or not read yet. False when none waits.
-_OLDEST_WAITING = """
-local oldest = nil
-local function consider(id)
-  local ms = tonumber(string.match(id, '^(%d+)'))
-  if oldest == nil or ms < oldest then oldest = ms end
-end
-for _, key in ipairs(KEYS) do
-  local groups = redis.pcall('XINFO', 'GROUPS', key)
-  if type(groups) == 'table' and not groups.err then
-    local last = nil
-    for _, g in ipairs(groups) do
-      local t = {}
-      for j = 1, #g, 2 do t[g[j]] = g[j + 1] end
-      if t['name'] == ARGV[1] then last = t['last-delivered-id'] end
-    end
-    local first
-    if last then
-      local p = redis.call('XPENDING', key, ARGV[1])
-      if p[1] > 0 then consider(p[2]) end
-      first = redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', 1)
-    else
-      first = redis.call('XRANGE', key, '-', '+', 'COUNT', 1)
-    end
-    if #first > 0 then consider(first[1][1]) end
-  end
-end
-if oldest == nil then return false end
-return tostring(oldest)
-"""
 
 
 @dataclass(frozen=True)
@@ -250,7 +109,7 @@ def oldest_waiting_age_s(client: redis.Redis, kind: str, group: str, hosts: Iter
     keys = streams_of(kind, hosts)
     if not keys:
         return 0.0
-    oldest = client.eval(_OLDEST_WAITING, len(keys), *keys, group)
+    oldest = client.eval(stream_scripts.OLDEST_WAITING, len(keys), *keys, group)
     if not oldest:
         return 0.0
     seconds, micros = client.time()
@@ -273,6 +132,7 @@ class StreamReader:
     big_name: str = TASK_ARTIFACT
     big_entry_bytes: int = MAX_ARTIFACT_ENTRY_BYTES
     max_deliveries: int = 5
+    read_bytes: int = READ_BYTES_BUDGET  # what one read hands over at most, one entry past it (publish_limits.py)
     idle_s: float = 0.05  # the pause after a read that was not full
     claim_idle_ms: int | None = None
     claim_every_s: float = 5.0
@@ -347,7 +207,9 @@ class StreamReader:
         self._next_claim = time.monotonic() + self.claim_every_s
         keys = self.streams()
         if keys and self.claim_idle_ms is not None:
-            self._script(_CLAIM)(keys=keys, args=[self.group, self.consumer, self.claim_idle_ms, self.per_stream])
+            self._script(stream_scripts.CLAIM)(
+                keys=keys, args=[self.group, self.consumer, self.claim_idle_ms, self.per_stream]
+            )
 
     def drain_once(self, *, backlog: bool = False) -> int:
         """Read up to `read_count` entries (this consumer's pending ones when `backlog`), hand those within bounds to
@@ -372,10 +234,11 @@ class StreamReader:
         # Start at another stream each time, so a busy host cannot keep the ones after it waiting.
         self._offset = (self._offset + 1) % len(keys)
         keys = keys[self._offset :] + keys[: self._offset]
-        rows = self._script(_READ)(
+        rows = self._script(stream_scripts.READ)(
             keys=keys,
             args=[self.group, self.consumer, "0" if backlog else ">", self.per_stream, self.read_count,
-                  self.max_entry_bytes, self.big_name, self.big_entry_bytes, self.max_deliveries, MANY_STREAMS],
+                  self.max_entry_bytes, self.big_name, self.big_entry_bytes, self.max_deliveries, MANY_STREAMS,
+                  self.read_bytes],
         )  # fmt: skip
         read: list[tuple[str, bytes]] = []
         good: list[Entry] = []
@@ -404,19 +267,29 @@ class StreamReader:
         by_stream: dict[str, list[bytes]] = {}
         for stream, entry_id in read:
             by_stream.setdefault(stream, []).append(entry_id)
-        pipe = self.client.pipeline(transaction=True)
+        try:
+            self._acknowledge(by_stream, dead, letters=True)
+        except redis.exceptions.OutOfMemoryError:
+            # Redis is full (maxmemory, `noeviction`: contracts/publish_limits.py) and refuses the dead letters'
+            # XADD, and with it the whole MULTI. Acknowledging and deleting are what frees it: done without the
+            # letters, which are logged here only, or nothing would ever drain again.
+            log.warning("%s reader: Redis is full; %d dead letter(s) logged only", self.kind, len(dead))
+            self._acknowledge(by_stream, dead, letters=False)
         for entry, why in dead:
+            log.warning("%s entry %s of host %s dead-lettered: %s", self.kind, entry.id.decode(), entry.host, why)
+        self.dead += len(dead)
+
+    def _acknowledge(self, by_stream: dict[str, list[bytes]], dead: list[tuple[Entry, str]], *, letters: bool) -> None:
+        pipe = self.client.pipeline(transaction=True)
+        for entry, why in dead if letters else ():
             pipe.xadd(dead_letter_stream(self.kind), _dead_letter(entry, why), maxlen=DEAD_LETTERS_MAXLEN,
                       approximate=True)  # fmt: skip
-        if dead:
+        if dead and letters:
             pipe.incrby(counters.key(dead_letter_counter(self.kind)), len(dead))
         for stream, ids in by_stream.items():
             pipe.xack(stream, self.group, *ids)
             pipe.xdel(stream, *ids)
         pipe.execute()
-        for entry, why in dead:
-            log.warning("%s entry %s of host %s dead-lettered: %s", self.kind, entry.id.decode(), entry.host, why)
-        self.dead += len(dead)
 
     def _repair(self, stream: str, error: str) -> None:
         if "NOGROUP" in error:

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from contracts.publish_limits import REDIS_MAXMEMORY_BYTES, REDIS_MAXMEMORY_POLICY
+
 PG_USER = "postgres"
 PG_DATABASE = "tfdash"
 # Not 5432: a system PostgreSQL there must not be mistaken for ours. TFDASH_PG_PORT picks another.
@@ -174,9 +176,12 @@ class EmbeddedRedis:
         # lost entries it had acknowledged (its AOF write is postponed up to 2 s while an fsync is slow): 6,260 of
         # 169,400 acknowledged XADDs in 1 of 8 kills under a dd load here.
         persistence = "appendonly yes\nappendfsync always\n" if self.persistent else "appendonly no\n"
+        # Bounded, evicting nothing (contracts/publish_limits.py): a full Redis refuses writes (an agent keeps what it
+        # could not add and retries) instead of growing until the machine kills it, or dropping work not yet stored.
+        memory = f"maxmemory {REDIS_MAXMEMORY_BYTES}\nmaxmemory-policy {REDIS_MAXMEMORY_POLICY}\n"
         with os.fdopen(fd, "w") as out:
             out.write(
-                f'bind 127.0.0.1\nport {self.port}\nsave ""\n{persistence}dir {self.data}\n'
+                f'bind 127.0.0.1\nport {self.port}\nsave ""\n{persistence}{memory}dir {self.data}\n'
                 + redis_acl_lines(self.password)
             )
         return [str(get_binary_path()), str(conf)]

@@ -149,7 +149,7 @@ class Stack:
 
     def control_plane(self) -> list[str]:
         """The product's own processes besides the databases and agents, in the order to start them."""
-        return ["web", "orchestrator", *(["scheduler"] if self.scheduler_apart else []), "ingest"]
+        return ["web", "orchestrator", *(["scheduler"] if self.scheduler_apart else []), "webhooks", "ingest"]
 
     def start(self, name: str) -> None:
         argv, env, options = self._command(name)
@@ -183,6 +183,14 @@ class Stack:
                  "--hostname", "scheduler@%h"],
                 self.env,
                 {"nice": self.scheduler_nice},
+            )  # fmt: skip
+        if name == "webhooks":  # webhook deliveries in a worker of their own, as shipped
+            return (
+                [PY, "-m", "celery", "-A", "config", "worker", "-Q", "webhooks", "--pool", "threads", "-c", "1",
+                 "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",
+                 "--hostname", "webhooks@%h"],
+                self.env,
+                {},
             )  # fmt: skip
         if name == "ingest" or name.startswith("ingest-"):  # ingest-P: partition P of TFDASH_INGEST_PARTITIONS
             partition = name.removeprefix("ingest").removeprefix("-") or "0"

@@ -12,6 +12,7 @@ from pathlib import Path
 import dj_database_url
 
 from config.env import EnvError, env_bool, env_float, env_int, env_list, env_str
+from contracts.protocol import WEBHOOKS_QUEUE
 from kombu_redis.transport import TRANSPORT
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -293,11 +294,13 @@ TFDASH_INGEST_PARTITIONS = max(1, int(env_float("TFDASH_INGEST_PARTITIONS", 1)))
 TFDASH_INGEST_BEHIND_S = env_float("TFDASH_INGEST_BEHIND_S", 10.0)
 # GET /metrics for a scraper without a session: `Authorization: Bearer <this>` (empty: staff sessions only).
 TFDASH_METRICS_TOKEN = env_str("TFDASH_METRICS_TOKEN", "")
-# Webhooks (orchestrator/webhooks/): how often the outbox is swept, a sweep's time for POSTs, one POST's timeouts,
-# the retries' backoff (doubling from BASE up to MAX) and how many tries before a delivery is marked failed.
+# Webhooks (orchestrator/webhooks/): how often the outbox is swept, a sweep's time for starting POSTs, one POST's
+# deadline in all (name lookup, connect, send, read: GitHub gives a delivery 10 s), how many POSTs one sweep has in
+# flight at once, the retries' backoff (doubling from BASE up to MAX) and how many tries before a delivery is failed.
 TFDASH_WEBHOOK_SWEEP_S = env_float("TFDASH_WEBHOOK_SWEEP_S", 2.0)
 TFDASH_WEBHOOK_SWEEP_BUDGET_S = env_float("TFDASH_WEBHOOK_SWEEP_BUDGET_S", 20.0)
-TFDASH_WEBHOOK_TIMEOUT_S = env_float("TFDASH_WEBHOOK_TIMEOUT_S", 5.0)
+TFDASH_WEBHOOK_DEADLINE_S = env_float("TFDASH_WEBHOOK_DEADLINE_S", 10.0)
+TFDASH_WEBHOOK_CONCURRENCY = env_int("TFDASH_WEBHOOK_CONCURRENCY", 16, minimum=1)
 TFDASH_WEBHOOK_RETRY_BASE_S = env_float("TFDASH_WEBHOOK_RETRY_BASE_S", 5.0)
 TFDASH_WEBHOOK_RETRY_MAX_S = env_float("TFDASH_WEBHOOK_RETRY_MAX_S", 600.0)
 TFDASH_WEBHOOK_MAX_ATTEMPTS = env_int("TFDASH_WEBHOOK_MAX_ATTEMPTS", 15, minimum=1)
@@ -313,7 +316,8 @@ CELERY_BEAT_SCHEDULE = {
     "webhooks": {
         "task": "orchestrator.webhooks",
         "schedule": TFDASH_WEBHOOK_SWEEP_S,
-        "options": {"expires": TFDASH_WEBHOOK_SWEEP_S * 2},
+        # Their own queue and worker: a POST never holds a thread of the hosts' events, the watchdog or scheduling.
+        "options": {"expires": TFDASH_WEBHOOK_SWEEP_S * 2, "queue": WEBHOOKS_QUEUE},
     },
     "rollups": {
         "task": "orchestrator.rollups",

@@ -29,6 +29,10 @@ ORCHESTRATOR_QUEUE = "orchestrator"  # the control plane's own Celery queue: no 
 # (`-Q scheduler`, README "How it hangs together"), where a pass shares no process with the hosts' events; one worker
 # may consume both queues instead (`-Q orchestrator,scheduler`).
 SCHEDULER_QUEUE = "scheduler"
+# Webhook deliveries (orchestrator/webhooks/outbox.py): a worker of their own (`-Q webhooks`), so that a receiver that
+# answers slowly holds none of the threads that handle the hosts' events, the watchdog or scheduling. Never add it to
+# the orchestrator's `-Q`: that undoes the point.
+WEBHOOKS_QUEUE = "webhooks"
 
 # agent -> orchestrator. An agent sends nothing on Celery: every message it sends is an entry of one of its own
 # streams (contracts/broker.py: the only keys besides its order queue its broker user may write), fields {"name":

@@ -125,7 +125,8 @@ def watchdog() -> None:
 
 @entry("orchestrator.webhooks")
 def webhooks() -> None:
-    """Every TFDASH_WEBHOOK_SWEEP_S: job state changes fanned out to webhooks, due deliveries POSTed (bounded)."""
+    """Every TFDASH_WEBHOOK_SWEEP_S, on the `webhooks` queue (beat routes it there: config/settings.py), so only the
+    webhooks worker runs it: job state changes fanned out to webhooks, due deliveries POSTed (bounded)."""
     webhook_outbox.sweep()
 
 

@@ -346,6 +346,14 @@ class Stack:
              "-l", "INFO", "--hostname", "scheduler@%h"],
             nice=SCHEDULER_NICE,
         )  # fmt: skip
+        # Webhook deliveries in a worker of their own: a slow receiver holds none of the orchestrator's threads (one
+        # sweep at a time, its POSTs in a bounded pool of their own: orchestrator/webhooks/delivering.py).
+        self.start(
+            "webhooks",
+            [PY, "-m", "celery", "-A", "config", "worker", "-Q", "webhooks", "--pool", "threads", "-c", "1",
+             "--without-gossip", "--without-mingle", "--without-heartbeat",
+             "-l", "INFO", "--hostname", "webhooks@%h"],
+        )  # fmt: skip
         # The one consumer of the metric stream (point ids then grow in commit order).
         self.start("ingest", [PY, "manage.py", "ingest_metrics"])
         agent_env = self.agent_env()

@@ -116,7 +116,7 @@ def service_env(django_db_setup: None, redis_url: str) -> dict[str, str]:
 def orchestrator(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedProcess]:
     """One real control plane for the session, laid out as the product ships it (scripts/run_local.py): the
     orchestrator (Celery worker + beat on the `orchestrator` queue), the scheduler's worker (the `scheduler` queue,
-    one pass at a time) and the metrics ingest."""
+    one pass at a time), the webhooks worker (the `webhooks` queue) and the metrics ingest."""
     beat_file = tmp_path_factory.mktemp("beat") / "schedule"
     proc = ManagedProcess(
         "orchestrator",
@@ -132,17 +132,27 @@ def orchestrator(service_env: dict[str, str], tmp_path_factory: pytest.TempPathF
          "--pool", "threads", "-c", "1", "-l", "INFO", "--hostname", "scheduler-test@%h"],
         service_env,
     )  # fmt: skip
+    # Webhook deliveries in a worker of their own, as shipped: a slow receiver holds none of the orchestrator's threads.
+    webhooks = ManagedProcess(
+        "webhooks",
+        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "webhooks",
+         "--without-gossip", "--without-mingle", "--without-heartbeat",
+         "--pool", "threads", "-c", "1", "-l", "INFO", "--hostname", "webhooks-test@%h"],
+        service_env,
+    )  # fmt: skip
     # The one consumer of the agents' metric stream (point ids grow in commit order).
     ingest = ManagedProcess("ingest", [sys.executable, "manage.py", "ingest_metrics"], service_env)
     proc.wait_for_line(r"orchestrator-test@\S+ ready", timeout=60)
     scheduler.wait_for_line(r"scheduler-test@\S+ ready", timeout=60)
+    webhooks.wait_for_line(r"webhooks-test@\S+ ready", timeout=60)
     ingest.wait_for_line(r"metrics ingest \S+ ready", timeout=60)
     proc.scheduler = scheduler  # type: ignore[attr-defined]  # tests that look at the scheduler's own process
+    proc.webhooks = webhooks  # type: ignore[attr-defined]  # and the webhooks worker's
     yield proc
-    for each in (proc, scheduler, ingest):
+    for each in (proc, scheduler, webhooks, ingest):
         each.stop()
     # Kept for reading after a failure (CI prints test-artifacts/ paths; locally it is beside the checkout).
-    for each in (proc, scheduler, ingest):
+    for each in (proc, scheduler, webhooks, ingest):
         (_artifacts() / f"{each.name}.log").write_text(each.output())
 
 

@@ -47,11 +47,13 @@ def test_the_compose_file_validates_with_every_service():
 
     assert result.returncode == 0, result.stderr
     services = json.loads(result.stdout)["services"]
-    assert set(services) == {"redis", "postgres", "web", "orchestrator", "scheduler", "ingest", "agent-1", "agent-2"}
-    # Scheduler passes in a worker of their own, one at a time; the orchestrator's worker takes everything else.
+    assert set(services) == {"redis", "postgres", "web", "orchestrator", "scheduler", "webhooks", "ingest", "agent-1",
+                             "agent-2"}  # fmt: skip
+    # Scheduler passes in a worker of their own, one at a time, and webhook deliveries in another; the orchestrator's
+    # worker takes everything else.
     queues = {name: services[name]["command"][services[name]["command"].index("-Q") + 1] for name in ("orchestrator",
-              "scheduler")}  # fmt: skip
-    assert queues == {"orchestrator": "orchestrator", "scheduler": "scheduler"}
+              "scheduler", "webhooks")}  # fmt: skip
+    assert queues == {"orchestrator": "orchestrator", "scheduler": "scheduler", "webhooks": "webhooks"}
     assert services["agent-1"]["command"][:3] == ["python", "-m", "worker_agent"]
     assert services["web"]["ports"][0]["host_ip"] == "127.0.0.1"  # not published on every interface by default
     assert services["web"]["environment"]["SECRET_KEY"] == SECRETS["SECRET_KEY"]

@@ -1,6 +1,6 @@
-# Hand-written; its operations are filled in by the change it is named for.
+# Hand-written: a delivery's claim (orchestrator/webhooks/outbox.py writes a try's outcome only under its own claim).
 
-from django.db import migrations
+from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
@@ -8,4 +8,10 @@ class Migration(migrations.Migration):
         ("orchestrator", "0024_cluster_task_uids"),
     ]
 
-    operations: list[migrations.operations.base.Operation] = []
+    operations = [
+        migrations.AddField(
+            model_name="webhookdelivery",
+            name="claim",
+            field=models.UUIDField(blank=True, editable=False, null=True),
+        ),
+    ]

@@ -83,6 +83,10 @@ class WebhookDelivery(models.Model):
     state = models.CharField(max_length=10, choices=DeliveryState.choices, default=DeliveryState.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField()
+    # Who holds the try in flight (set when a sweep claims it, with next_attempt_at pushed past the POST's deadline):
+    # a try's outcome is written only while its claim is still the row's, so a sweep that overran its lease (paused,
+    # its host swapping) can never overwrite the outcome of the try that claimed the row after it.
+    claim = models.UUIDField(null=True, blank=True, editable=False)
     last_status = models.IntegerField(null=True, blank=True)
     last_error = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

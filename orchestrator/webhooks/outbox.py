@@ -1,14 +1,20 @@
 """From the outbox of job state changes to delivered POSTs, at least once.
 
-`sweep()` (a Celery beat task, every TFDASH_WEBHOOK_SWEEP_S) does two things, each safe to run in several workers at
-once (rows claimed with SKIP LOCKED):
+`sweep()` (a Celery beat task every TFDASH_WEBHOOK_SWEEP_S, run by the webhooks worker alone: never on the
+orchestrator's queue, whose threads handle the hosts' events, the watchdog and scheduling) does two things, each
+safe to run in several workers at once (rows claimed with SKIP LOCKED):
 1. fan out: each new JobStateChange (written by the jobs table's trigger, in the state change's own transaction)
-   becomes one WebhookDelivery per matching active hook (the owner's, and staff's hooks on the job's cluster, that
-   subscribed to that state), with its idempotency key and the exact body to sign; the change row is then deleted.
-2. deliver: each delivery that is due is claimed (its next try pushed past the time a POST can take), POSTed, and
-   marked delivered only after a 2xx answer; otherwise it is tried again after a backoff (TFDASH_WEBHOOK_RETRY_BASE_S
-   doubling up to TFDASH_WEBHOOK_RETRY_MAX_S) until TFDASH_WEBHOOK_MAX_ATTEMPTS, then marked failed. A worker that dies
-   mid-POST leaves the claim to expire, and the POST is sent again with the same key: the receiver deduplicates.
+   becomes one WebhookDelivery per matching active hook of an active owner (the owner's, and staff's hooks on the
+   job's cluster, that subscribed to that state), with its idempotency key and the exact body to sign; the change
+   row is then deleted.
+2. deliver (delivering.py): each delivery that is due is claimed when a thread is free to POST it, POSTed within its
+   deadline, and marked delivered only after a 2xx answer; otherwise it is tried again after a backoff
+   (TFDASH_WEBHOOK_RETRY_BASE_S doubling up to TFDASH_WEBHOOK_RETRY_MAX_S) until TFDASH_WEBHOOK_MAX_ATTEMPTS, then
+   marked failed. A worker that dies mid-POST leaves the claim to expire, and the POST is sent again with the same
+   key: the receiver deduplicates.
+A sweep goes on fanning out and starting POSTs for TFDASH_WEBHOOK_SWEEP_BUDGET_S while it has POSTs in flight, then
+waits for those (each ends by its deadline): a change made while slow receivers are being waited on is still sent
+within a fraction of a second.
 """
 
 from __future__ import annotations
@@ -16,27 +22,42 @@ from __future__ import annotations
 import json
 import logging
 import time
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
 from django.utils import timezone
 
-from orchestrator.models import DeliveryState, Job, JobStateChange, Webhook, WebhookDelivery
-from orchestrator.webhooks import hooks, sending
+from orchestrator.models import Job, JobStateChange, Webhook, WebhookDelivery
+from orchestrator.webhooks import delivering
 
 log = logging.getLogger(__name__)
 
 FAN_OUT_BATCH = 500
-DELIVER_BATCH = 20
+# How often a sweep with POSTs in flight looks for new changes and due deliveries.
+POLL_S = 0.25
 
 
-def sweep() -> tuple[int, int]:
-    """One pass: (deliveries made, deliveries that succeeded)."""
-    made = fan_out()
-    return made, deliver_due()
+def sweep(budget_s: float | None = None) -> tuple[int, int]:
+    """Fan out and deliver for up to `budget_s` (TFDASH_WEBHOOK_SWEEP_BUDGET_S), then let the POSTs in flight end:
+    (deliveries made, deliveries that succeeded). Returns at once when there is nothing to send."""
+    budget = budget_s if budget_s is not None else settings.TFDASH_WEBHOOK_SWEEP_BUDGET_S
+    end = time.monotonic() + budget
+    limit = settings.TFDASH_WEBHOOK_CONCURRENCY
+    made = 0
+    with delivering.pool(limit) as pool:
+        posts = delivering.Posts(pool, limit)
+        while True:
+            claimed = 0
+            if time.monotonic() < end:
+                made += fan_out()
+                claimed = posts.top_up()
+            if not posts.running:
+                if claimed:  # all given up unsent (a disabled hook, say): look again at once
+                    continue
+                break
+            posts.collect(POLL_S)
+    return made, posts.delivered
 
 
 # --- fan out --------------------------------------------------------------------------------------------------------
@@ -46,7 +67,8 @@ def fan_out() -> int:
         if not changes:
             return 0
         jobs = Job.objects.select_related("owner", "cluster", "failed_task").in_bulk({c.job_id for c in changes})
-        active = list(Webhook.objects.filter(active=True).select_related("owner"))
+        # A deactivated user's hooks hear nothing more (what they had queued is given up unsent: delivering.py).
+        active = list(Webhook.objects.filter(active=True, owner__is_active=True).select_related("owner"))
         now = timezone.now()
         deliveries = []
         for change in changes:
@@ -114,70 +136,3 @@ def body_of(delivery: WebhookDelivery, job: Job, change: JobStateChange) -> byte
 
 def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
-
-
-# --- deliver --------------------------------------------------------------------------------------------------------
-def deliver_due(budget_s: float | None = None) -> int:
-    """POST what is due, for at most `budget_s` (a sweep must end); returns how many were delivered."""
-    deadline = time.monotonic() + (budget_s if budget_s is not None else settings.TFDASH_WEBHOOK_SWEEP_BUDGET_S)
-    delivered = 0
-    while time.monotonic() < deadline:
-        claimed = _claim()
-        if not claimed:
-            break
-        for delivery in claimed:
-            delivered += _attempt(delivery)
-    return delivered
-
-
-def _claim() -> list[WebhookDelivery]:
-    now = timezone.now()
-    # Longer than one POST may take: until then no other sweeper takes it; after, a crashed one's is tried again.
-    lease = timedelta(seconds=settings.TFDASH_WEBHOOK_TIMEOUT_S * 3 + 5)
-    with transaction.atomic():
-        due = WebhookDelivery.objects.select_for_update(skip_locked=True).filter(
-            state=DeliveryState.PENDING, next_attempt_at__lte=now
-        )
-        ids = list(due.order_by("next_attempt_at").values_list("pk", flat=True)[:DELIVER_BATCH])
-        WebhookDelivery.objects.filter(pk__in=ids).update(next_attempt_at=now + lease)
-    return list(WebhookDelivery.objects.filter(pk__in=ids).select_related("webhook").order_by("pk"))
-
-
-def _attempt(delivery: WebhookDelivery) -> int:
-    hook = delivery.webhook
-    secret = hooks.secret_of(hook)
-    if not hook.active:
-        answer = sending.Answer(None, "the webhook is disabled")
-    elif secret is None:
-        answer = sending.Answer(None, "the webhook's secret no longer opens (control key rotated): register it again")
-    else:
-        answer = sending.post(
-            hook.url,
-            bytes(delivery.body),
-            {"X-Tfdash-Event": delivery.event, "X-Tfdash-Delivery": str(delivery.key),
-             "Idempotency-Key": str(delivery.key)},
-            secret,
-            allow_private=hook.allow_private,
-            timeout=settings.TFDASH_WEBHOOK_TIMEOUT_S,
-        )  # fmt: skip
-    attempts = delivery.attempts + 1
-    now = timezone.now()
-    fields: dict[str, Any] = {"attempts": F("attempts") + 1, "last_status": answer.status, "last_error": ""}
-    if answer.delivered:
-        fields.update(state=DeliveryState.DELIVERED, delivered_at=now)
-    else:
-        fields["last_error"] = answer.detail[:500]
-        if attempts >= settings.TFDASH_WEBHOOK_MAX_ATTEMPTS:
-            fields["state"] = DeliveryState.FAILED
-        else:
-            fields["next_attempt_at"] = now + timedelta(seconds=backoff_s(attempts))
-        log.info("webhook %s delivery %s try %d: %s %s", hook.pk, delivery.key, attempts, answer.status, answer.detail)
-    # Only while still ours and pending: a delivery is never moved back from delivered.
-    WebhookDelivery.objects.filter(Q(pk=delivery.pk) & Q(state=DeliveryState.PENDING)).update(**fields)
-    return int(answer.delivered)
-
-
-def backoff_s(attempts: int) -> float:
-    """The wait after the `attempts`-th failed try."""
-    base = settings.TFDASH_WEBHOOK_RETRY_BASE_S
-    return float(min(base * 2 ** (attempts - 1), settings.TFDASH_WEBHOOK_RETRY_MAX_S))

@@ -72,9 +72,10 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
         run.wait_for_line(rf"tfdash is up: http://127.0.0.1:{port}/", timeout=120)
         up_at = time.monotonic()
         children = psutil.Process(run.pid).children(recursive=True)
-        assert len(children) >= 8  # postgres, redis, web, orchestrator, scheduler, ingest, two agents
+        assert len(children) >= 9  # postgres, redis, web, orchestrator, scheduler, webhooks, ingest, two agents
         workers = [" ".join(cmdline(c)) for c in children if "celery" in " ".join(cmdline(c))]
         assert any("-Q scheduler " in argv for argv in workers), workers  # passes in a worker of their own
+        assert any("-Q webhooks " in argv for argv in workers), workers  # and webhook deliveries
         if CAN_RAISE_SESSIONS:  # and first in line for a core
             scheduler = next(c for c in children if "scheduler@" in " ".join(cmdline(c)))
             assert session_nice_of(scheduler.pid) == SCHEDULER_NICE

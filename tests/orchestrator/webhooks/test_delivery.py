@@ -29,7 +29,7 @@ def staff(django_user_model):
 def quick_retries(settings):
     settings.TFDASH_WEBHOOK_RETRY_BASE_S = 1.0
     settings.TFDASH_WEBHOOK_RETRY_MAX_S = 8.0
-    settings.TFDASH_WEBHOOK_TIMEOUT_S = 2.0
+    settings.TFDASH_WEBHOOK_DEADLINE_S = 2.0
 
 
 def a_job(owner, name: str = "mnist", state: str = "queued") -> Job:

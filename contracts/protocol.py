@@ -334,6 +334,9 @@ class TaskLogBatch:
     attempt: int
     # (seq, stream, text): seq counts lines per task attempt from 0, so a redelivered batch is stored once.
     lines: list[tuple[int, str, str]]
+    # Lines of this attempt the agent dropped for its output rate so far (contracts/publish_limits.py), a running
+    # total like `shed`; a "lines dropped: N" line stands where they went.
+    dropped: int = 0
 
 
 # --- metrics: TF process -> agent -> orchestrator ------------------------------------------------------------------
@@ -427,6 +430,9 @@ class TaskMetricsBatch:
     # Step-level points the agent left out of this task attempt's reports so far (SHED_BACKLOG): a running total, so
     # a report lost, late or delivered twice still leaves the right count (the ingest keeps the highest).
     shed: int = 0
+    # What the agent dropped of this task attempt's output for its bounds (contracts/publish_limits.py), running
+    # totals: "artifacts", "artifact_bytes", "metric_lines".
+    dropped: dict[str, int] | None = None
 
 
 # Backpressure: while its metrics stream holds this many entries the ingest has not stored yet, an agent sends only

@@ -32,6 +32,8 @@ from cryptography.hazmat.primitives import hmac as crypto_hmac
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from contracts.limits import MAX_ARTIFACT_BYTES
+
 # Version of the wire these envelopes are (contracts.protocol.PROTOCOL_VERSION re-exports it).
 WIRE_VERSION = 3
 
@@ -46,7 +48,9 @@ MAX_CLOCK_SKEW_S = 30.0
 _SALT = b"tfdash agent-mac v3"
 _PURPOSE = b"agent->orchestrator message MAC"
 NONCE_BYTES = 16
-MAX_SIGNED_CHARS = 64 * 1024 * 1024  # an artifact is the largest report; nothing legitimate comes near this
+# An artifact is the largest report: its file (at most MAX_ARTIFACT_BYTES) as base64, and room for the rest. (64 MiB
+# flat let no artifact over ~48 MiB through: its entry was dead-lettered unread, and the job never heard why.)
+MAX_SIGNED_CHARS = 4 * -(-MAX_ARTIFACT_BYTES // 3) + 1024 * 1024
 # A hello, heartbeat or task event: a report of MAX_REPORTED_RUNNING tasks and MAX_REPORTED_EXITS exits is a few
 # hundred KB. A larger one is refused before it is parsed, so a host cannot make the orchestrator build a structure of
 # the size it claims (a million GPUs in its facts parse to hundreds of MB).

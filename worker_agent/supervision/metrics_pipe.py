@@ -7,7 +7,9 @@ flush timer: the outbox batches further whatever waits while it publishes), "art
 with the file's content; both go to the host's METRICS stream, consumed in order apart from the lifecycle events (see
 protocol.py). The child runs arbitrary user code, so nothing it writes may hurt the agent: over-long lines, non-JSON,
 unknown kinds and bad artifacts are dropped with a counted, rate-limited warning, and the reader keeps draining the
-pipe whatever happens (a reader that stopped reading would block the child once the pipe buffer fills).
+pipe whatever happens (a reader that stopped reading would block the child once the pipe buffer fills). What it
+may publish is bounded (publish_budget.py: metric-line bytes, artifacts and their bytes per attempt): past that, lines
+and artifacts are dropped before they are read, counted, and the counts ride in its next report (`dropped`).
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ from contracts.protocol import (
     TaskMetricsBatch,
 )
 from contracts.store import ARTIFACT_SLOTS, MAX_STORE_ARTIFACT_BYTES
-from worker_agent.folders import Outside, Roots, open_file, read_file
+from worker_agent.folders import Outside, Roots, open_file
 from worker_agent.supervision import store_sync
+from worker_agent.supervision.publish_budget import PipeBudget, read_all
 from worker_agent.supervision.store_sync import ArtifactSlots
 
 log = logging.getLogger(__name__)
@@ -96,6 +99,8 @@ class MetricsPipe:
         self._last_warned_at = -WARN_EVERY_S
         self.sent_events = 0
         self.sent_artifacts = 0
+        # What this attempt may publish, and what it had dropped for it (contracts/publish_limits.py).
+        self.budget = PipeBudget()
 
     @property
     def label(self) -> str:
@@ -166,7 +171,7 @@ class MetricsPipe:
                         break
                     buffer += chunk
                     skipping = self._split(buffer, skipping)
-                if self._pending:
+                if self._pending or self.budget.unreported:
                     self._flush()
         except Exception:  # never expected (os.read on our own pipe); the thread must end quietly, fds closed
             log.exception("%s: metrics reader failed", self.label)
@@ -194,7 +199,7 @@ class MetricsPipe:
                 skipping = False  # the rest of the over-long line ends here; it was counted when it began
             elif end - start > MAX_METRIC_LINE_BYTES:
                 self._drop(f"line longer than {MAX_METRIC_LINE_BYTES} bytes")
-            else:
+            elif self.budget.line(end - start + 1):  # past its rate a line is dropped unread (counted, reported)
                 self._line(bytes(buffer[start:end]))
             start = end + 1
         del buffer[:start]
@@ -233,10 +238,19 @@ class MetricsPipe:
 
     def _flush(self) -> None:
         events, self._pending = self._pending, []
+        # Every report carries the running totals of what was dropped (the page and API say so); a drop with no
+        # points to ride on goes in a report of its own, at most one per read of the pipe.
+        dropped = dict(self.budget.dropped) or None
+        if not events and self.budget.unreported:
+            if self._emit(TASK_METRICS, asdict(TaskMetricsBatch(self.task_id, self.attempt, [], dropped=dropped))):
+                self.budget.unreported = False
+            return
         for start in range(0, len(events), BATCH_EVENTS):
             chunk = events[start : start + BATCH_EVENTS]
-            if self._emit(TASK_METRICS, asdict(TaskMetricsBatch(self.task_id, self.attempt, chunk))):
+            batch = TaskMetricsBatch(self.task_id, self.attempt, chunk, dropped=dropped)
+            if self._emit(TASK_METRICS, asdict(batch)):
                 self.sent_events += len(chunk)
+                self.budget.unreported = False
 
     # --- artifacts ------------------------------------------------------------------------------------------------
     def _artifact(self, obj: dict[str, Any]) -> None:
@@ -249,9 +263,8 @@ class MetricsPipe:
             self._flush()
             self._artifact_to_store(name, path)
             return
-        content = read_artifact(path, self.artifacts_from, self.owner)
-        if isinstance(content, str):
-            self._drop(f"artifact {name!r} ({str(path)[:300]!r}): {content}")
+        content = self._read_within_budget(name, path)
+        if content is None:
             return
         # Read inline: a local regular file of at most MAX_ARTIFACT_BYTES; meanwhile the child's writes wait in the
         # pipe buffer, which is what they would do anyway while the agent is busy.
@@ -267,8 +280,28 @@ class MetricsPipe:
             self.sent_artifacts += 1
             log.info("%s: artifact %r (%d bytes) handed on", self.label, name, len(content))
 
+    def _read_within_budget(self, name: str, path: Any) -> bytes | None:
+        """The artifact's content when the task may still send one of its size (taken from the fd: a file over the
+        task's budget is never read), else None (dropped and counted)."""
+        fd = open_artifact(path, self.artifacts_from, self.owner, MAX_ARTIFACT_BYTES)
+        content: bytes | str
+        try:
+            if isinstance(fd, str):
+                content = fd
+            elif (over := self.budget.artifact(os.fstat(fd).st_size)) is not None:
+                content = over
+            else:
+                content = read_all(fd, MAX_ARTIFACT_BYTES)
+        finally:
+            if not isinstance(fd, str):
+                os.close(fd)
+        if isinstance(content, str):
+            self._drop(f"artifact {name!r} ({str(path)[:300]!r}): {content}")
+            return None
+        return content
+
     def _artifact_to_store(self, name: str, path: Any) -> None:
-        """Upload the file to the task attempt's next artifact slot (read by fd, as `read_artifact` checks), then
+        """Upload the file to the task attempt's next artifact slot (read by fd, as `open_artifact` checks), then
         hand on its name, slot, size and SHA-256 (hashed while sent): the control plane checks the stored size."""
         assert self.store_slots is not None
         with self._upload_lock:
@@ -344,22 +377,9 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def read_artifact(path: Any, artifacts_from: Roots | None, owner: int | None = None) -> bytes | str:
-    """The content of the regular file at `path`, below one of `artifacts_from` (owned by `owner` when given), or
-    why it cannot be sent. Checked before it is opened and after, never through a link (folders.read_file)."""
-    if not isinstance(path, str) or not os.path.isabs(path):
-        return "the path must be an absolute path"
-    if artifacts_from is None:
-        return "this task has no folder to send artifacts from"
-    try:
-        place = artifacts_from.place(path)
-    except Outside as exc:
-        return f"not in the job's folders: {exc}"
-    return read_file(place, owner=owner, max_bytes=MAX_ARTIFACT_BYTES)
-
-
 def open_artifact(path: Any, artifacts_from: Roots | None, owner: int | None, max_bytes: int) -> int | str:
-    """`read_artifact`'s checks, and an fd of the file rather than its bytes."""
+    """An fd of the regular file at `path`, below one of `artifacts_from` (owned by `owner` when given), or why it
+    cannot be sent. Checked before it is opened and after, never through a link (folders.open_file)."""
     if not isinstance(path, str) or not os.path.isabs(path):
         return "the path must be an absolute path"
     if artifacts_from is None:

@@ -10,13 +10,15 @@ them (`.pos`, written atomically) once the lines up to it are published: a resta
 line is sent at least once and, numbered the same each time, stored once (the ingest keys lines by task and seq).
 What was read and published is punched out of the files (FALLOC_FL_PUNCH_HOLE), so on disk they hold only what is not
 yet sent. The files go once the task's last line is published.
+
+Bounded (contracts/publish_limits.py, publish_budget.py): past its output rate, a task's whole lines are read and
+dropped unnumbered, and a numbered line "lines dropped: N" stands where they went (at most one a second while it
+lasts, and one when the task ends), so the log says what is missing and the line count its exit carries still holds.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import json
 import logging
 import os
@@ -26,12 +28,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from contracts import broker
 from contracts.limits import MAX_LOG_LINE_CHARS
 from contracts.protocol import TASK_LOGS, TaskLogBatch
+from contracts.publish_limits import lines_dropped_text
 from worker_agent import atomic
+from worker_agent.supervision.output_holes import punch
+from worker_agent.supervision.publish_budget import OutputBudget
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,8 @@ BATCH_CHARS = 1_000_000  # keeps one Redis message reasonable even when every li
 BATCH_AGE_S = 0.5
 TAIL_LINES = 200
 TAIL_POLL_S = 0.1  # how often a live task's files are looked at (a stat and a read: cheap)
+# While a task's output is over its rate, one "lines dropped: N" line at most this often (and one when it ends).
+DROPPED_NOTE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -150,6 +156,8 @@ class TaskLogs:
         self._in_flight = 0  # batches handed to the outbox and not yet published
         self._finishing = False  # the task is over and all its output read: the files go after the last batch
         self.tail: deque[LogLine] = deque(maxlen=TAIL_LINES)
+        self.budget = OutputBudget()
+        self._noted_at = -DROPPED_NOTE_S  # when the latest "lines dropped" line was numbered
 
     @property
     def lines(self) -> int:
@@ -189,6 +197,9 @@ class TaskLogs:
             fd = self._readers.get(stream)
             if fd is not None:
                 self._read_stream(stream, fd, final=final)
+        if final:
+            with self._cond:
+                self._note_dropped(STREAMS[0], force=True)
 
     def _read_stream(self, stream: str, fd: int, *, final: bool) -> None:
         while True:
@@ -234,17 +245,31 @@ class TaskLogs:
 
     def _add(self, stream: str, raw: bytes, offset: int, *, skipping: bool) -> None:
         with self._cond:
-            line = (self._position.seq, stream, _decode_line(raw))
-            self._position = replace(
-                self._position, **{stream: offset, f"skipping_{stream}": skipping, "seq": self._position.seq + 1}
-            )
-            if not self._pending:
-                self._first_at = time.monotonic()
-                self._cond.notify_all()  # starts the flusher's 0.5 s clock
-            self._pending.append((line, self._position))
-            self.tail.append(line)
-            if len(self._pending) >= BATCH_LINES:
-                self._cond.notify_all()
+            if not self.budget.admit(len(raw)):  # over the task's output rate: read past, not numbered
+                self._position = replace(self._position, **{stream: offset, f"skipping_{stream}": skipping})
+                return
+            self._note_dropped(stream, force=False)
+            self._number(stream, _decode_line(raw), **{stream: offset, f"skipping_{stream}": skipping})
+
+    def _note_dropped(self, stream: str, *, force: bool) -> None:
+        """Number a "lines dropped: N" line for the lines dropped since the last one (called holding the lock)."""
+        now = time.monotonic()
+        if self.budget.gap and (force or now - self._noted_at >= DROPPED_NOTE_S):
+            self._noted_at = now
+            self._number(stream, lines_dropped_text(self.budget.take_gap()))
+
+    def _number(self, stream: str, text: str, **moved: object) -> None:
+        """Give `text` the next number and queue it; `moved`: how the position moves with it (called holding the
+        lock)."""
+        line = (self._position.seq, stream, text)
+        self._position = replace(self._position, seq=self._position.seq + 1, **moved)  # type: ignore[arg-type]
+        if not self._pending:
+            self._first_at = time.monotonic()
+            self._cond.notify_all()  # starts the flusher's 0.5 s clock
+        self._pending.append((line, self._position))
+        self.tail.append(line)
+        if len(self._pending) >= BATCH_LINES:
+            self._cond.notify_all()
 
     def discard(self) -> None:
         """The process never started: the files opened for it are closed."""
@@ -285,7 +310,7 @@ class TaskLogs:
             chunks = _chunks(pending)
             for i, chunk in enumerate(chunks):
                 lines = [line for line, _ in chunk]
-                batch = TaskLogBatch(task_id=self.task_id, attempt=self.attempt, lines=lines)
+                batch = TaskLogBatch(self.task_id, self.attempt, lines, dropped=self.budget.dropped)
                 with self._cond:
                     self._in_flight += 1
                     self._finishing = last and i == len(chunks) - 1
@@ -317,7 +342,7 @@ class TaskLogs:
                 return
             self.files.save_position(self.task_id, self.attempt, position)
             for stream in STREAMS:
-                _punch(self.files.path(self.task_id, self.attempt, stream), position.offset(stream))
+                punch(self.files.path(self.task_id, self.attempt, stream), position.offset(stream))
         except OSError as exc:  # costs duplicates (dropped by the ingest) after a restart, never a line
             log.warning("task %s attempt %s: could not persist the output position: %s", self.task_id,
                         self.attempt, exc)  # fmt: skip
@@ -366,31 +391,3 @@ def _chunks(lines: list[tuple[LogLine, Position]]) -> list[list[tuple[LogLine, P
     if current:
         chunks.append(current)
     return chunks
-
-
-# --- freeing what is sent ---------------------------------------------------------------------------------------------
-_FALLOC_FL_KEEP_SIZE = 0x01
-_FALLOC_FL_PUNCH_HOLE = 0x02
-_PAGE = 4096
-_libc: Any = None
-_punch_works = True
-
-
-def _punch(path: Path, upto: int) -> None:
-    """Free the blocks of `path` before `upto` (the file keeps its size and offsets; reads there return zeros)."""
-    global _libc, _punch_works
-    length = upto - upto % _PAGE
-    if length <= 0 or not _punch_works:
-        return
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
-    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        if _libc.fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, 0, length) != 0:
-            errno = ctypes.get_errno()
-            _punch_works = False  # a file system without holes: the files just keep what was sent until the end
-            log.warning("cannot free sent output (fallocate: %s); output files keep it until the task ends",
-                        os.strerror(errno))  # fmt: skip
-    finally:
-        os.close(fd)

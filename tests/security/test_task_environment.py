@@ -6,7 +6,10 @@ LD_DEBUG_OUTPUT and GLIBC_TUNABLES while any process starts, before Python could
 module its user planted ran that module's code as uid 0, and LD_DEBUG_OUTPUT had root create files at a path the user
 chose. Here a user plants both where any job may write (the cluster's shared folder), submits a real job naming them,
 and no code of theirs runs as root, no file is made by root: the module runs, and the files are made, as the job's uid
-only (which shows the plant works, so "not as root" is not "never tried").
+only (which shows the plant works, so "not as root" is not "never tried"). ld.so makes LD_DEBUG_OUTPUT's file for
+every process that starts with it, owned by the uid that process starts as (root is not AT_SECURE): so "no file of
+root's" covers every process the agent starts with the job's variables over the job's whole life on the host, not
+only the launcher.
 
 Real orchestrator, a real agent as root with --task-uids, a real job; the module is compiled with gcc here.
 """

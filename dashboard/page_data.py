@@ -18,6 +18,7 @@ from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import RunConfig, train_examples
 from orchestrator import limits
 from orchestrator.control import fleet_state, scheduling
+from orchestrator.metrics import drops
 from orchestrator.models import Cluster, Host, HostSample, HostStatus, Job, Task
 
 # A sample older than this many heartbeat timeouts is not "live" load any more (the agent stopped sampling).
@@ -163,6 +164,8 @@ def job_parts(job: Job) -> dict[str, Any]:
         if job.points_thinned
         else "",
         "points_shed_note": limits.points_shed_note(shed) if (shed := job.points_shed()) else "",
+        # What the agents dropped of its tasks' output for the per-task bounds (contracts/publish_limits.py).
+        "output_dropped_note": drops.job_note(job),
     }
 
 

@@ -10,6 +10,7 @@ from rest_framework import serializers
 from orchestrator import limits
 from orchestrator.control import job_fields, submission
 from orchestrator.control.job_fields import JobField
+from orchestrator.metrics import drops
 from orchestrator.models import Cluster, Job, Task
 
 
@@ -140,6 +141,7 @@ class TaskSerializer(serializers.ModelSerializer):
     host = serializers.CharField(source="host.name", default=None, allow_null=True, read_only=True)
     address = serializers.CharField(source="host.address", default=None, allow_null=True, read_only=True)
     logs_url = serializers.SerializerMethodField()
+    output_dropped = serializers.SerializerMethodField()
     pid = serializers.IntegerField(
         source="live_pid", read_only=True, allow_null=True, help_text="the process id while the task is active"
     )
@@ -165,11 +167,18 @@ class TaskSerializer(serializers.ModelSerializer):
             "listening_at",
             "finished_at",
             "logs_url",
+            "output_dropped",
         ]
         read_only_fields = fields
 
     def get_logs_url(self, obj: Task) -> str:
         return f"/api/jobs/{obj.job_id}/logs/{obj.pk}/"
+
+    @extend_schema_field(serializers.DictField(child=serializers.IntegerField()))
+    def get_output_dropped(self, obj: Task) -> dict[str, int]:
+        """What its agent dropped of this task's output for the per-task bounds: artifacts, artifact_bytes,
+        log_lines, metric_lines."""
+        return drops.of_task(obj)
 
 
 class PrioritySerializer(serializers.Serializer):
@@ -198,6 +207,9 @@ class JobSerializer(serializers.ModelSerializer):
     failure = serializers.SerializerMethodField()
     priority = serializers.CharField(read_only=True, help_text="the priority class's name")
     events = JobEventSerializer(many=True, read_only=True, help_text="what the state alone does not tell")
+    output_dropped = serializers.SerializerMethodField(
+        help_text="what the agents dropped of its tasks' output for the per-task bounds (empty: nothing)"
+    )
 
     class Meta:
         model = Job
@@ -238,6 +250,7 @@ class JobSerializer(serializers.ModelSerializer):
             "restarts",
             "restart_reason",
             "failure",
+            "output_dropped",
             "facts",
             "created_at",
             "placed_at",
@@ -245,6 +258,9 @@ class JobSerializer(serializers.ModelSerializer):
             "finished_at",
         ]
         read_only_fields = fields
+
+    def get_output_dropped(self, obj: Job) -> str:
+        return drops.job_note(obj)
 
     @extend_schema_field(FailureSerializer(allow_null=True))
     def get_failure(self, obj: Job) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ Redis unreachable) propagate, so nothing is acknowledged and the same entries ar
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,12 +38,13 @@ from contracts.protocol import (
 from contracts.strategies import speaks_for_job
 from orchestrator import counters
 from orchestrator.identity import auth
-from orchestrator.metrics import hosts, live, log_store
+from orchestrator.identity.stream_marks import Appended, appended_entries
+from orchestrator.metrics import drops, hosts, live, log_store
 from orchestrator.metrics.artifacts import handle_task_artifact
+from orchestrator.metrics.batch import Batch
 from orchestrator.metrics.lookups import DROPPED, body_as, lookups, opened, task_in
 from orchestrator.metrics.points import (
     MAX_EVENTS_PER_BATCH,
-    PointRow,
     count_points,
     count_shed,
     metric_rows,
@@ -74,36 +75,6 @@ class Stored:
     failed: list[tuple[int, Exception]] = field(default_factory=list)
 
 
-@dataclass
-class _Batch:
-    points: list[PointRow] = field(default_factory=list)
-    # per task: (task, its facts, when its report was sealed); the newest report's per task
-    facts: dict[int, tuple[Task, dict[str, Any], float]] = field(default_factory=dict)
-    samples: dict[int, tuple[Host, list[HostSample]]] = field(default_factory=dict)
-    lines: list[TaskLogLine] = field(default_factory=list)
-    log_jobs: set[int] = field(default_factory=set)
-    shed: dict[int, int] = field(default_factory=dict)  # per task: the highest running total of points its agent shed
-    stored_points: dict[int, list[list[Any]]] = field(default_factory=dict)  # per job, once written
-    stored_lines: int = 0  # once written: log lines (and truncation markers) added
-
-    @classmethod
-    def empty(cls) -> _Batch:
-        return cls()
-
-    def add(self, other: _Batch) -> None:
-        """Take in what one report collected (into a batch of its own, so a report that fails halfway adds nothing)."""
-        self.points.extend(other.points)
-        for task_id, reported in other.facts.items():
-            if task_id not in self.facts or reported[2] >= self.facts[task_id][2]:
-                self.facts[task_id] = reported
-        for host_id, (host, rows) in other.samples.items():
-            self.samples.setdefault(host_id, (host, []))[1].extend(rows)
-        self.lines.extend(other.lines)
-        self.log_jobs |= other.log_jobs
-        for task_id, shed in other.shed.items():
-            self.shed[task_id] = max(shed, self.shed.get(task_id, 0))
-
-
 # SQLSTATE classes of errors that say nothing about the data: connection, rollback (deadlock), resources, operator
 # intervention (shutdown, cancel), system.
 _TRANSIENT_SQLSTATE_CLASSES = {"08", "40", "53", "57", "58"}
@@ -121,14 +92,16 @@ def transient(exc: BaseException) -> bool:
     return False
 
 
-def store_reports(reports: Iterable[tuple[str, Any]]) -> Stored:
+def store_reports(reports: Iterable[tuple[str, Any]], entries: Sequence[tuple[str, bytes]] | None = None) -> Stored:
     """Store a drained run of agent reports (name, envelope): every point and sample in one transaction, then one
     live frame per job. An artifact is stored on its own (it can be large). A report that cannot be trusted is
     dropped and counted; one that raises is listed in `failed`. When the transaction fails, the reports are stored
-    one by one, so only the ones the database refuses fail."""
+    one by one, so only the ones the database refuses fail. `entries`: the (host, stream id) each report came in
+    (orchestrator/identity/stream_marks.py: its age measured to its append, an entry appended again refused)."""
     reports = list(reports)
+    appended, marks = appended_entries(len(reports), entries)
     stored = Stored()
-    batch = _Batch.empty()
+    batch = Batch.empty()
     collected: list[int] = []  # reports with rows in `batch`
     artifacts: list[int] = []
     opened: list[tuple[int, list[Part]]] = []
@@ -137,7 +110,7 @@ def store_reports(reports: Iterable[tuple[str, Any]]) -> Stored:
             artifacts.append(index)
             continue
         try:
-            parts = _open(name, payload)
+            parts = _open(name, payload, appended[index])
         except Exception as exc:
             _failed(stored, index, name, exc)
             continue
@@ -149,7 +122,7 @@ def store_reports(reports: Iterable[tuple[str, Any]]) -> Stored:
     lookups.prefetch({task for _i, parts in opened for part in parts if (task := _task_id(part[3])) is not None})
     for index, parts in opened:
         for part in parts:  # each into a batch of its own: one that raises halfway adds nothing, and fails alone
-            single = _Batch.empty()
+            single = Batch.empty()
             try:
                 if not _COLLECTORS[part[0]](part, single):
                     stored.dropped += 1
@@ -169,29 +142,33 @@ def store_reports(reports: Iterable[tuple[str, Any]]) -> Stored:
         # report by report, so only the bad ones fail. Lookups are read again: a deleted task's reports are dropped.
         log.warning("a run of %d reports failed to store (%r); storing them one by one", len(collected), exc)
         lookups.forget()
-        _store_one_by_one(reports, collected, stored)
+        _store_one_by_one(reports, collected, stored, appended)
     else:
         _stored(batch, stored)
     for index in artifacts:  # each on its own (one can be large), after the points and samples of its run
         try:
-            stored.artifacts += handle_task_artifact(reports[index][1]) is not None
+            stored.artifacts += handle_task_artifact(reports[index][1], appended[index]) is not None
         except Exception as exc:
             _failed(stored, index, TASK_ARTIFACT, exc)
+    if marks is not None:
+        marks.save()
     return stored
 
 
-def _store_one_by_one(reports: list[tuple[str, Any]], indexes: list[int], stored: Stored) -> None:
+def _store_one_by_one(
+    reports: list[tuple[str, Any]], indexes: list[int], stored: Stored, appended: list[Appended | None]
+) -> None:
     """Each report (each one of a bundle) in a transaction of its own: what the database refuses fails alone, and the
     entry it came in is dead-lettered (once), its other reports stored."""
     for index in indexes:
         name, payload = reports[index]
         try:
-            parts = _open(name, payload) or []
+            parts = _open(name, payload, appended[index]) or []
         except Exception as exc:
             _failed(stored, index, name, exc)
             continue
         for part in parts:
-            single = _Batch.empty()
+            single = Batch.empty()
             try:
                 if not _COLLECTORS[part[0]](part, single):
                     stored.dropped += 1
@@ -209,14 +186,14 @@ def _task_id(body: Any) -> int | None:
     return task_id if type(task_id) is int else None
 
 
-def _open(name: str, payload: Any) -> list[Part] | None:
+def _open(name: str, payload: Any, appended: Appended | None) -> list[Part] | None:
     """The verified reports an entry carries (one MAC checked, a bundle's too); None when it is refused (logged and
     counted). A bundle's part that is not a report it may carry is dropped, logged and counted."""
     if name not in _COLLECTORS and name != HOST_REPORTS:
         log.warning("dropped a report of unknown kind %r", str(name)[:100])
         counters.incr(auth.MALFORMED)
         return None
-    accepted = opened(payload, name)
+    accepted = opened(payload, name, appended)
     if accepted is None:
         return None
     host, sent_at = accepted.host, accepted.message.ts
@@ -251,7 +228,7 @@ def _failed(stored: Stored, index: int, name: str, exc: Exception) -> None:
 LINES_IN: list[Callable[[list[int]], None]] = []
 
 
-def _stored(batch: _Batch, stored: Stored) -> None:
+def _stored(batch: Batch, stored: Stored) -> None:
     """A committed batch: counted, then pushed to the pages watching its jobs."""
     stored.points += sum(len(points) for points in batch.stored_points.values())
     stored.samples += sum(len(rows) for _host, rows in batch.samples.values())
@@ -273,7 +250,7 @@ def _stored(batch: _Batch, stored: Stored) -> None:
         log.exception("could not publish what was stored")
 
 
-def _collect_metrics(part: Part, batch: _Batch) -> bool:
+def _collect_metrics(part: Part, batch: Batch) -> bool:
     name, host, sent_at, raw = part
     found = task_in(host, name, raw, TaskMetricsBatch, sent_at)
     if found is None:
@@ -283,12 +260,13 @@ def _collect_metrics(part: Part, batch: _Batch) -> bool:
     batch.points.extend(rows)
     if type(body.shed) is int and 0 < body.shed < 2**62:
         batch.shed[task.pk] = body.shed
+    drops.merge(batch.dropped, task.pk, drops.reported(body.dropped))
     if facts is not None:
         batch.facts[task.pk] = (task, facts, sent_at)
     return True
 
 
-def _collect_samples(part: Part, batch: _Batch) -> bool:
+def _collect_samples(part: Part, batch: Batch) -> bool:
     name, host, _sent_at, raw = part
     body = body_as(host, name, raw, HostSampleBatch)
     if body is None:
@@ -317,7 +295,7 @@ def _collect_samples(part: Part, batch: _Batch) -> bool:
     return True
 
 
-def _collect_logs(part: Part, batch: _Batch) -> bool:
+def _collect_logs(part: Part, batch: Batch) -> bool:
     name, host, sent_at, raw = part
     found = task_in(host, name, raw, TaskLogBatch, sent_at)
     if found is None:
@@ -333,16 +311,17 @@ def _collect_logs(part: Part, batch: _Batch) -> bool:
         TaskLogLine(task_id=task.pk, seq=seq, stream=stream, text=text) for seq, stream, text in lines[:MAX_LOG_LINES]
     )
     batch.log_jobs.add(task.job_id)
+    drops.merge(batch.dropped, task.pk, drops.reported({"log_lines": body.dropped}))
     return True
 
 
 _COLLECTORS = {TASK_METRICS: _collect_metrics, HOST_SAMPLES: _collect_samples, TASK_LOGS: _collect_logs}
 
 
-def _write(batch: _Batch) -> None:
+def _write(batch: Batch) -> None:
     # Every job and task row the batch writes to, locked first and in the one order (orchestrator/models/row_locks.py):
     # a task's facts were written before its job's, and a cancel holding the job deadlocked with it.
-    written = batch.facts.keys() | batch.shed.keys() | {line.task_id for line in batch.lines}
+    written = batch.facts.keys() | batch.shed.keys() | batch.dropped.keys() | {line.task_id for line in batch.lines}
     lock_rows(jobs={row[0] for row in batch.points}, tasks=written)
     if batch.points:
         # Past a job's point limit its series are thinned (limits.keep_point); counted on the job for its page.
@@ -353,6 +332,7 @@ def _write(batch: _Batch) -> None:
         count_points(inserted, left_out)
     if batch.shed:
         count_shed(batch.shed)
+    drops.store(batch.dropped)
     for task, facts, sent_at in list(batch.facts.values()):
         # Not over the facts of a newer report (a late or replayed entry): refused, counted, not pushed to pages.
         newer = Q(facts_at__isnull=True) | Q(facts_at__lte=sent_at)
@@ -371,7 +351,7 @@ def _write(batch: _Batch) -> None:
         batch.stored_lines = log_store.store_lines(batch.lines)
 
 
-def _publish(batch: _Batch) -> None:
+def _publish(batch: Batch) -> None:
     """One metrics frame per job, in id order (pages drop ids at or below their cursor), then facts and host load."""
     live.publish_each(
         [

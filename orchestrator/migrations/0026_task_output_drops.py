@@ -1,6 +1,6 @@
-# Hand-written; its operations are filled in by the change it is named for.
+# Hand-written: what a task's agent dropped of its output for the per-task bounds (contracts/publish_limits.py).
 
-from django.db import migrations
+from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
@@ -8,4 +8,17 @@ class Migration(migrations.Migration):
         ("orchestrator", "0025_webhook_delivery_deadline"),
     ]
 
-    operations: list[migrations.operations.base.Operation] = []
+    operations: list[migrations.operations.base.Operation] = [
+        migrations.AddField(
+            model_name="task", name="artifacts_dropped", field=models.PositiveBigIntegerField(default=0)
+        ),
+        migrations.AddField(
+            model_name="task", name="artifact_bytes_dropped", field=models.PositiveBigIntegerField(default=0)
+        ),
+        migrations.AddField(
+            model_name="task", name="log_lines_dropped", field=models.PositiveBigIntegerField(default=0)
+        ),
+        migrations.AddField(
+            model_name="task", name="metric_lines_dropped", field=models.PositiveBigIntegerField(default=0)
+        ),
+    ]

@@ -271,6 +271,12 @@ class Task(models.Model):
     # Step-level points its agent left out while the ingest was behind (contracts/protocol.py SHED_BACKLOG): the
     # highest running total its reports carried.
     points_shed = models.PositiveBigIntegerField(default=0)
+    # What its agent dropped of this task's output for the per-task bounds (contracts/publish_limits.py): the highest
+    # running totals its reports carried (orchestrator/metrics/drops.py).
+    artifacts_dropped = models.PositiveBigIntegerField(default=0)
+    artifact_bytes_dropped = models.PositiveBigIntegerField(default=0)
+    log_lines_dropped = models.PositiveBigIntegerField(default=0)
+    metric_lines_dropped = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         ordering = ["job", "attempt", "type", "index", "restart"]

@@ -10,7 +10,7 @@ from contracts import job_env
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import PROGRAM_KEYS
 from contracts.strategies import STRATEGY_HINTS
-from orchestrator.control import experiments, fleet_state, job_fields, submission
+from orchestrator.control import class_rights, experiments, fleet_state, job_fields, submission
 from orchestrator.control.job_fields import JobField
 from orchestrator.models import Cluster, ExperimentMode, Job, ProgramKind, Script, Strategy
 
@@ -88,6 +88,10 @@ class _JobForm(forms.Form):
         self.earlier_scripts = {s.sha256: s for s in scripts.distinct().order_by("-created_at")[:50]}
         choices = [("", "—")] + [(sha, f"{s.filename} ({sha[:12]})") for sha, s in self.earlier_scripts.items()]
         self.fields["earlier_script"].choices = choices  # type: ignore[attr-defined]
+        if user is not None and "priority" in self.fields:
+            # Which classes are theirs, before they submit (the queue page has every class's rule).
+            mine = ", ".join(class_rights.usable_names(user))
+            self.fields["priority"].help_text = f"{self.fields['priority'].help_text}. Yours: {mine}"
         for name, field in self.fields.items():
             if field.help_text:  # the hint is read with its input, by screen readers too
                 field.widget.attrs["aria-describedby"] = f"hint-{name}"

@@ -104,11 +104,13 @@ def test_the_form_refuses_high_next_to_the_priority_field_and_saves_nothing(clie
         "priority": "high",
     }
 
+    hint = re.search(r'id="hint-priority"[^>]*>(.*?)<', client.get("/jobs/new/").content.decode(), re.S)
     page = client.post("/jobs/new/", data).content.decode()
 
     slot = re.search(r'<div (?:class="[^"]*" )?id="errors-priority"[^>]*>(.*?)</div>\s', page, re.S)
     assert slot and REASON in html.unescape(slot.group(1))
     assert not Job.objects.exists()
+    assert hint and html.unescape(hint.group(1)).strip().endswith("Yours: normal, low")  # said before she submits
 
 
 def test_run_again_of_a_job_staff_lifted_to_high_is_refused_to_its_owner(client, alice, admin_user, lab):

@@ -113,6 +113,8 @@ def template_of(job: Job) -> dict[str, Any]:
         "args": job.args,
         "env": job.env,
         "script": job.script_id,
+        # The class by name, checked again as each run is submitted (a right staff withdrew meanwhile is not used).
+        "priority": getattr(job, "asked_priority", "") or "",
     }
 
 
@@ -120,7 +122,8 @@ def job_for(experiment: Experiment, variant: Mapping[str, Any]) -> Job:
     """The unsaved job of one variant."""
     template = dict(experiment.template)
     script = template.pop("script", None)
-    return Job(
+    priority = template.pop("priority", "")  # absent from experiments stored before classes were rights: the default
+    job = Job(
         owner_id=experiment.owner_id,
         cluster_id=experiment.cluster_id,
         name=f"{experiment.name} · {variant['label']}"[: job_fields.MAX_NAME_CHARS],
@@ -130,6 +133,8 @@ def job_for(experiment: Experiment, variant: Mapping[str, Any]) -> Job:
         **template,
         **{k: variant[k] for k in VARIANT_SHAPE},
     )
+    job.asked_priority = priority  # type: ignore[attr-defined] # resolved and checked by submission.validate()
+    return job
 
 
 def create(

@@ -16,7 +16,7 @@ from django.apps import apps
 from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
-from orchestrator.control import queue_view, queueing
+from orchestrator.control import experiments, queue_view, queueing
 from orchestrator.models import Experiment, Host, Job, JobEvent, PriorityClass
 from tests import factories
 
@@ -148,6 +148,31 @@ def test_an_experiment_naming_high_is_refused_without_the_right(alice, lab):
     assert response.status_code == 400, response.content
     assert REASON in " ".join(response.json()["priority"])
     assert not Experiment.objects.exists() and not Job.objects.exists()
+
+
+def test_an_experiment_at_high_runs_at_high_while_its_owner_may_and_not_after(alice, lab):
+    high().users.add(alice)
+    body = {
+        "name": "at high",
+        "builtin": "digits_mlp",
+        "builtin_config": {"epochs": 1},
+        "variants": [
+            {"strategy": "mirrored", "workers": 1, "ps": 0, "devices_per_worker": 1},
+            {"strategy": "mirrored", "workers": 1, "ps": 0, "devices_per_worker": 2},
+        ],
+        "priority": "high",
+    }
+
+    created = as_user(alice).post("/api/experiments/", body, format="json")
+
+    assert created.status_code == 201, created.content
+    first = Job.objects.get()
+    assert first.priority == "high"
+    high().users.remove(alice)  # staff withdraw the right before the second run (one after another) is submitted
+    Job.objects.filter(pk=first.pk).update(state="succeeded")
+    experiments.advance(created.json()["id"])
+    second = Job.objects.exclude(pk=first.pk).get()
+    assert second.state == "failed" and REASON in second.reason
 
 
 def test_staff_lifting_a_job_past_its_owners_right_is_in_its_history(alice, admin_user, lab):

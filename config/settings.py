@@ -282,10 +282,13 @@ TFDASH_CONTROL_KEY = env_str("TFDASH_CONTROL_KEY", "")
 # twice; 5 minutes covers a busy orchestrator's queue and its retries of a handler that met an outage.
 TFDASH_MESSAGE_MAX_AGE_S = env_float("TFDASH_MESSAGE_MAX_AGE_S", 300.0)
 TFDASH_MESSAGE_MAX_SKEW_S = env_float("TFDASH_MESSAGE_MAX_SKEW_S", 30.0)
-# Stream entries (metrics, logs, artifacts, host samples) wait in the stream while the ingest is down, and a replayed
-# one stores nothing new (every row has a unique key), so they are accepted for a week: an ingest down over a long
-# weekend loses nothing.
-TFDASH_STREAM_MAX_AGE_S = env_float("TFDASH_STREAM_MAX_AGE_S", 7 * 24 * 3600.0)
+# Stream entries (metrics, logs, artifacts, host samples) are refused when Redis appended them more than this long
+# after the agent sealed them (orchestrator/identity/stream_marks.py), and one appended again is refused as a replay.
+# Measured to the append, not the read: entries waiting while the ingest is down are kept. An agent seals as it sends,
+# in the round trip that appends (5 s socket timeouts), so legitimate entries are a clock skew plus a transit old:
+# two minutes leaves 90 s of transit past that skew (TFDASH_MESSAGE_MAX_SKEW_S, 30 s), and a report held through a
+# broker outage is sealed afresh when it leaves (worker_agent/outbox.py).
+TFDASH_STREAM_MAX_AGE_S = env_float("TFDASH_STREAM_MAX_AGE_S", 120.0)
 # How many ingest processes share the hosts' metric streams (`manage.py ingest_metrics --partition P`, one process
 # per P in 0..N-1; contracts/protocol.py ingest_partition): every process must be started with the same N.
 TFDASH_INGEST_PARTITIONS = max(1, int(env_float("TFDASH_INGEST_PARTITIONS", 1)))

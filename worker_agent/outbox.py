@@ -108,6 +108,7 @@ class Outbox:
         self.dropped = 0
         self.failures = 0
         self.metrics_backlog = 0  # entries in the host's METRICS stream at the last round trip that added to it
+        self._sealed_at = 0.0  # the last seal's time: seals never go back (see _now)
         self._shed: dict[tuple[Any, Any], int] = {}  # (task, attempt) -> step-level points left out so far
         self._thread = threading.Thread(target=self._run, name="outbox", daemon=True)
         self._thread.start()
@@ -280,7 +281,7 @@ class Outbox:
         if name != HOST_REPORTS:
             return self._seal(name, body)
         try:
-            return seal(self._key, self.host, name, body)
+            return seal(self._key, self.host, name, body, now=self._now())
         except (TypeError, ValueError):
             return None
 
@@ -288,11 +289,18 @@ class Outbox:
         """The message sealed now (a fresh timestamp however long it waited here); None, logged and counted as
         dropped, when the body cannot be sealed (not JSON): retrying it would block everything behind it."""
         try:
-            return seal(self._key, self.host, name, body)
+            return seal(self._key, self.host, name, body, now=self._now())
         except (TypeError, ValueError) as exc:
             self.dropped += 1
             log.warning("dropped a %s that cannot be sent: %s", name, exc)
             return None
+
+    def _now(self) -> float:
+        """The time to seal with: the clock, but never before the last seal's. The ingest refuses an entry sealed
+        before one appended ahead of it as a replay (orchestrator/identity/stream_marks.py), so a clock stepped
+        back must not make the next reports look older than those already sent."""
+        self._sealed_at = max(time.time(), self._sealed_at)
+        return self._sealed_at
 
     def _publish(self, task_name: str, body: dict[str, Any], queue: str) -> bool:
         envelope = self._seal(task_name, body)

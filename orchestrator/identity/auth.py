@@ -6,8 +6,9 @@ Celery messages (hello, heartbeat, task events) are also applied at most once: t
 (`remember`, after the handler succeeded) for as long as the message could pass the age check, and one seen before
 is refused. Remembering only after success lets a handler that met an outage be retried, and a message a killed
 worker had taken be redelivered; two copies handled at the very same moment are both applied, which every handler
-tolerates (events are numbered, a heartbeat says the same thing twice). Stream entries skip the nonce check: a
-replayed entry stores nothing new (every row it would write has a unique key).
+tolerates (events are numbered, a heartbeat says the same thing twice). Stream entries skip the nonce check: their
+age is measured to when Redis appended them, and one appended again is refused by its host's high-water mark
+(orchestrator/identity/stream_marks.py), at one Redis round trip per run of entries instead of one per entry.
 """
 
 from __future__ import annotations
@@ -77,17 +78,20 @@ def authenticate(
     key_of: KeyLookup = host_and_key,
     stream: bool = False,
     check_nonce: bool | None = None,
+    now: float | None = None,
 ) -> Accepted | None:
     """The host a message `name` comes from and what it says, or None (logged and counted) when it cannot be
     trusted: not sealed by that host's key, outside the age bounds, or (Celery messages) seen before.
-    `stream`: a metric stream entry (generous age bound, no nonce check; see the module's doc). `check_nonce` False:
-    the caller checks nonces itself (authenticate_batch, for many at once)."""
+    `stream`: a metric stream entry (TFDASH_STREAM_MAX_AGE_S, no nonce check; see the module's doc). `check_nonce`
+    False: the caller checks nonces itself (authenticate_batch, for many at once). `now`: the time the age is
+    measured to (a stream entry's: when Redis appended it), by default this machine's clock now."""
     if check_nonce is None:
         check_nonce = not stream
     bounds = {
         "max_age_s": settings.TFDASH_STREAM_MAX_AGE_S if stream else settings.TFDASH_MESSAGE_MAX_AGE_S,
         "max_skew_s": settings.TFDASH_MESSAGE_MAX_SKEW_S,
         "max_chars": signing.MAX_SIGNED_CHARS if stream else signing.MAX_MESSAGE_CHARS,
+        "now": now,
     }
     try:
         host_name = signing.envelope_host(payload)
@@ -103,7 +107,7 @@ def authenticate(
         if check_nonce and _nonces().exists(_nonce_key(opened)):
             raise _replayed(opened)
     except signing.Refused as refused:
-        _refuse(name, refused)
+        note_refused(name, refused)
         return None
     assert host is not None  # a key was found, so was its host
     return Accepted(host, opened)
@@ -113,7 +117,8 @@ def _replayed(message: signing.Opened) -> signing.Refused:
     return signing.Refused(signing.REPLAYED, f"nonce {message.nonce[:16]} of {message.host!r} seen before")
 
 
-def _refuse(name: str, refused: signing.Refused) -> None:
+def note_refused(name: str, refused: signing.Refused) -> None:
+    """Log and count a message `name` that is not acted on."""
     # One line for an unknown host and a bad MAC alike: a probe learns nothing about which names exist.
     log.warning("agent message %s refused: %s", str(name)[:100], refused)
     counters.incr(_COUNTER.get(refused.reason, REFUSED))
@@ -164,7 +169,7 @@ def authenticate_batch(payloads: list[Any], name: str) -> list[Accepted]:
     for one, exists in zip(opened, pipe.execute(), strict=True):
         key = _nonce_key(one.message)
         if exists or key in seen:
-            _refuse(name, _replayed(one.message))
+            note_refused(name, _replayed(one.message))
             continue
         seen.add(key)
         accepted.append(one)

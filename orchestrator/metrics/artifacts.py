@@ -20,6 +20,7 @@ from contracts.names import artifact_name_problem
 from contracts.protocol import TASK_ARTIFACT, TaskArtifact
 from contracts.store import ARTIFACT_SLOTS, MAX_STORE_ARTIFACT_BYTES, artifact_key
 from orchestrator import counters, limits, storage
+from orchestrator.identity.stream_marks import Appended
 from orchestrator.metrics import live
 from orchestrator.metrics.lookups import task_of
 from orchestrator.models import Job, JobArtifact, Task
@@ -30,8 +31,9 @@ SHA256 = re.compile(r"^[0-9a-f]{64}$")
 OUTDATED = "artifacts_outdated"  # older than the stored artifact of that name: not stored
 
 
-def handle_task_artifact(payload: Any) -> JobArtifact | None:
-    found = task_of(payload, TASK_ARTIFACT, TaskArtifact)
+def handle_task_artifact(payload: Any, appended: Appended | None = None) -> JobArtifact | None:
+    """Store an artifact report (`appended`: the stream entry it came in, lookups.opened)."""
+    found = task_of(payload, TASK_ARTIFACT, TaskArtifact, appended)
     if found is None:
         return None
     task, artifact, sent_at = found

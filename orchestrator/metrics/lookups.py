@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, TypeVar
 from orchestrator import counters
 from orchestrator.compiled_reads import CompiledRead
 from orchestrator.identity import auth, foreign, tokens
+from orchestrator.identity.stream_marks import Appended
 from orchestrator.models import Host, Task
 
 log = logging.getLogger(__name__)
@@ -98,10 +99,20 @@ def host_of(payload: Any, name: str, body_type: type) -> tuple[Host, Any] | None
     return (found[0].host, found[1]) if found is not None else None
 
 
-def opened(payload: Any, name: str) -> auth.Accepted | None:
+def opened(payload: Any, name: str, appended: Appended | None = None) -> auth.Accepted | None:
     """The sending host and the verified message of a stream report `name` (a bundle: contracts/bundles.py), or None
-    (refused: logged and counted)."""
-    return auth.authenticate(payload, name, key_of=lookups.host, stream=True)
+    (refused: logged and counted). `appended`: the stream entry it came in, whose age is measured to when Redis
+    appended it and which must not be an earlier entry appended again (orchestrator/identity/stream_marks.py);
+    None for a report handed over directly, whose age is measured to now."""
+    at = None if appended is None else appended.at
+    accepted = auth.authenticate(payload, name, key_of=lookups.host, stream=True, now=at)
+    if accepted is None or appended is None:
+        return accepted
+    refused = appended.marks.admit(appended.host, appended.entry, accepted.message)
+    if refused is not None:
+        auth.note_refused(name, refused)
+        return None
+    return accepted
 
 
 def body_as(host: Host, name: str, raw: Any, body_type: type[T]) -> T | None:
@@ -114,10 +125,10 @@ def body_as(host: Host, name: str, raw: Any, body_type: type[T]) -> T | None:
         return None
 
 
-def task_of(payload: Any, name: str, body_type: type) -> TaskReport | None:
+def task_of(payload: Any, name: str, body_type: type, appended: Appended | None = None) -> TaskReport | None:
     """The task a stream report `name` is about, checked: sealed by the task's own host, for its current attempt;
-    else None (dropped: logged and counted)."""
-    accepted = opened(payload, name)
+    else None (dropped: logged and counted). `appended`: as for `opened`."""
+    accepted = opened(payload, name, appended)
     if accepted is None:
         return None
     return task_in(accepted.host, name, accepted.message.body, body_type, accepted.message.ts)

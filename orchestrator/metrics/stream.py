@@ -120,7 +120,8 @@ class MetricsConsumer:
                 refused.append((entry, exc))
                 continue
             stored_from.append(entry)
-        stored = ingest.store_reports(reports)
+        # Each report's entry: its age is measured to its append, and an entry appended again is refused.
+        stored = ingest.store_reports(reports, [(entry.host, entry.id) for entry in stored_from])
         refused += [(stored_from[index], exc) for index, exc in stored.failed]
         for name in ("points", "samples", "artifacts", "dropped", "lines"):
             setattr(self.stored, name, getattr(self.stored, name) + getattr(stored, name))

@@ -8,6 +8,7 @@ import gc
 import json
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -68,38 +69,41 @@ def test_a_hostile_mix_stores_every_good_point_once_and_sets_the_rest_aside(stre
         return report(name, envelope(host, token, {"task_id": task.pk, "attempt": 1, **body}))
 
     huge_cut = json.dumps(envelope(host, token, {"task_id": task.pk, "attempt": 1, "events": ["x" * 10_000_000]}))
-    hostile: list[dict[str, Any]] = [
+
+    def hostile() -> Iterator[dict[str, Any]]:
+        """Made one by one as the loop adds them: an agent seals an entry as it sends it, and the ingest refuses an
+        entry sealed before one added ahead of it as a replay (orchestrator/identity/stream_marks.py)."""
         # Unreadable: dead letters.
-        {"name": TASK_METRICS, "envelope": deep},
-        {"name": TASK_METRICS, "envelope": huge_cut[: len(huge_cut) // 2]},  # 5 MB, cut off: never read (bounds)
-        {"name": b"\xff\xfe\x00", "envelope": b"\x80\x81\xfe"},
-        {"name": TASK_METRICS, "envelope": b"\xc3\x28" * 1000},
-        {"name": TASK_METRICS},
+        yield {"name": TASK_METRICS, "envelope": deep}
+        yield {"name": TASK_METRICS, "envelope": huge_cut[: len(huge_cut) // 2]}  # 5 MB, cut off: never read (bounds)
+        yield {"name": b"\xff\xfe\x00", "envelope": b"\x80\x81\xfe"}
+        yield {"name": TASK_METRICS, "envelope": b"\xc3\x28" * 1000}
+        yield {"name": TASK_METRICS}
         # Read, then refused by the database: dead letters, found by storing the run report by report.
-        mine(TASK_LOGS, lines=[[1, "stdout", "a\0b"]]),
-        mine(TASK_METRICS, events=[{"kind": "facts", "facts": {"k": "\0"}}]),
+        yield mine(TASK_LOGS, lines=[[1, "stdout", "a\0b"]])
+        yield mine(TASK_METRICS, events=[{"kind": "facts", "facts": {"k": "\0"}}])
         # Another host's message on this host's stream (real or forged): a host speaks only for itself. Dead letters.
-        report(TASK_METRICS, envelope(other, token, {"task_id": task.pk, "attempt": 1, "events": [metric(90)]})),
-        points(other, other_token, task.pk, 92),
+        yield report(TASK_METRICS, envelope(other, token, {"task_id": task.pk, "attempt": 1, "events": [metric(90)]}))
+        yield points(other, other_token, task.pk, 92)
         # Large, though a report: over the bound of an entry of its kind, never read.
-        mine(TASK_METRICS, events=[metric(1000, loss=0.7), "x" * 10_000_000]),
+        yield mine(TASK_METRICS, events=[metric(1000, loss=0.7), "x" * 10_000_000])
         # Read, but not to be trusted or not making sense: dropped and counted, as before.
-        points(host, "tfa_forged", task.pk, 91),
-        points(host, token, future_id, 93),  # no such task yet
-        report(TASK_METRICS, 42),
-        report(TASK_METRICS, None),
-        report(TASK_METRICS, envelope(host, token, ["not", "a", "body"])),
-        mine(TASK_METRICS, task_id="1", events=[]),
-        mine(TASK_METRICS, events={"a": 1}),
-        mine(TASK_METRICS, events=[{"kind": "metric", "step": "x", "metrics": []}, 5, None]),
-        mine(TASK_LOGS, lines=5),
-        report(HOST_SAMPLES, envelope(host, token, {"samples": [[1, 2], "s", {"ts": "x"}, None]})),
-        report("no_such_report", envelope(host, token, {})),
-    ]
+        yield points(host, "tfa_forged", task.pk, 91)
+        yield points(host, token, future_id, 93)  # no such task yet
+        yield report(TASK_METRICS, 42)
+        yield report(TASK_METRICS, None)
+        yield report(TASK_METRICS, envelope(host, token, ["not", "a", "body"]))
+        yield mine(TASK_METRICS, task_id="1", events=[])
+        yield mine(TASK_METRICS, events={"a": 1})
+        yield mine(TASK_METRICS, events=[{"kind": "metric", "step": "x", "metrics": []}, 5, None])
+        yield mine(TASK_LOGS, lines=5)
+        yield report(HOST_SAMPLES, envelope(host, token, {"samples": [[1, 2], "s", {"ts": "x"}, None]}))
+        yield report("no_such_report", envelope(host, token, {}))
+
     unreadable, refused_by_db, other_hosts, too_big = 5, 2, 2, 1
     reader = consumer(client, name)
     step = 0
-    for entry in hostile:  # a good entry after every bad one
+    for entry in hostile():  # a good entry after every bad one
         add(client, name, entry)
         step += 1
         add(client, name, points(host, token, task.pk, step))

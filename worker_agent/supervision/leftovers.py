@@ -7,9 +7,10 @@ creator, and a next job given the same uid would own them (read a segment's data
 contents). They are found by owner (the object's owner or its creator, since the owner may hand an object to another
 uid with IPC_SET) and removed as root.
 
-POSIX message queues are listed through the mqueue filesystem, which most hosts do not mount (/dev/mqueue): a short
-child mounts it in a mount namespace of its own (nothing changes for the host) and unlinks the uid's queues. It starts
-from a fixed environment (`env={}`, `-I -S`): it runs as root, and nothing of a job may reach it.
+POSIX message queues are listed through the mqueue filesystem: at /dev/mqueue where the host mounts it (systemd and
+Docker do); elsewhere a short child mounts it in a mount namespace of its own (nothing changes for the host) and
+unlinks the uid's queues. The child starts from a fixed environment (`env={}`, `-I -S`): it runs as root, and nothing
+of a job may reach it.
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ SYSVIPC = Path("/proc/sysvipc")
 SHARED_TEMP = (Path("/var/tmp"), Path("/dev/shm"))  # noqa: S108 - the folders cleaned, not used
 MAX_DEPTH = 64  # deeper trees are not walked into (a task may nest folders to make the walk costly)
 MQUEUE_TIMEOUT_S = 30.0
+HOST_MQUEUE = Path("/dev/mqueue")
 MQUEUE_MOUNT = LOCK_DIR / "mqueue"  # where the child mounts the mqueue filesystem, in its own mount namespace
 IPC_RMID = 0
 _KINDS = {"shm": "shmid", "sem": "semid", "msg": "msqid"}
+_said: set[str] = set()
 
 # Run as root in a child: its own mount namespace, the mqueue filesystem mounted on a folder of the agent's
 # (root-only), every queue owned by the uid (argv[2]) unlinked; prints {"removed": [...], "left": [...]}.
@@ -90,8 +93,10 @@ def clear(uid: int) -> Found:
         log.info("uid %s: removed what an earlier job left: %s", uid, ", ".join(found.removed[:20]))
     if found.left:
         log.error("uid %s: could not remove %s", uid, ", ".join(found.left[:20]))
-    if found.unlisted:
-        log.warning("uid %s: could not look for %s", uid, ", ".join(found.unlisted))
+    for what in found.unlisted:
+        if what not in _said:  # the same at every job's start and end: said once
+            _said.add(what)
+            log.warning("could not look for what task uids leave: %s", what)
     return found
 
 
@@ -136,6 +141,9 @@ def _clear_sysv(uid: int, found: Found) -> None:
 
 # --- POSIX message queues -------------------------------------------------------------------------------------------
 def _clear_mqueues(uid: int, mount: Path, found: Found) -> None:
+    if mqueue_mounted(HOST_MQUEUE):  # where systemd and Docker mount it: read in place, no child
+        remove_queues(HOST_MQUEUE, uid, found)
+        return
     try:
         mount.mkdir(mode=0o700, parents=True, exist_ok=True)
         done = subprocess.run(
@@ -161,6 +169,38 @@ def _clear_mqueues(uid: int, mount: Path, found: Found) -> None:
         return
     found.removed += [f"message queue /{name}" for name in result["removed"]]
     found.left += [f"message queue /{name}" for name in result["left"]]
+
+
+def mqueue_mounted(path: Path) -> bool:
+    """Whether the mqueue filesystem is mounted at `path` in this mount namespace (/proc/self/mountinfo)."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return False
+    return any(len(fields := line.split()) > 4 and fields[4] == str(path) and " - mqueue " in line for line in lines)
+
+
+def remove_queues(folder: Path, uid: int, found: Found) -> None:
+    """Unlink every queue of `uid` in the mqueue filesystem mounted at `folder` (by fd, following no link)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        found.unlisted.append(f"POSIX message queues ({folder}: {exc.strerror})")
+        return
+    try:
+        for name in os.listdir(fd):
+            try:
+                if os.stat(name, dir_fd=fd, follow_symlinks=False).st_uid != uid:
+                    continue
+                os.unlink(name, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                found.left.append(f"message queue /{name} ({exc.strerror})")
+                continue
+            found.removed.append(f"message queue /{name}")
+    finally:
+        os.close(fd)
 
 
 # --- shared temporary folders -------------------------------------------------------------------------------------

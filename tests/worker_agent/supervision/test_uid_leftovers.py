@@ -4,6 +4,7 @@ Real kernel objects made by a real process running as the uid; as root (CI runs 
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -122,3 +123,25 @@ def test_an_agent_leaves_a_uid_held_by_another_agent_of_the_machine_alone(tmp_pa
 
     one.release(uid)  # the last one out
     assert run_as(uid, "look", files) == NOTHING
+
+
+def test_where_the_host_mounts_the_mqueue_filesystem_the_uids_queues_are_removed_there(tmp_path):
+    """Hosts with systemd or Docker mount it at /dev/mqueue (this one may not): the same walk on a mount of our own."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    mount = tmp_path / "mqueue"
+    mount.mkdir()
+    if libc.mount(b"mqueue", str(mount).encode(), b"mqueue", 0, None) != 0:
+        pytest.skip(f"cannot mount the mqueue filesystem here: {os.strerror(ctypes.get_errno())}")
+    try:
+        run_as(UID, "leave", [])
+        assert leftovers.mqueue_mounted(mount)
+        assert (mount / QUEUE.lstrip("/")).stat().st_uid == UID
+
+        found = leftovers.Found()
+        leftovers.remove_queues(mount, UID, found)
+
+        assert found.removed == [f"message queue {QUEUE}"] and not found.left
+        assert run_as(UID, "look", [])["mqueue"] is False
+    finally:
+        leftovers.clear(UID)
+        libc.umount2(str(mount).encode(), 0)

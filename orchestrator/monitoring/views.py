@@ -13,13 +13,25 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from orchestrator.monitoring.collector import TfdashCollector
 
+# A scrape token is printable ASCII (RFC 6750's b64token is a subset); anything longer than this is not one.
+TOKEN_MAX = 1024
+
 
 def _allowed(request: HttpRequest) -> bool:
     if request.user.is_authenticated and request.user.is_staff:
         return True
     expected = settings.TFDASH_METRICS_TOKEN
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    return bool(expected) and scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), expected)
+    given = given.strip()
+    if not expected or scheme.lower() != "bearer" or not _well_formed(given):
+        return False
+    # Bytes, not str: compare_digest raises on a str with non-ASCII characters, which answered 500 to any scraper
+    # (or anyone) sending one. Both are ASCII here, so their bytes are the same text.
+    return hmac.compare_digest(given.encode("ascii"), expected.encode("utf-8"))
+
+
+def _well_formed(token: str) -> bool:
+    return 0 < len(token) <= TOKEN_MAX and token.isascii() and token.isprintable() and " " not in token
 
 
 @login_not_required  # a scraper has no session: the token or a staff session is checked here

@@ -35,7 +35,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "channels",
     "orchestrator",
@@ -154,8 +153,14 @@ CACHES = {
 }
 # Failed sign-ins (login page, admin, POST /api/token/) allowed per client address before it is locked out for the
 # rest of the window.
-TFDASH_LOGIN_MAX_FAILURES = env_int("TFDASH_LOGIN_MAX_FAILURES", 5)
-TFDASH_LOGIN_LOCKOUT_S = env_int("TFDASH_LOGIN_LOCKOUT_S", 300)
+TFDASH_LOGIN_MAX_FAILURES = env_int("TFDASH_LOGIN_MAX_FAILURES", 5, minimum=1)
+TFDASH_LOGIN_LOCKOUT_S = env_int("TFDASH_LOGIN_LOCKOUT_S", 300, minimum=1)
+# Failed sign-ins to one account, from any number of clients, before the account takes no sign-in for the rest of the
+# window. Four times the per-client bound: one client alone can never lock someone else's account, while a guesser
+# with many addresses (a botnet, IPv6 networks) still gets no more than this many tries per account per window.
+TFDASH_LOGIN_ACCOUNT_MAX_FAILURES = env_int("TFDASH_LOGIN_ACCOUNT_MAX_FAILURES", 20, minimum=1)
+# API tokens (orchestrator/identity/api_tokens.py): each expires this many days after the sign-in that made it.
+TFDASH_API_TOKEN_DAYS = env_int("TFDASH_API_TOKEN_DAYS", 30, minimum=1)
 
 CELERY_BROKER_URL = REDIS_URL
 # JSON only, both ways: a message in any other format (pickle above all, which runs code as it loads) is refused.
@@ -194,7 +199,7 @@ CHANNEL_LAYERS = {
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "orchestrator.api.token_auth.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -259,6 +264,8 @@ TFDASH_MAX_ARTIFACTS_PER_JOB = env_int("TFDASH_MAX_ARTIFACTS_PER_JOB", 16, minim
 TFDASH_MAX_ARTIFACT_BYTES_PER_JOB = env_int("TFDASH_MAX_ARTIFACT_BYTES_PER_JOB", 256 * 1024 * 1024, minimum=1)
 # On a cluster with an object store artifacts are objects there, each up to 5 GiB (contracts/store.py).
 TFDASH_MAX_STORE_ARTIFACT_BYTES_PER_JOB = env_int("TFDASH_MAX_STORE_ARTIFACT_BYTES_PER_JOB", 20 * 1024**3, minimum=1)
+# API tokens one user may hold at once (one per `tfdash login`, per device); expired ones do not count.
+TFDASH_MAX_API_TOKENS_PER_USER = env_int("TFDASH_MAX_API_TOKENS_PER_USER", 50, minimum=1)
 # An uploaded training script (form, API, `submit`).
 TFDASH_MAX_SCRIPT_BYTES = env_int("TFDASH_MAX_SCRIPT_BYTES", 1024 * 1024, minimum=1)
 # Points a reconnecting job page is sent at most (`?since=`); a larger backlog is replaced by a fresh thinned load.

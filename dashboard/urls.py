@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import path
 from django.views.generic import RedirectView
 
-from dashboard import queue_views, views, webhook_views
+from dashboard import queue_views, token_views, views, webhook_views
 
 app_name = "dashboard"
 
@@ -30,6 +30,8 @@ urlpatterns = [
     path("experiments/<int:experiment_id>/summary/", views.experiment_live, name="experiment-summary"),
     path("webhooks/", webhook_views.webhooks, name="webhooks"),
     path("webhooks/<int:webhook_id>/delete/", webhook_views.webhook_delete, name="webhook-delete"),
+    path("tokens/", token_views.tokens, name="tokens"),
+    path("tokens/<int:token_id>/revoke/", token_views.token_revoke, name="token-revoke"),
     path("experiments/<int:experiment_id>/cancel/", views.experiment_cancel, name="experiment-cancel"),
     path("experiments/<int:experiment_id>/target/", views.experiment_target, name="experiment-target"),
     path("jobs/<int:job_id>/tasks/<int:task_id>/log/", views.task_log, name="task-log"),

@@ -133,3 +133,17 @@ def artifact_problem(name: str, size: int, count: int, total: int, *, in_store: 
             f"{_bytes(total + size)}, past the limit of {_bytes(max_total)} ({setting})."
         )
     return None
+
+
+# --- API tokens per user ---
+
+
+def api_tokens_problem(held: int) -> str | None:
+    """Why a user who holds `held` unexpired API tokens may not be given one more (None: they may)."""
+    limit = settings.TFDASH_MAX_API_TOKENS_PER_USER
+    if held < limit:
+        return None
+    return (
+        f"You already hold {held} API tokens, as many as allowed (TFDASH_MAX_API_TOKENS_PER_USER={limit}). Revoke one "
+        "on the API tokens page or with DELETE /api/tokens/<id>/, then sign in again."
+    )

@@ -9,6 +9,7 @@ import getpass
 import json
 import os
 import shlex
+import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -31,6 +32,7 @@ from tfdash.client import (
     task_label,
 )
 from tfdash.progress import JobWatch
+from tfdash.signout import sign_out
 from tfdash.terminal import printable
 
 # Exit codes a shell script can test (README, "Command line").
@@ -85,14 +87,14 @@ def login(ns: argparse.Namespace, _client: Callable[[], Client]) -> int:
         password = getpass.getpass("Password: ")
     if not username or not password:
         raise Usage("a username and a password are needed")
-    token = Client.obtain_token(url, username, password)
+    token = Client.obtain_token(url, username, password, name=f"tfdash CLI on {socket.gethostname()}"[:100])
     where = config.save(config.Stored(url=url, token=token, username=username))
     err.print(f"Logged in to {escape(url)} as {escape(username)}; token stored in {where} (readable by you only).")
     return OK
 
 
 def logout(ns: argparse.Namespace, _client: Callable[[], Client]) -> int:
-    err.print("Token removed." if config.forget() else "No token was stored.")
+    err.print(escape(sign_out(local_only=ns.local)))
     return OK
 
 
@@ -351,7 +353,8 @@ def build_parsers() -> dict[str, tuple[argparse.ArgumentParser, Command, bool]]:
     p.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
     parsers["login"] = (p, login, False)
 
-    p = _parser("logout", "Remove the stored token.")
+    p = _parser("logout", "Revoke the stored token on its server, then remove it from this machine.")
+    p.add_argument("--local", action="store_true", help="only remove it here (it stays valid until it expires)")
     parsers["logout"] = (p, logout, False)
 
     p = _parser(

@@ -141,17 +141,33 @@ class Client:
         return cls(url, stored.token)
 
     @staticmethod
-    def obtain_token(url: str, username: str, password: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> str:
-        """Exchange a username and password for the user's API token (`POST /api/token/`)."""
+    def obtain_token(
+        url: str, username: str, password: str, *, name: str = "", timeout: float = DEFAULT_TIMEOUT_S
+    ) -> str:
+        """Exchange a username and password for a new API token of the user's (`POST /api/token/`), called `name` on
+        their API tokens page; it expires after the server's TFDASH_API_TOKEN_DAYS."""
         with Client(url, timeout=timeout) as anonymous:
             try:
-                body = anonymous._request("POST", "/api/token/", json={"username": username, "password": password})
+                credentials = {"username": username, "password": password, "name": name}
+                body = anonymous._request("POST", "/api/token/", json=credentials)
             except Refused:
                 raise AuthError("The server refused that username and password.") from None
         token = body.get("token") if isinstance(body, dict) else None
         if not isinstance(token, str) or not token:
             raise Unreachable(f"{url} answered without a token: is it a tfdash server?")
         return token
+
+    def api_tokens(self) -> list[dict[str, Any]]:
+        """Your API tokens (`GET /api/tokens/`): id, name, hint, created_at, expires_at, last_used_at, current."""
+        return list(self._request("GET", "/api/tokens/"))
+
+    def revoke_api_token(self, token_id: int) -> None:
+        """Revoke one of your API tokens (`DELETE /api/tokens/<id>/`); NotFound when you have none by that id."""
+        self._request("DELETE", f"/api/tokens/{int(token_id)}/")
+
+    def revoke_own_token(self) -> None:
+        """Revoke the token this client signs in with (`DELETE /api/tokens/current/`, what `tfdash logout` does)."""
+        self._request("DELETE", "/api/tokens/current/")
 
     def close(self) -> None:
         self._http.close()

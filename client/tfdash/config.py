@@ -33,17 +33,19 @@ def path() -> Path:
     return folder() / FILE_NAME
 
 
-def load() -> Stored:
-    """What is stored, with the environment's overrides; an empty Stored when nothing is (or it is unreadable)."""
+def load(*, environment: bool = True) -> Stored:
+    """What is stored, with the environment's overrides (unless `environment` is False: what `tfdash login` wrote
+    alone); an empty Stored when nothing is (or it is unreadable)."""
     try:
         data = json.loads(path().read_text())
     except (OSError, ValueError):
         data = {}
     if not isinstance(data, dict):
         data = {}
+    env = os.environ if environment else {}
     return Stored(
-        url=os.environ.get("TFDASH_URL") or str(data.get("url") or ""),
-        token=os.environ.get("TFDASH_TOKEN") or str(data.get("token") or ""),
+        url=env.get("TFDASH_URL") or str(data.get("url") or ""),
+        token=env.get("TFDASH_TOKEN") or str(data.get("token") or ""),
         username=str(data.get("username") or ""),
     )
 

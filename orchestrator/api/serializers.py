@@ -21,10 +21,6 @@ class ClusterSerializer(serializers.ModelSerializer):
         read_only_fields = ["created_at"]
 
 
-class TokenSerializer(serializers.Serializer):
-    token = serializers.CharField(help_text="send as `Authorization: Token <token>`")
-
-
 class GpuSerializer(serializers.Serializer):
     index = serializers.IntegerField()
     name = serializers.CharField()

@@ -1,16 +1,26 @@
-"""A limit on failed sign-ins, per client address, shared by the login page, the admin login and POST /api/token/.
+"""Limits on failed sign-ins, per client and per account, shared by the login page, the admin login and POST
+/api/token/ (`tfdash login`).
 
-An IPv6 client is counted by its /64 (one subscriber's network: a host picks any address in it at will), an IPv4
-client by its address; the same key serves the rate throttle of POST /api/token/ (LoginRateThrottle).
+Per client: an IPv6 client is counted by its /64 (one subscriber's network: a host picks any address in it at will),
+an IPv4 client by its address; the same key serves the rate throttle of POST /api/token/ (LoginRateThrottle). The
+address is the connection's, REMOTE_ADDR; X-Forwarded-For counts only when the operator says how many proxies of
+theirs stand in front (TFDASH_NUM_PROXIES, DRF's NUM_PROXIES; default 0: the header is ignored, since anyone can send
+one). Behind a proxy with that setting left at 0 every client has the proxy's address, and one guesser locks out all.
+
+Per account: failures for one account from any number of clients (a guesser with many addresses), counted by the
+user's id (by the name as given when no account has it, so a lock says nothing about which accounts exist).
 
 Failures are counted in Django's cache (Redis, so every web process sees the same count) through the
-`user_login_failed` signal, which both `AuthenticationForm` and DRF's token serializer trigger. After
-TFDASH_LOGIN_MAX_FAILURES failures within TFDASH_LOGIN_LOCKOUT_S seconds the address is refused for the rest of that
-window, with a 429 that says so and for how long; a correct password does not help while it lasts.
+`user_login_failed` signal, which Django's `authenticate` sends for every sign-in path. After
+TFDASH_LOGIN_MAX_FAILURES failures from one client, or TFDASH_LOGIN_ACCOUNT_MAX_FAILURES for one account, within
+TFDASH_LOGIN_LOCKOUT_S seconds, that client (or account) is refused for the rest of that window, with a 429 that says
+which and for how long; a correct password does not help while it lasts (else the lock would not stop a guesser).
+Sessions and API tokens already held keep working: a locked account refuses new sign-ins only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import time
 from collections.abc import Callable
@@ -18,11 +28,13 @@ from typing import Any
 
 import redis
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.signals import user_login_failed
 from django.core.cache import cache
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.urls import reverse
+from rest_framework import exceptions
 from rest_framework.throttling import BaseThrottle, ScopedRateThrottle
 
 _PREFIX = "signin-failures"
@@ -54,9 +66,31 @@ def _keys(request: Any) -> tuple[str, str]:
     return f"{_PREFIX}:count:{ident}", f"{_PREFIX}:until:{ident}"
 
 
-def record_failure(request: Any) -> None:
+def account_ident(username: object) -> str | None:
+    """What an account is counted by: its user's id; a name no account has, by a hash of that name (any length, any
+    characters, and no lookup of it tells a lock on a real account from one on a made-up name). None: no name."""
+    if not isinstance(username, str) or not username:
+        return None
+    model = get_user_model()
+    pk = model._default_manager.filter(**{model.USERNAME_FIELD: username}).values_list("pk", flat=True).first()
+    if pk is not None:
+        return f"user-{pk}"
+    return "name-" + hashlib.sha256(username.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _account_keys(ident: str) -> tuple[str, str]:
+    return f"{_PREFIX}:account-count:{ident}", f"{_PREFIX}:account-until:{ident}"
+
+
+def record_failure(request: Any, username: object = None) -> None:
+    _count(*_keys(request), settings.TFDASH_LOGIN_MAX_FAILURES)
+    ident = account_ident(username)
+    if ident is not None:
+        _count(*_account_keys(ident), settings.TFDASH_LOGIN_ACCOUNT_MAX_FAILURES)
+
+
+def _count(count_key: str, until_key: str, max_failures: int) -> None:
     window = settings.TFDASH_LOGIN_LOCKOUT_S
-    count_key, until_key = _keys(request)
     cache.add(count_key, 0, timeout=window)
     try:
         count = cache.incr(count_key)
@@ -66,7 +100,7 @@ def record_failure(request: Any) -> None:
     except redis.ResponseError:  # not a number: a value this module did not write; count from here
         cache.set(count_key, 1, timeout=window)
         count = 1
-    if count < settings.TFDASH_LOGIN_MAX_FAILURES:
+    if count < max_failures:
         return
     until = time.time() + window
     # add: a lock already running keeps its end; one that does not read as a time is replaced.
@@ -85,6 +119,19 @@ def _until(until_key: str) -> float | None:
 def retry_after(request: Any) -> int | None:
     """Seconds until this client may try again, or None when it may now."""
     _count_key, until_key = _keys(request)
+    return _seconds_left(until_key)
+
+
+def account_retry_after(username: object) -> int | None:
+    """Seconds until anyone may try to sign in to this account again, or None when they may now."""
+    ident = account_ident(username)
+    if ident is None:
+        return None
+    _count_key, until_key = _account_keys(ident)
+    return _seconds_left(until_key)
+
+
+def _seconds_left(until_key: str) -> int | None:
     until = _until(until_key)
     if until is None:
         return None
@@ -95,18 +142,42 @@ def message(seconds: int) -> str:
     return f"Too many failed sign-in attempts from your address. Try again in {seconds} seconds."
 
 
+def account_message(seconds: int) -> str:
+    return (
+        f"Too many failed sign-in attempts for this account. Try again in {seconds} seconds; if that was not you, "
+        "tell your administrator."
+    )
+
+
+def refusal(request: Any, username: object) -> tuple[int, str] | None:
+    """(seconds, message) when a sign-in by this client to this account must be refused now, else None."""
+    seconds = retry_after(request)
+    if seconds is not None:
+        return seconds, message(seconds)
+    seconds = account_retry_after(username)
+    if seconds is not None:
+        return seconds, account_message(seconds)
+    return None
+
+
 @receiver(user_login_failed, dispatch_uid="tfdash-signin-limit")
 def _on_login_failed(sender: Any, credentials: dict[str, Any], request: Any = None, **kwargs: Any) -> None:
     if request is not None:
-        record_failure(request)
+        record_failure(request, credentials.get(get_user_model().USERNAME_FIELD))
 
 
 class SignInLockoutThrottle(BaseThrottle):
-    """For DRF views that take a password (POST /api/token/)."""
+    """For DRF views that take a password (POST /api/token/): the client's lock, then the account's."""
 
     def allow_request(self, request: Any, view: Any) -> bool:
         self._wait = retry_after(request)
-        return self._wait is None
+        if self._wait is not None:
+            return False
+        data = request.data
+        seconds = account_retry_after(data.get("username") if hasattr(data, "get") else None)
+        if seconds is not None:
+            raise exceptions.Throttled(wait=seconds, detail=account_message(seconds))
+        return True
 
     def wait(self) -> float | None:
         return self._wait
@@ -147,9 +218,10 @@ class SignInLimitMiddleware:
             if self._paths is None:
                 self._paths = {reverse(settings.LOGIN_URL), reverse("admin:login")}
             if request.path in self._paths:
-                seconds = retry_after(request)
-                if seconds is not None:
-                    response = HttpResponse(message(seconds), status=429, content_type="text/plain; charset=utf-8")
+                refused = refusal(request, request.POST.get("username"))
+                if refused is not None:
+                    seconds, text = refused
+                    response = HttpResponse(text, status=429, content_type="text/plain; charset=utf-8")
                     response["Retry-After"] = str(seconds)
                     return response
         return self.get_response(request)

@@ -7,7 +7,8 @@ from rest_framework.routers import DefaultRouter
 from orchestrator.api.experiment_views import ExperimentViewSet
 from orchestrator.api.job_views import JobViewSet
 from orchestrator.api.priority_views import PriorityClassesView
-from orchestrator.api.views import ClusterViewSet, HostViewSet, TokenView, api_not_found
+from orchestrator.api.token_views import ApiTokenViewSet, TokenView
+from orchestrator.api.views import ClusterViewSet, HostViewSet, api_not_found
 from orchestrator.api.webhook_views import WebhookViewSet
 
 router = DefaultRouter()
@@ -15,6 +16,7 @@ router.register("clusters", ClusterViewSet, basename="cluster")
 router.register("jobs", JobViewSet, basename="job")
 router.register("experiments", ExperimentViewSet, basename="experiment")
 router.register("webhooks", WebhookViewSet, basename="webhook")
+router.register("tokens", ApiTokenViewSet, basename="api-tokens")
 
 host_list = HostViewSet.as_view({"get": "list", "post": "create"})
 host_detail = HostViewSet.as_view({"get": "retrieve", "put": "update", "patch": "partial_update", "delete": "destroy"})

@@ -8,21 +8,17 @@ from django.http import HttpRequest, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import exceptions, status, viewsets
-from rest_framework.authtoken.serializers import AuthTokenSerializer
-from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from orchestrator.api import signin_limit
 from orchestrator.api.permissions import IsStaffOrReadOnly
 from orchestrator.api.serializers import (
     ClusterSerializer,
     HostCreatedSerializer,
     HostSerializer,
     QueueRowSerializer,
-    TokenSerializer,
 )
 from orchestrator.control import queue_view
 from orchestrator.identity import tokens
@@ -79,22 +75,6 @@ class HostViewSet(viewsets.ModelViewSet):
         token = tokens.issue(host)
         body = HostCreatedSerializer(host, context={**self.get_serializer_context(), "token": token}).data
         return Response(body, status=status.HTTP_201_CREATED)
-
-
-class TokenView(ObtainAuthToken):
-    """POST username and password, get the user's API token. Throttled per client address, and locked for a while
-    after repeated wrong passwords (the same lock as the login page)."""
-
-    throttle_classes = [signin_limit.SignInLockoutThrottle, signin_limit.LoginRateThrottle]
-    throttle_scope = "login"
-
-    @extend_schema(request=AuthTokenSerializer, responses={200: TokenSerializer})
-    def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return super().post(request, *args, **kwargs)
-
-    def throttled(self, request: Request, wait: float | None) -> None:
-        # DRF adds "Expected available in N seconds."; Retry-After carries the same number.
-        raise exceptions.Throttled(wait=wait, detail="Too many sign-in attempts from your address.")
 
 
 @csrf_exempt  # it changes nothing, whatever the method

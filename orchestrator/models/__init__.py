@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from orchestrator.models.api_tokens import ApiToken
 from orchestrator.models.clusters import Cluster, Host, HostSample, HostStatus
 from orchestrator.models.experiments import Experiment, ExperimentMode
 from orchestrator.models.jobs import (
@@ -26,6 +27,7 @@ from orchestrator.models.webhooks import DeliveryState, JobStateChange, Webhook,
 __all__ = [
     "ACTIVE_TASK_STATES",
     "TERMINAL_JOB_STATES",
+    "ApiToken",
     "Cluster",
     "DeliveryState",
     "Experiment",

@@ -18,7 +18,6 @@ from django.core import signals
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
-from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -26,6 +25,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from orchestrator.identity import api_tokens
 from orchestrator.models import Experiment, Job, JobArtifact, MetricPoint, Task, TaskLogLine
 from tests import factories
 
@@ -81,9 +81,9 @@ def world(django_user_model) -> World:
         ],
     )  # fmt: skip
     Job.objects.filter(pk=job.pk).update(experiment=experiment, variant="MultiWorkerMirrored 2 × 1")
-    token = Token.objects.create(user=staff)
+    token, _row = api_tokens.issue(staff)
     return World(
-        token=token.key,
+        token=token,
         cluster_id=host.cluster_id,
         host_id=host.pk,
         job_id=job.pk,

@@ -95,10 +95,10 @@ def test_the_api_wants_a_csrf_token_with_a_session_but_not_with_a_token(alice):
     assert response.status_code == 403
     assert "CSRF" in response.json()["detail"]
 
-    from rest_framework.authtoken.models import Token
+    from orchestrator.identity import api_tokens
 
     token = APIClient(enforce_csrf_checks=True)
-    token.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=alice).key}")
+    token.credentials(HTTP_AUTHORIZATION=f"Token {api_tokens.issue(alice)[0]}")
     assert token.post("/api/jobs/plan/", {}, format="json").status_code == 400  # past CSRF, to validation
 
 

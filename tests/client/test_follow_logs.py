@@ -11,10 +11,10 @@ import httpx
 import pytest
 from django.core.wsgi import get_wsgi_application
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from tfdash import client as client_module
 from tfdash.client import Client, NotFound
 
+from orchestrator.identity import api_tokens
 from orchestrator.models import Job, JobState, Task, TaskLogLine
 from tests import factories
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)  # each WSGI request closes
 
 
 def _client(user: Any) -> Client:
-    token = Token.objects.create(user=user).key
+    token = api_tokens.issue(user)[0]
     return Client("http://testserver", token, transport=httpx.WSGITransport(app=get_wsgi_application()))
 
 

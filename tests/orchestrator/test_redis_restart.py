@@ -30,10 +30,10 @@ import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections
-from rest_framework.authtoken.models import Token
 
 from contracts import broker
 from contracts.broker import without_credentials
+from orchestrator.identity import api_tokens
 from orchestrator.identity.tokens import issue as issue_token
 from orchestrator.models import Cluster, Host, HostStatus, Job, MetricPoint, Task
 from tests.support.processes import ManagedProcess, wait_until
@@ -188,7 +188,7 @@ def two_hosts(tmp_path: Path) -> dict[str, str]:
 @pytest.fixture
 def api_token() -> str:
     user = get_user_model().objects.db_manager(DB).create_user("alice", password="pw-alice-123")
-    return Token.objects.db_manager(DB).create(user=user).key
+    return api_tokens.issue(user, using=DB)[0]
 
 
 def test_a_job_survives_a_redis_restart_and_every_point_reported_after_it_is_stored(

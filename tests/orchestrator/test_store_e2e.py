@@ -12,10 +12,10 @@ import httpx
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.wsgi import get_wsgi_application
-from rest_framework.authtoken.models import Token
 from tfdash.client import Client
 
 from contracts.store import manifest_from, manifest_key
+from orchestrator.identity import api_tokens
 from orchestrator.models import Host, HostStatus, JobArtifact, Task
 from tests import factories
 from tests.orchestrator.test_faults_e2e import builtin_job, epochs_done, kill
@@ -145,7 +145,7 @@ def test_a_100_mb_artifact_round_trips_through_the_store_by_sha256(
             digest.update(chunk)
     assert digest.hexdigest() == made
     # And the Python client (the CLI's `tfdash artifacts ID --name weights.bin`) follows it, checked by hash.
-    token = Token.objects.create(user=alice).key
+    token = api_tokens.issue(alice)[0]
     client = Client("http://testserver", token, transport=httpx.WSGITransport(app=get_wsgi_application()))
     saved = client.download_artifact(job_id, "weights.bin", folder=str(object_store.credentials_file.parent / "dl"))
     assert hashlib.sha256(saved.read_bytes()).hexdigest() == made

@@ -20,7 +20,7 @@ from orchestrator.control import class_rights
 from orchestrator.identity import tokens
 from orchestrator.identity.broker_users import agent_server_url
 from orchestrator.metrics import stream as metrics_stream
-from orchestrator.models import Cluster, Host, HostStatus, Job, PriorityClass, Quota, Task
+from orchestrator.models import ApiToken, Cluster, Host, HostStatus, Job, PriorityClass, Quota, Task
 
 
 def _show_token_once(request: HttpRequest, host: Host, token: str) -> None:
@@ -275,3 +275,20 @@ class JobAdmin(admin.ModelAdmin):
     # A job's class changes on the queue page (or POST /api/jobs/<id>/priority/) alone, where it is recorded in the
     # job's history: an edit here would move a job past its owner's right without a trace.
     readonly_fields = ("priority_class",)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Users' API tokens, for staff to revoke one (a leaked token: delete it, it stops at once). Only a token's hash
+    is stored, so none can be shown; none is made here (a user makes their own)."""
+
+    list_display = ("user", "name", "hint", "created_at", "last_used_at", "expires_at")
+    search_fields = ("user__username", "name")
+    list_select_related = ("user",)
+    exclude = ("digest",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

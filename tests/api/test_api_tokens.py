@@ -1,5 +1,5 @@
 """API tokens: one per sign-in, each with an expiry (TFDASH_API_TOKEN_DAYS, 30 days by default), stored only as a
-hash, listed and revoked by their owner alone; `DELETE /api/tokens/current/` is what `tfdash logout` calls (its
+hash, listed and revoked by their owner (staff: revoked in the admin); `DELETE /api/tokens/current/` is what `tfdash logout` calls (its
 end-to-end test: tests/client/test_logout.py). Each test signs in from an address of its own: sign-in counts live in
 the shared cache for minutes."""
 
@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -159,3 +160,19 @@ def test_tokens_drf_issued_before_the_upgrade_keep_working_and_only_their_hash_i
     assert _signed_in(old_key).get("/api/jobs/").status_code == 200
     row = ApiToken.objects.get(user=alice)
     assert timedelta(days=29) < row.expires_at - timezone.now() <= timedelta(days=30)
+
+
+def test_staff_revoke_a_users_token_in_the_admin_and_never_see_it(alice, django_user_model):
+    token, row = api_tokens.issue(alice, "leaked")
+    staff = django_user_model.objects.create_superuser("sam", password="pw-sam-123")
+    admin = Client()
+    admin.force_login(staff)
+
+    listed = admin.get("/admin/orchestrator/apitoken/").content.decode()
+    assert "leaked" in listed and token not in listed and row.digest not in listed
+    shown = admin.get(f"/admin/orchestrator/apitoken/{row.pk}/change/").content.decode()
+    assert token not in shown and row.digest not in shown
+    assert admin.get("/admin/orchestrator/apitoken/add/").status_code == 403
+
+    assert admin.post(f"/admin/orchestrator/apitoken/{row.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert _signed_in(token).get("/api/jobs/").status_code == 401

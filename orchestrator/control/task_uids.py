@@ -7,16 +7,19 @@ and so each other's files in the cluster's shared folder, and one job's tasks on
 both write its folder. A slot is given when the job is placed, by the scheduler's pass, which holds the cluster's row
 lock (orchestrator/control/scheduling.py), so two passes never give one slot twice; a unique constraint on (cluster,
 slot) says so to the database too. The job keeps it while any task of it is active (the launch orders of an attempt,
-and their resends, all carry the same); once none is, the slot is free and the next job placed may take it (lowest
-free first, so slots stay below the number of jobs a cluster runs at once; an agent refuses one beyond its range).
+and their resends, all carry the same) and while it is not finished (a restart or a preemption places it again with
+the uid that owns its folders); once it is finished and no task of it is active, the next job placed may take the
+slot (lowest free first, so slots stay below the number of jobs a cluster runs or holds at once; an agent refuses one
+beyond its range).
 
-A slot is not freed by a hook where tasks end: a job with no active task simply no longer counts as holding it, and
-the job that takes it clears it from the old holder in the same transaction. Which jobs have an active task is what
-the pass read already (fleet_state's gangs, one per job with an active task on the cluster's hosts), so the pool
-costs a pass one read of the slot column (the unique constraint's index) and, when it places jobs, one UPDATE. An agent reports a task ended only once
-its uid is empty (no process left, nothing left in SysV IPC or /var/tmp: worker_agent/supervision/leftovers.py), so a
-slot is handed on only when its uid is clean on every host; a host the control plane took for lost that still runs
-the old job refuses the new one's launch with the reason instead of sharing the uid.
+A slot is not freed by a hook where tasks end: a finished job with no active task simply no longer counts as holding
+it, and the job that takes it clears it from the old holder in the same transaction. Which jobs have an active task
+is what the pass read already (fleet_state's gangs, one per job with an active task on the cluster's hosts), so the
+pool costs a pass one read of the slot column (the unique constraint's index) and, when it places jobs, one UPDATE.
+An agent reports a task ended only once its uid is empty (no process left, nothing left in SysV IPC, message queues
+or /var/tmp: worker_agent/supervision/leftovers.py), so a slot is handed on only when its uid is clean on every host;
+a host the control plane took for lost that still runs the old job refuses the new one's launch with the reason
+instead of sharing the uid.
 """
 
 from __future__ import annotations
@@ -26,25 +29,26 @@ from collections.abc import Collection
 
 from django.db import connection
 
-from orchestrator.models import Job
+from orchestrator.models import TERMINAL_JOB_STATES, Job
 
 
 def assign(cluster_id: int, job_ids: Collection[int], live: Collection[int]) -> None:
     """Give each job of `job_ids` (placed now on the cluster, by the pass that holds its lock) a slot: its own when it
-    kept one (a restarted job), else the lowest one that no job of `live` (those with an active task, as the pass read
-    them: fleet_state's gangs) holds."""
+    kept one (a restarted job), else the lowest one that no unfinished job, nor any of `live` (those with an active
+    task, as the pass read them: fleet_state's gangs), holds."""
     if not job_ids:
         return
     placing = set(job_ids)
     rows = Job.objects.filter(cluster_id=cluster_id, task_uid_slot__isnull=False).order_by()
     held: set[int] = set()
     have: set[int] = set()
-    stale: dict[int, int] = {}  # slot -> a job with no active task that still names it
-    for pk, slot in rows.values_list("pk", "task_uid_slot"):
+    stale: dict[int, int] = {}  # slot -> a finished job that still names it
+    for pk, slot, state in rows.values_list("pk", "task_uid_slot", "state"):
         if pk in placing:
             have.add(pk)
-            held.add(slot)
-        elif pk in live:
+        if pk in placing or pk in live or state not in TERMINAL_JOB_STATES:
+            # Not finished (restarting, preempted, waiting to be placed again) keeps its slot too: its folders
+            # stay its uid's, and no other job's hosts hand them back to root meanwhile.
             held.add(slot)
         else:
             stale[slot] = pk

@@ -87,16 +87,21 @@ def test_a_slot_goes_to_another_job_only_once_its_holders_tasks_have_all_ended(a
     assert fifth.task_uid_slot == first.task_uid_slot
 
 
-def test_a_restarted_job_keeps_its_slot_and_each_cluster_has_its_own_pool(alice):
+def test_a_restarted_job_keeps_its_slot_while_it_waits_and_each_cluster_has_its_own_pool(alice):
     hosts(1)
     hosts(1, cluster="other", first_port=27000)
     mine = placed(job(alice))[0]
     theirs = placed(job(alice, "other"))[0]
     assert (mine.task_uid_slot, theirs.task_uid_slot) == (0, 0)  # separate clusters share no folder
 
-    # A gang restart: its tasks have ended, it is placed again, with the slot it had.
+    # A gang restart: its tasks have ended, and it waits (held by staff) while another job is placed. Not finished, it
+    # keeps its slot (the uid its folders belong to): the other job gets the next one.
     mine.tasks.update(state=TaskState.FAILED)
-    Job.objects.filter(pk=mine.pk).update(state=JobState.RESTARTING, restarts=1, max_restarts=1)
+    Job.objects.filter(pk=mine.pk).update(state=JobState.RESTARTING, restarts=1, max_restarts=1, held=True)
+    other = placed(job(alice))[0]
+    assert other.task_uid_slot == 1
+    # Placed again, with the slot it had.
+    Job.objects.filter(pk=mine.pk).update(held=False)
     again = placed(mine)[0]
     assert again.task_uid_slot == 0 and again.attempt == 2
     assert set(order_slots(again).values()) == {0}

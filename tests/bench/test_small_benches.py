@@ -92,3 +92,12 @@ def test_event_cost_bench_drives_every_gang_to_success_through_its_agents_events
     phases = re.findall(r"^(started|listening|exited)\s+events\s+(\d+)\s+applied\s+(\d+)", output, re.MULTILINE)
     assert [p for p, _n, _a in phases] == ["started", "listening", "exited"], output[-4000:]
     assert all(int(n) > 0 and n == applied for _p, n, applied in phases), output[-4000:]  # each applied once
+
+
+@pytest.mark.timeout(300)
+def test_webhook_stall_bench_runs_both_rounds_and_cuts_every_delivery_at_its_deadline(artifacts_dir):
+    code, output = run("webhookstall", ["bench/webhook_stall.py", "--runs", "1", "--jobs", "1"], artifacts_dir, 280)
+    assert re.search(r"run 1: start latency [\d.]+ s quiet, [\d.]+ s stalled; end latency", output), output[-4000:]
+    cut = re.search(r"deliveries cut: (\d+), each held its receiver ([\d.]+)-([\d.]+) s \(deadline 10 s\)", output)
+    assert cut and int(cut[1]) >= 10 and float(cut[3]) < 12, output[-4000:]
+    assert code in (0, 1), output[-4000:]  # 1: a ratio over the target, the bench's to report (one job is noise)

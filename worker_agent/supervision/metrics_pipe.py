@@ -91,7 +91,8 @@ class MetricsPipe:
         self._pending: list[dict[str, Any]] = []
         # Held while handing a message on, so nothing goes out once `finish` has closed the stream (EXITED is last).
         self._send_lock = threading.Lock()
-        self._upload_lock = threading.Lock()  # held while an artifact is uploaded to the object store
+        # Held while an artifact is read and handed on, or uploaded to the object store: `finish` waits for it.
+        self._upload_lock = threading.Lock()
         self._closed = False
         self.dropped = 0
         self._unwarned = 0
@@ -129,10 +130,12 @@ class MetricsPipe:
         thread = self._thread
         if thread is not None:
             thread.join(timeout)
-            if thread.is_alive() and self._upload_lock.locked():
-                # An artifact on its way to the object store: its record goes before the exit (bounded wait).
-                if self._upload_lock.acquire(timeout=UPLOAD_WAIT_S):
-                    self._upload_lock.release()
+            while thread.is_alive() and self._upload_lock.locked():
+                # An artifact being read or uploaded: it, and the lines written after it, go before the exit. Each
+                # wait is bounded, and so is their number: the task's artifact budget admits only so many.
+                if not self._upload_lock.acquire(timeout=UPLOAD_WAIT_S):
+                    break
+                self._upload_lock.release()
                 thread.join(timeout)
             if thread.is_alive():
                 log.warning(
@@ -263,6 +266,10 @@ class MetricsPipe:
             self._flush()
             self._artifact_to_store(name, path)
             return
+        with self._upload_lock:
+            self._artifact_inline(name, path)
+
+    def _artifact_inline(self, name: str, path: Any) -> None:
         content = self._read_within_budget(name, path)
         if content is None:
             return

@@ -15,6 +15,7 @@ of a job may reach it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import logging
@@ -23,7 +24,7 @@ import shutil
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,23 +104,23 @@ def clear(uid: int) -> Found:
 # --- SysV IPC -----------------------------------------------------------------------------------------------------
 def sysv_objects(uid: int) -> list[tuple[str, int]]:
     """(kind, id) of every SysV IPC object owned or created by `uid`, from /proc/sysvipc (this IPC namespace)."""
-    objects: list[tuple[str, int]] = []
+    return [(kind, ident) for kind, ident, owner, creator in _sysv_rows() if uid in (owner, creator)]
+
+
+def _sysv_rows() -> Iterator[tuple[str, int, int, int]]:
+    """(kind, id, owner uid, creator uid) of every SysV IPC object of this IPC namespace."""
     for kind, id_column in _KINDS.items():
         try:
             lines = (SYSVIPC / kind).read_text().splitlines()
         except OSError:
             continue  # a kernel without SysV IPC
-        if not lines:
-            continue
-        header = lines[0].split()
+        header = lines[0].split() if lines else []
         for line in lines[1:]:
             row = dict(zip(header, line.split(), strict=False))
             try:
-                if uid in (int(row["uid"]), int(row["cuid"])):
-                    objects.append((kind, int(row[id_column])))
+                yield kind, int(row[id_column]), int(row["uid"]), int(row["cuid"])
             except (KeyError, ValueError):
                 continue
-    return objects
 
 
 def _clear_sysv(uid: int, found: Found) -> None:
@@ -250,6 +251,50 @@ def _owned(fd: int, device: int, uid: int, shown: str, depth: int) -> Iterator[t
                 continue
             try:
                 yield from _owned(child, device, uid, path, depth + 1)
+            finally:
+                os.close(child)
+
+
+def owners(within: Callable[[int], bool]) -> set[int]:
+    """The uids `within` accepts that own something `clear` removes (SysV objects, shared temporary files, message
+    queues where /dev/mqueue is mounted): one scan, for the agent's start-up."""
+    found = {uid for _kind, _id, *uids in _sysv_rows() for uid in uids if within(uid)}
+    for root in SHARED_TEMP:
+        try:
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            _owners_below(fd, os.fstat(fd).st_dev, within, 0, found)
+        finally:
+            os.close(fd)
+    if mqueue_mounted(HOST_MQUEUE):
+        with contextlib.suppress(OSError):
+            found |= {
+                uid for entry in os.scandir(HOST_MQUEUE) if within(uid := entry.stat(follow_symlinks=False).st_uid)
+            }
+    return found
+
+
+def _owners_below(fd: int, device: int, within: Callable[[int], bool], depth: int, found: set[int]) -> None:
+    try:
+        names = os.listdir(fd)
+    except OSError:
+        return
+    for name in names:
+        try:
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            continue
+        if within(info.st_uid):
+            found.add(info.st_uid)  # `clear` removes it whole
+        elif stat.S_ISDIR(info.st_mode) and info.st_dev == device and depth < MAX_DEPTH:
+            try:
+                child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError:
+                continue
+            try:
+                _owners_below(child, device, within, depth + 1, found)
             finally:
                 os.close(child)
 

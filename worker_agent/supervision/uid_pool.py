@@ -169,7 +169,8 @@ class TaskUids:
 
     def sweep(self) -> None:
         """At start-up: kill what uids of the range still run that no agent on this machine holds (what a job left
-        running when an earlier agent died)."""
+        running when an earlier agent died), then remove what such uids left (SysV IPC, message queues, shared
+        temporary files: leftovers.py), which a uid would otherwise keep until it serves a job again."""
         for uid, pids in sorted(reaping.alive(self.uids.__contains__).items()):
             lock = reaping.UidLock.exclusive(uid)
             if lock is None:
@@ -177,6 +178,14 @@ class TaskUids:
             try:
                 log.warning("task uid %s still runs %d process(es) of an earlier job: killing them", uid, len(pids))
                 self._note(uid, reaping.empty(uid))
+            finally:
+                lock.close()
+        for uid in sorted(leftovers.owners(self.uids.__contains__) - self._stuck):
+            lock = reaping.UidLock.exclusive(uid)
+            if lock is None:
+                continue
+            try:
+                leftovers.clear(uid)
             finally:
                 lock.close()
 

@@ -112,6 +112,15 @@ def test_what_a_uid_left_while_no_agent_held_it_is_gone_before_a_job_gets_it(tmp
     uids.release(UID)
 
 
+def test_at_start_up_what_an_earlier_agents_jobs_left_is_removed(tmp_path, files):
+    run_as(UID, "leave", files)  # the agent died while the job ran: no job will take the uid soon, maybe
+
+    pool(tmp_path / "agent").sweep()
+
+    assert leftovers.left_by(UID) == []
+    assert run_as(UID, "look", files) == NOTHING
+
+
 def test_an_agent_leaves_a_uid_held_by_another_agent_of_the_machine_alone(tmp_path, files):
     one, other = pool(tmp_path / "one"), pool(tmp_path / "other")  # one job's tasks on two agents of a local cluster
     uid = one.acquire(5, [Place(tmp_path / "one", ("jobs", "5"))])

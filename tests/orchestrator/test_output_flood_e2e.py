@@ -56,9 +56,14 @@ class Watch:
 
 
 def ingest_process() -> psutil.Process:
-    found = [
-        child for child in psutil.Process().children(recursive=True) if "ingest_metrics" in " ".join(child.cmdline())
-    ]
+    """The session's ingest (tests/conftest.py starts it as a child of this process)."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "ingest_metrics" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:  # a child that ended meanwhile (a task, an agent's helper)
+            continue
     assert len(found) == 1, found
     return found[0]
 

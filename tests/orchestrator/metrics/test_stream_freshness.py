@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -154,3 +155,31 @@ def _host_url(server: RedisServer, host: str, token: str) -> str:
     """The URL `host`'s agent signs in to `server` with (contracts/broker.py)."""
     mac_key = agent_mac_key(token, host)
     return broker.server_url(broker.without_credentials(server.url), host, broker.password(mac_key, host))
+
+
+def test_an_agent_clock_stepped_back_loses_no_report(stream, running, redis_url, monkeypatch):
+    """NTP steps a host's clock back 30 s between two reports: the outbox seals the second no earlier than the first,
+    so the ingest does not take it for an earlier entry appended again."""
+    from worker_agent import outbox as outbox_module
+
+    client, name = stream
+    host, token, job, task = running
+    step_back = {"s": 0.0}
+    clock = SimpleNamespace(time=lambda: time.time() - step_back["s"], monotonic=time.monotonic)
+    monkeypatch.setattr(outbox_module, "time", clock)
+    app = Celery("clock-test", broker=broker_user(redis_url, host.name, token), set_as_current=False)
+    outbox = Outbox(app, host.name, agent_mac_key(token, host.name))
+    replayed = counters.get(auth.REPLAYED)
+    try:
+        outbox.send(TASK_METRICS, report(task, 1, 1.0), queue=broker.METRICS)
+        assert outbox.flush(20)
+        step_back["s"] = 30.0
+        outbox.send(TASK_METRICS, report(task, 2, 0.5), queue=broker.METRICS)
+        assert outbox.flush(20)
+    finally:
+        outbox.stop()
+
+    drain(consumer(client, name))
+
+    assert losses(job) == {1: 1.0, 2: 0.5}
+    assert counters.get(auth.REPLAYED) == replayed

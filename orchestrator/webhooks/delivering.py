@@ -27,6 +27,9 @@ from orchestrator.webhooks import hooks, sending
 log = logging.getLogger(__name__)
 
 
+KEY_ROTATED = "the webhook's secret no longer opens (control key rotated): register it again"
+
+
 def lease_s() -> float:
     """How long a claimed delivery is held from other sweeps: its POST's deadline, that again for a name lookup that
     overran it (the resolver cannot be interrupted) and the outcome's write, and 10 s for a busy database."""
@@ -62,10 +65,11 @@ class Posts:
         claimed = _claim(free)
         for each in claimed:
             refusal = _refusal(each.delivery)
-            if refusal:
-                _give_up(each, refusal)
+            secret = hooks.secret_of(each.delivery.webhook)
+            if refusal or secret is None:
+                _give_up(each, refusal or KEY_ROTATED)
                 continue
-            self.running[self.pool.submit(_post, each.delivery)] = each
+            self.running[self.pool.submit(_post, each.delivery, secret)] = each
         return len(claimed)
 
     def collect(self, wait_s: float) -> None:
@@ -111,16 +115,12 @@ def _refusal(delivery: WebhookDelivery) -> str:
         return "the webhook is disabled"
     if not hook.owner.is_active:
         return "the webhook's owner is deactivated"
-    if hooks.secret_of(hook) is None:
-        return "the webhook's secret no longer opens (control key rotated): register it again"
     return ""
 
 
-def _post(delivery: WebhookDelivery) -> sending.Answer:
+def _post(delivery: WebhookDelivery, secret: bytes) -> sending.Answer:
     """In a pool thread: no database here, only the network."""
     hook = delivery.webhook
-    secret = hooks.secret_of(hook)
-    assert secret is not None  # _refusal checked it
     return sending.post(
         hook.url,
         bytes(delivery.body),

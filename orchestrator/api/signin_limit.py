@@ -72,9 +72,13 @@ def account_ident(username: object) -> str | None:
     if not isinstance(username, str) or not username:
         return None
     model = get_user_model()
-    pk = model._default_manager.filter(**{model.USERNAME_FIELD: username}).values_list("pk", flat=True).first()
-    if pk is not None:
-        return f"user-{pk}"
+    field = model._meta.get_field(model.USERNAME_FIELD)
+    # Read before any form checks the name: one no account can have (a NUL, which PostgreSQL refuses in a query, or
+    # past the field's length) is not looked up.
+    if "\x00" not in username and len(username) <= (field.max_length or len(username)):
+        pk = model._default_manager.filter(**{model.USERNAME_FIELD: username}).values_list("pk", flat=True).first()
+        if pk is not None:
+            return f"user-{pk}"
     return "name-" + hashlib.sha256(username.encode("utf-8", "surrogatepass")).hexdigest()
 
 

@@ -107,3 +107,13 @@ def test_the_forwarded_for_header_counts_only_behind_a_configured_proxy(django_u
     assert page.status_code == 429
     neighbour = APIClient().post("/api/token/", right, REMOTE_ADDR=proxy, HTTP_X_FORWARDED_FOR="203.0.113.6")
     assert neighbour.status_code == 200
+
+
+@pytest.mark.parametrize("username", ["ali\x00ce", "x" * 10_000])
+def test_a_name_no_account_can_have_is_refused_as_usual_not_looked_up(django_user_model, username):
+    """The limits read the name before any form checks it: a NUL (which PostgreSQL refuses in a query) or an overlong
+    name must get the usual refusal, not a server error."""
+    body = {"username": username, "password": "wrong"}
+    assert APIClient().post("/api/token/", body, REMOTE_ADDR="10.26.0.1").status_code == 400
+    assert Client().post("/accounts/login/", body, REMOTE_ADDR="10.26.0.2").status_code == 200
+    assert Client().post("/admin/login/", body, REMOTE_ADDR="10.26.0.3").status_code == 200

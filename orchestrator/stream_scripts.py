@@ -61,10 +61,14 @@ local function take(key, entries, tries)
   end
 end
 
-local function read_one(key, n)
+-- Reads up to `n` entries of one stream: new ones, or (a backlog read) this consumer's pending ones after id `from`.
+-- Returns how many it read and the last one's id.
+local function read_one(key, n, from)
   local tries = {}
   if start ~= '>' then
-    local pending = redis.pcall('XPENDING', key, group, '-', '+', n, consumer)
+    local after = '-'
+    if from ~= '0' then after = '(' .. from end
+    local pending = redis.pcall('XPENDING', key, group, after, '+', n, consumer)
     if type(pending) == 'table' and not pending.err then
       for _, p in ipairs(pending) do tries[p[1]] = p[4] end
       -- Delivered twice already: a reader died on this batch. One entry at a time from here, so the entry that kills
@@ -75,18 +79,28 @@ local function read_one(key, n)
       end
     end
   end
-  local res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n, 'STREAMS', key, start)
+  local res = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n, 'STREAMS', key, from)
   if type(res) == 'table' and res.err then
     table.insert(out, {key, 'error', res.err})
   elseif res then
-    take(key, res[1][2], tries)
+    local entries = res[1][2]
+    take(key, entries, tries)
+    if #entries > 0 then return #entries, entries[#entries][1] end
   end
+  return 0, nil
 end
 
+-- A backlog read: each stream's pending entries in order, one at first, then as many as the byte budget holds.
 if start ~= '>' then
   for _, key in ipairs(KEYS) do
+    local from, left = '0', per
+    while budget > 0 and bytes > 0 and left > 0 do
+      local n = fits(math.min(left, budget), 1)
+      local got, last = read_one(key, n, from)
+      if got < n then break end
+      left, from = left - got, last
+    end
     if budget <= 0 or bytes <= 0 then break end
-    read_one(key, fits(math.min(per, budget), 1))
   end
   return out
 end
@@ -113,7 +127,7 @@ while #round > 0 and budget > 0 and bytes > 0 do
       -- A stream or its group is missing (a new host, a Redis that lost them): one at a time, so each says which.
       for j = i, i + c - 1 do
         if budget <= 0 or bytes <= 0 then break end
-        read_one(round[j], math.min(per - (took[round[j]] or 0), budget))
+        read_one(round[j], math.min(per - (took[round[j]] or 0), budget), '>')
       end
     elseif res then
       for _, s in ipairs(res) do

@@ -77,6 +77,23 @@ def test_one_read_hands_over_at_most_its_byte_budget_plus_one_entry(redis_url, h
     assert client.xlen(broker.stream(host, KIND)) == 0
 
 
+def test_a_reader_starting_again_reads_its_pending_entries_within_the_byte_budget_too(redis_url, host):
+    client = redis.Redis.from_url(redis_url)
+    seen: list[bytes] = []
+    one = reader(client, host, seen)
+    entries = 3 * READ_BYTES_BUDGET // ENTRY_BYTES
+    for _ in range(entries):
+        client.xadd(broker.stream(host, KIND), {"name": TASK_METRICS, "envelope": b"x" * ENTRY_BYTES})
+    client.xreadgroup(GROUP, "c", {broker.stream(host, KIND): ">"}, count=entries)  # read, then the reader died
+
+    first = one.drain_once(backlog=True)
+
+    assert 2 <= first <= READ_BYTES_BUDGET // ENTRY_BYTES + 1, first
+    while one.drain_once(backlog=True):
+        pass
+    assert len(seen) == entries and client.xlen(broker.stream(host, KIND)) == 0
+
+
 def test_the_redis_the_project_starts_refuses_writes_past_its_bound_and_evicts_nothing(redis_url):
     # The suite's Redis is scripts/local_services.py EmbeddedRedis, as make run's and the benches' are.
     client = redis.Redis.from_url(redis_url)

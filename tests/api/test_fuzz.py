@@ -109,6 +109,9 @@ def api_schema(db: None, world: World) -> Iterator[Any]:
 schema = schemathesis.pytest.from_fixture("api_schema")
 
 
+# One test runs every operation of the schema (about 45, 15 examples each, most twice): 250 s on a quiet shared
+# machine, past the suite's 300 s per test when it is busy; the budget is the whole schema's, not one request's.
+@pytest.mark.timeout(900)
 @schema.parametrize()
 @settings(
     max_examples=15,

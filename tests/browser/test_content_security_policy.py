@@ -113,6 +113,7 @@ def test_every_page_runs_under_the_policy_with_no_violation(orm: Orm, web: WebSe
 
     visit(page, f"{web.url}/clusters/", refreshed_by_htmx)
     visit(page, f"{web.url}/clusters/{s['cluster']}/queue/")
+    visit(page, f"{web.url}/tokens/")
     visit(page, f"{web.url}/api/jobs/")  # DRF's browsable API
     assert problems == []
 
@@ -128,6 +129,7 @@ def test_every_page_runs_under_the_policy_with_no_violation(orm: Orm, web: WebSe
         f"/admin/orchestrator/host/{s['host']}/change/",
         f"/admin/orchestrator/cluster/{s['cluster']}/change/",
         "/admin/orchestrator/job/",
+        "/admin/orchestrator/apitoken/",
         "/admin/orchestrator/priorityclass/",
         f"/clusters/{s['cluster']}/queue/",  # with the staff's hold and priority forms
         "/admin/auth/user/",

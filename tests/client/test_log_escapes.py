@@ -6,6 +6,8 @@ go the way a task's output goes: sealed by the task's host as a log report, stor
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import json
 import re
 from typing import Any
@@ -55,38 +57,40 @@ def logged(alice: Any) -> Job:
     return job
 
 
-def run_cli(alice: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> str:
+def run_cli(alice: Any, monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
+    """What `tfdash ARGS` prints on its standard output."""
     token = api_tokens.issue(alice)[0]
     api = Client("http://testserver", token, transport=httpx.WSGITransport(app=get_wsgi_application()))
     monkeypatch.setattr(cli.Client, "from_config", classmethod(lambda _cls, _url: api))
-    capsys.readouterr()
-    assert cli.main(list(args)) == cli.OK
-    return capsys.readouterr().out
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert cli.main(list(args)) == cli.OK
+    return printed.getvalue()
 
 
-def test_logs_print_no_terminal_control_sequence(alice, logged, monkeypatch, capsys):
-    printed = run_cli(alice, monkeypatch, capsys, "logs", str(logged.pk), "--task", "worker:0")
+def test_logs_print_no_terminal_control_sequence(alice, logged, monkeypatch):
+    printed = run_cli(alice, monkeypatch, "logs", str(logged.pk), "--task", "worker:0")
 
     assert printed == "".join(f"{shown}\n" for _raw, shown in OUTPUT)
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", printed)
     assert CLIPBOARD not in printed and "pwned" not in printed and "bastion" not in printed
 
 
-def test_every_tasks_lines_are_stripped_too(alice, logged, monkeypatch, capsys):
-    printed = run_cli(alice, monkeypatch, capsys, "logs", str(logged.pk))
+def test_every_tasks_lines_are_stripped_too(alice, logged, monkeypatch):
+    printed = run_cli(alice, monkeypatch, "logs", str(logged.pk))
 
     assert "\x1b" not in printed and "\x9b" not in printed
     assert printed.splitlines()[0] == "[worker:0] epoch 1 loss 0.5"
 
 
-def test_raw_prints_the_lines_as_the_task_wrote_them(alice, logged, monkeypatch, capsys):
-    printed = run_cli(alice, monkeypatch, capsys, "logs", str(logged.pk), "--task", "worker:0", "--raw")
+def test_raw_prints_the_lines_as_the_task_wrote_them(alice, logged, monkeypatch):
+    printed = run_cli(alice, monkeypatch, "logs", str(logged.pk), "--task", "worker:0", "--raw")
 
     assert printed == "".join(f"{raw}\n" for raw, _shown in OUTPUT)
 
 
-def test_json_keeps_the_text_and_escapes_every_control_character(alice, logged, monkeypatch, capsys):
-    printed = run_cli(alice, monkeypatch, capsys, "logs", str(logged.pk), "--json")
+def test_json_keeps_the_text_and_escapes_every_control_character(alice, logged, monkeypatch):
+    printed = run_cli(alice, monkeypatch, "logs", str(logged.pk), "--json")
 
     assert not re.search("[\x00-\x1f\x7f]", printed.replace("\n", ""))
     assert [json.loads(line)["text"] for line in printed.splitlines()] == [raw for raw, _ in OUTPUT]

@@ -178,8 +178,10 @@ def main() -> int:
     end_ratio = figures["stalled_end"] / figures["quiet_end"]
     print(
         f"[stall] median of {len(rows)} runs: start latency {figures['quiet_start']:.3f} s quiet, "
-        f"{figures['stalled_start']:.3f} s stalled, ratio {start_ratio:.3f}; end latency "
-        f"{figures['quiet_end']:.3f} s quiet, {figures['stalled_end']:.3f} s stalled, ratio {end_ratio:.3f}"
+        f"{figures['stalled_start']:.3f} s stalled, ratio {start_ratio:.3f} "
+        f"({figures['stalled_start'] - figures['quiet_start']:+.3f} s); end latency {figures['quiet_end']:.3f} s "
+        f"quiet, {figures['stalled_end']:.3f} s stalled, ratio {end_ratio:.3f} "
+        f"({figures['stalled_end'] - figures['quiet_end']:+.3f} s)"
     )
     print(f"[stall] deliveries cut: {len(held)}, each held its receiver {min(held):.2f}-{max(held):.2f} s "
           f"(deadline {deadline_s:g} s)")  # fmt: skip

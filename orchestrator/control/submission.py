@@ -205,8 +205,12 @@ def submit(job: Job, upload: Upload | None) -> Job:
 
 def lock_owner_and_count_active(owner_id: int) -> int:
     """The owner's jobs not yet ended, counted with the owner's row locked (inside a transaction), so two
-    submissions racing cannot both take the last place."""
-    get_user_model().objects.select_for_update().filter(pk=owner_id).values_list("pk").first()
+    submissions racing cannot both take the last place. FOR NO KEY UPDATE, not FOR UPDATE: it still serializes two
+    submissions of one owner, but does not block another transaction's check of a foreign key to the user (a row
+    that names its owner, checked at COMMIT): a scheduler pass that updates a job row twice re-checks all of the job's
+    keys, the owner's included, while this submission's own check of the job's cluster waits for that pass's cluster
+    lock, a deadlock (tests/orchestrator/control/test_submission_locks.py)."""
+    get_user_model().objects.select_for_update(no_key=True).filter(pk=owner_id).values_list("pk").first()
     return Job.objects.filter(owner_id=owner_id).exclude(state__in=TERMINAL_JOB_STATES).count()
 
 

@@ -54,8 +54,9 @@ def issue(user: Any, name: str = "", *, using: str | None = None) -> tuple[str, 
     now = timezone.now()
     tokens = ApiToken.objects.db_manager(using)
     with transaction.atomic(using=using):
-        # The user's row, locked: two sign-ins at once must not both pass the count below.
-        get_user_model()._default_manager.db_manager(using).select_for_update().filter(pk=user.pk).exists()
+        # The user's row, locked: two sign-ins at once must not both pass the count below. FOR NO KEY UPDATE, as
+        # submission.lock_owner_and_count_active: it must not block other transactions' foreign-key checks of the user.
+        get_user_model()._default_manager.db_manager(using).select_for_update(no_key=True).filter(pk=user.pk).exists()
         tokens.filter(user=user, expires_at__lte=now).delete()
         problem = limits.api_tokens_problem(tokens.filter(user=user).count())
         if problem:

@@ -1,7 +1,7 @@
 """API tokens: one per sign-in, each with an expiry (TFDASH_API_TOKEN_DAYS, 30 days by default), stored only as a
-hash, listed and revoked by their owner (staff: revoked in the admin); `DELETE /api/tokens/current/` is what `tfdash logout` calls (its
-end-to-end test: tests/client/test_logout.py). Each test signs in from an address of its own: sign-in counts live in
-the shared cache for minutes."""
+hash, listed and revoked by their owner (staff: revoked in the admin); `DELETE /api/tokens/current/` is what `tfdash
+logout` calls (its end-to-end test: tests/client/test_logout.py). Each test signs in from an address of its own:
+sign-in counts live in the shared cache for minutes."""
 
 from __future__ import annotations
 

@@ -208,29 +208,37 @@ def remove_queues(folder: Path, uid: int, found: Found) -> None:
 def _clear_files(root: Path, uid: int, found: Found) -> None:
     """Below `root`: an entry the uid owns goes (a folder with all in it); a folder of another owner is walked into
     (the uid's files in a world-writable folder someone else made). By fd, following no link, on root's device only."""
+    for dir_fd, name, shown, is_dir, _owner in _owned(root, uid.__eq__):
+        try:
+            if is_dir:
+                shutil.rmtree(name, dir_fd=dir_fd)
+            else:
+                os.unlink(name, dir_fd=dir_fd)
+            found.removed.append(shown)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            found.left.append(f"{shown} ({exc.strerror})")
+
+
+def _owned(root: Path, owned: Callable[[int], bool]) -> Iterator[tuple[int, str, str, bool, int]]:
+    """(folder fd, name, path shown, is a folder, owner uid) of each entry below `root` whose owner `owned` accepts,
+    not below such an entry; nothing if root cannot be opened. By fd, following no link, on root's device only; the
+    folder fd is open until the next entry is asked for."""
     try:
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return
     try:
-        for place in _owned(fd, os.fstat(fd).st_dev, uid, str(root), 0):
-            dir_fd, name, shown, is_dir = place
-            try:
-                if is_dir:
-                    shutil.rmtree(name, dir_fd=dir_fd)
-                else:
-                    os.unlink(name, dir_fd=dir_fd)
-                found.removed.append(shown)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                found.left.append(f"{shown} ({exc.strerror})")
+        yield from _walk(fd, os.fstat(fd).st_dev, owned, str(root), 0)
     finally:
         os.close(fd)
 
 
-def _owned(fd: int, device: int, uid: int, shown: str, depth: int) -> Iterator[tuple[int, str, str, bool]]:
-    """(folder fd, name, path shown, is a folder) of each entry under `fd` owned by uid, not below an owned one."""
+def _walk(
+    fd: int, device: int, owned: Callable[[int], bool], shown: str, depth: int
+) -> Iterator[tuple[int, str, str, bool, int]]:
+    """`_owned` below the open folder `fd`, `depth` folders down from root (`shown`)."""
     try:
         names = os.listdir(fd)
     except OSError:
@@ -242,15 +250,15 @@ def _owned(fd: int, device: int, uid: int, shown: str, depth: int) -> Iterator[t
             continue
         path = f"{shown}/{name}"
         is_dir = stat.S_ISDIR(info.st_mode)
-        if info.st_uid == uid:
-            yield fd, name, path, is_dir
+        if owned(info.st_uid):
+            yield fd, name, path, is_dir, info.st_uid
         elif is_dir and info.st_dev == device and depth < MAX_DEPTH:
             try:
                 child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
             except OSError:
                 continue
             try:
-                yield from _owned(child, device, uid, path, depth + 1)
+                yield from _walk(child, device, owned, path, depth + 1)
             finally:
                 os.close(child)
 
@@ -260,14 +268,7 @@ def owners(within: Callable[[int], bool]) -> set[int]:
     queues where /dev/mqueue is mounted): one scan, for the agent's start-up."""
     found = {uid for _kind, _id, *uids in _sysv_rows() for uid in uids if within(uid)}
     for root in SHARED_TEMP:
-        try:
-            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            _owners_below(fd, os.fstat(fd).st_dev, within, 0, found)
-        finally:
-            os.close(fd)
+        found |= {owner for *_place, owner in _owned(root, within)}  # `clear` removes each whole
     if mqueue_mounted(HOST_MQUEUE):
         with contextlib.suppress(OSError):
             found |= {
@@ -276,40 +277,10 @@ def owners(within: Callable[[int], bool]) -> set[int]:
     return found
 
 
-def _owners_below(fd: int, device: int, within: Callable[[int], bool], depth: int, found: set[int]) -> None:
-    try:
-        names = os.listdir(fd)
-    except OSError:
-        return
-    for name in names:
-        try:
-            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-        except OSError:
-            continue
-        if within(info.st_uid):
-            found.add(info.st_uid)  # `clear` removes it whole
-        elif stat.S_ISDIR(info.st_mode) and info.st_dev == device and depth < MAX_DEPTH:
-            try:
-                child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            except OSError:
-                continue
-            try:
-                _owners_below(child, device, within, depth + 1, found)
-            finally:
-                os.close(child)
-
-
 def left_by(uid: int) -> list[str]:
     """What of `uid` is still there that `clear` removes (SysV objects and shared temporary files; message queues are
     not listed without a mount): for checks and tests."""
     found = [f"SysV {kind} {ident}" for kind, ident in sysv_objects(uid)]
     for root in SHARED_TEMP:
-        try:
-            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            found += [shown for _fd, _name, shown, _dir in _owned(fd, os.fstat(fd).st_dev, uid, str(root), 0)]
-        finally:
-            os.close(fd)
+        found += [shown for _fd, _name, shown, _dir, _owner in _owned(root, uid.__eq__)]
     return found

@@ -23,12 +23,11 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from worker_agent.supervision.reaping import LOCK_DIR
+from worker_agent.supervision.reaping import LOCK_DIR, run_python
 
 log = logging.getLogger(__name__)
 
@@ -147,15 +146,7 @@ def _clear_mqueues(uid: int, mount: Path, found: Found) -> None:
         return
     try:
         mount.mkdir(mode=0o700, parents=True, exist_ok=True)
-        done = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", MQUEUE_CHILD, str(mount), str(uid)],
-            env={},
-            cwd="/",
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=MQUEUE_TIMEOUT_S,
-            check=False,
-        )
+        done = run_python(MQUEUE_CHILD, str(mount), str(uid), timeout=MQUEUE_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError) as exc:
         found.unlisted.append(f"POSIX message queues ({exc})")
         return

@@ -63,20 +63,27 @@ def empty(uid: int, timeout: float = EMPTY_TIMEOUT_S) -> list[int]:
     return []
 
 
+def run_python(code: str, *args: str, timeout: float, uid: int | None = None) -> subprocess.CompletedProcess[bytes]:
+    """Run `code` in a short child interpreter from a fixed environment (`env={}`, `-I -S`, cwd /, no stdin; output
+    captured): it runs as root or as a task uid, and nothing of a job may reach it. As `uid` (its group, no other
+    groups) when given. Raises OSError or SubprocessError (its timeout) as subprocess.run does."""
+    return subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code, *args],
+        user=uid,  # None: subprocess's own defaults, the caller's user and groups
+        group=uid,
+        extra_groups=None if uid is None else [],
+        env={},
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def _kill_as(uid: int) -> None:
     try:
-        subprocess.run(
-            [sys.executable, "-I", "-S", "-c", KILL],
-            user=uid,
-            group=uid,
-            extra_groups=[],
-            env={},
-            cwd="/",
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=KILLER_TIMEOUT_S,
-            check=False,
-        )
+        run_python(KILL, timeout=KILLER_TIMEOUT_S, uid=uid)
     except (OSError, subprocess.SubprocessError) as exc:
         log.warning("could not start a killer as uid %s: %s", uid, exc)
 

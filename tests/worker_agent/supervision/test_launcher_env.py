@@ -6,8 +6,6 @@ tests/security/test_task_environment.py."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -15,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from contracts.protocol import LaunchSpec, ProgramSpec, TaskEventKind
+from contracts.protocol import LaunchSpec, TaskEventKind
 from tests.worker_agent.recording import Recorder
+from tests.worker_agent.supervision.specs import script_spec
 from worker_agent.supervision import Supervisor, identity, mount_ns
 from worker_agent.supervision.identity import UidRange
 
@@ -89,24 +88,7 @@ def isolated(sent: Recorder, open_tmp: Path) -> Iterator[Supervisor]:
 
 
 def spec(job_id: int, task_id: int, user_env: dict[str, str]) -> LaunchSpec:
-    return LaunchSpec(
-        job_id=job_id,
-        task_id=task_id,
-        attempt=0,
-        task_type="worker",
-        task_index=0,
-        port=None,
-        devices=[0],
-        gpu=False,
-        env={},
-        program=ProgramSpec(
-            kind="script",
-            script_b64=base64.b64encode(SCRIPT).decode(),
-            script_sha256=hashlib.sha256(SCRIPT).hexdigest(),
-        ),
-        kill_grace_s=1.0,
-        user_env=user_env,
-    )
+    return script_spec(SCRIPT, job_id=job_id, task_id=task_id, user_env=user_env)
 
 
 def test_the_task_gets_its_jobs_variables_and_no_root_process_does(isolated, sent, open_tmp):

@@ -5,8 +5,6 @@ as root)."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import shutil
@@ -17,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from contracts.protocol import LaunchSpec, ProgramSpec, TaskEventKind
+from contracts.protocol import LaunchSpec, TaskEventKind
 from tests.support.processes import wait_until
 from tests.worker_agent.recording import Recorder
+from tests.worker_agent.supervision.specs import script_spec
 from worker_agent.supervision import Supervisor, identity
 from worker_agent.supervision.identity import UidRange
 
@@ -56,24 +55,7 @@ def host_marker() -> Iterator[Path]:
 
 
 def spec(job_id: int, task_id: int, *args: str) -> LaunchSpec:
-    return LaunchSpec(
-        job_id=job_id,
-        task_id=task_id,
-        attempt=0,
-        task_type="worker",
-        task_index=0,
-        port=None,
-        devices=[0],
-        gpu=False,
-        env={},
-        program=ProgramSpec(
-            kind="script",
-            script_b64=base64.b64encode(SCRIPT).decode(),
-            script_sha256=hashlib.sha256(SCRIPT).hexdigest(),
-            args=list(args),
-        ),
-        kill_grace_s=1.0,
-    )
+    return script_spec(SCRIPT, *args, job_id=job_id, task_id=task_id)
 
 
 def reported(sent: Recorder, task_id: int) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from orchestrator.models import Job, Task
 from tests import factories
 from tests.support.wire import sealed
 
-HOST = "node-0"  # the host `running` registers; test modules with a `running` of their own register it too
+HOST = "node-0"  # the host `running` registers
 
 
 @pytest.fixture

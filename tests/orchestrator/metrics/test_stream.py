@@ -16,23 +16,13 @@ from contracts.signing import agent_mac_key
 from orchestrator import counters
 from orchestrator.identity import auth
 from orchestrator.metrics.stream import DEAD_LETTERED, DEAD_LETTERS
-from orchestrator.models import Job, MetricPoint, Task
-from tests import factories
-from tests.orchestrator.metrics.conftest import HOST, consumer
+from orchestrator.models import MetricPoint
+from tests.orchestrator.metrics.conftest import consumer
 from tests.support.processes import wait_until
 from tests.support.wire import broker_user, sealed
 from worker_agent.outbox import Outbox
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def running(alice):  # type: ignore[no-untyped-def]
-    host, token = factories.host(HOST)
-    job = Job.objects.create(owner=alice, cluster=host.cluster, name="j", strategy="multi_worker_mirrored",
-                             program_kind="script", attempt=1)  # fmt: skip
-    task = Task.objects.create(job=job, attempt=1, type="worker", index=0, host=host, state="running")
-    return host, token, job, task
 
 
 def metric(step: int, **values: float) -> dict:
@@ -47,7 +37,7 @@ def add(client: redis.Redis, stream: str, host, token: str, body: dict) -> None:
 
 def test_what_an_agent_outbox_sends_is_stored_and_leaves_the_stream(stream, running, redis_url):
     client, name = stream
-    host, token, job, task = running
+    _owner, host, token, job, task = running
     ingest = consumer(client, name)
     # As the agent does: signed in as its host's own broker user.
     app = Celery("stream-test", broker=broker_user(redis_url, host.name, token), set_as_current=False)
@@ -68,7 +58,7 @@ def test_what_an_agent_outbox_sends_is_stored_and_leaves_the_stream(stream, runn
 
 def test_entries_read_but_never_acknowledged_are_stored_once_by_the_next_run(stream, running):
     client, name = stream
-    host, token, job, task = running
+    _owner, host, token, job, task = running
     first = consumer(client, name)
     add(client, name, host, token, {"task_id": task.pk, "attempt": 1, "events": [metric(1, loss=1.0)]})
     first.drain_once()
@@ -90,7 +80,7 @@ def test_entries_read_but_never_acknowledged_are_stored_once_by_the_next_run(str
 
 def test_forged_entries_are_dropped_broken_ones_dead_lettered_and_neither_blocks_the_rest(stream, running):
     client, name = stream
-    host, token, job, task = running
+    _owner, host, token, job, task = running
     ingest = consumer(client, name)
     refused = counters.get(auth.REFUSED)
     dead = counters.get(DEAD_LETTERED)
@@ -112,7 +102,7 @@ def test_the_consumer_recreates_its_group_when_redis_lost_it(stream, running):
     import threading
 
     client, name = stream
-    host, token, job, task = running
+    _owner, host, token, job, task = running
     ingest = consumer(client, name)
     stop = threading.Event()
     thread = threading.Thread(target=ingest.run, args=(stop,), daemon=True)

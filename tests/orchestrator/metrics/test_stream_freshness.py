@@ -21,23 +21,13 @@ from contracts.signing import agent_mac_key
 from orchestrator import counters
 from orchestrator.identity import auth
 from orchestrator.models import Job, MetricPoint, Task
-from tests import factories
-from tests.orchestrator.metrics.conftest import HOST, consumer
+from tests.orchestrator.metrics.conftest import consumer
 from tests.support.processes import wait_until
 from tests.support.redis_server import RedisServer
 from tests.support.wire import broker_user, sealed
 from worker_agent.outbox import Outbox
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def running(alice):  # type: ignore[no-untyped-def]
-    host, token = factories.host(HOST)
-    job = Job.objects.create(owner=alice, cluster=host.cluster, name="j", strategy="multi_worker_mirrored",
-                             program_kind="script", attempt=1)  # fmt: skip
-    task = Task.objects.create(job=job, attempt=1, type="worker", index=0, host=host, state="running")
-    return host, token, job, task
 
 
 def report(task: Task, step: int, loss: float) -> dict[str, Any]:
@@ -66,7 +56,7 @@ def test_the_bound_is_minutes_not_a_week():
 
 def test_an_entry_sealed_longer_ago_than_the_bound_is_refused_and_counted(stream, running):
     client, name = stream
-    host, token, job, task = running
+    _owner, host, token, job, task = running
     stale = counters.get(auth.STALE)
     old = time.time() - 900  # captured a quarter of an hour ago (more than the bound: see above), appended now
     client.xadd(name, entry(sealed(host.name, token, TASK_METRICS, report(task, 1, 9.0), now=old)))
@@ -81,7 +71,7 @@ def test_an_entry_sealed_longer_ago_than_the_bound_is_refused_and_counted(stream
 
 def test_an_entry_appended_again_is_refused_stores_nothing_and_a_fresh_one_goes_through(stream, running):
     client, name = stream
-    host, token, job, task = running
+    _owner, host, token, job, task = running
     reader = consumer(client, name)
     first = entry(sealed(host.name, token, TASK_METRICS, report(task, 1, 1.0)))
     corrected = entry(sealed(host.name, token, TASK_METRICS, report(task, 1, 0.5)))  # step 1 again, later
@@ -106,7 +96,7 @@ def test_an_entry_appended_again_is_refused_stores_nothing_and_a_fresh_one_goes_
 def test_an_entry_that_waited_in_the_stream_longer_than_the_bound_is_stored(stream, running):
     """The ingest was down for an hour: the entry's age is measured to when Redis appended it, not to the read."""
     client, name = stream
-    host, token, job, task = running
+    _owner, host, token, job, task = running
     appended = time.time() - 3600
     envelope = sealed(host.name, token, TASK_METRICS, report(task, 1, 0.75), now=appended - 1)
     client.xadd(name, entry(envelope), id=f"{int(appended * 1000)}-0")  # the id Redis gave it an hour ago
@@ -121,7 +111,7 @@ def test_reports_held_in_the_outbox_through_an_outage_longer_than_the_bound_arri
     than the bound, is stored once Redis is back. A report sealed when it was queued would be refused."""
     settings.TFDASH_STREAM_MAX_AGE_S = 1.0
     _client, name = stream
-    host, token, job, task = running
+    _owner, host, token, job, task = running
     server = RedisServer(tmp_path)
     app = Celery("freshness-test", broker=_host_url(server, host.name, token), set_as_current=False)
     app.conf.broker_connection_timeout = 1
@@ -163,7 +153,7 @@ def test_an_agent_clock_stepped_back_loses_no_report(stream, running, redis_url,
     from worker_agent import outbox as outbox_module
 
     client, name = stream
-    host, token, job, task = running
+    _owner, host, token, job, task = running
     step_back = {"s": 0.0}
     clock = SimpleNamespace(time=lambda: time.time() - step_back["s"], monotonic=time.monotonic)
     monkeypatch.setattr(outbox_module, "time", clock)

@@ -20,7 +20,6 @@ from sklearn.datasets import load_digits
 
 from orchestrator.models import Host, HostStatus, Job, MetricPoint, TaskLogLine
 from tests import factories
-from tests.browser.conftest import WebServer, free_port
 from tests.orchestrator.metrics.test_tensorboard_export import read_back
 from tests.support.processes import wait_until
 
@@ -49,14 +48,6 @@ def tfdash_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
         probe = subprocess.run([python, "-c", f"import {server_side}"], capture_output=True, cwd="/", check=False)
         assert probe.returncode != 0, f"{server_side} is importable in the client's venv"
     return venv / "bin" / "tfdash"
-
-
-@pytest.fixture
-def web(service_env: dict[str, str], transactional_db: None) -> Iterator[WebServer]:
-    server = WebServer({**service_env, "DJANGO_SETTINGS_MODULE": "tests.settings"}, free_port())
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

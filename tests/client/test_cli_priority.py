@@ -11,7 +11,7 @@ from django.contrib.auth.models import Group
 from orchestrator.control import queueing
 from orchestrator.models import Host, Job, PriorityClass
 from tests import factories
-from tests.client.test_cli_e2e import PASSWORD, PROGRAMS, laptop, tfdash_bin, web  # noqa: F401  (fixtures, reused)
+from tests.client.test_cli_e2e import PASSWORD, PROGRAMS, laptop, tfdash_bin  # noqa: F401  (fixtures, reused)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,7 +10,6 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,20 +18,11 @@ import pytest
 from django.utils import timezone
 
 from orchestrator.models import ApiToken
-from tests.browser.conftest import WebServer, free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TFDASH = Path(sys.executable).with_name("tfdash")  # the client, as `make install` puts it in the venv
 PASSWORD = "pw-alice-123"  # tests/conftest.py's alice
-
-
-@pytest.fixture
-def web(service_env: dict[str, str], transactional_db: None) -> Iterator[WebServer]:
-    server = WebServer({**service_env, "DJANGO_SETTINGS_MODULE": "tests.settings"}, free_port())
-    server.start()
-    yield server
-    server.stop()
 
 
 def _tfdash(home: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

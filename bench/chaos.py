@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import os
 import random
@@ -355,25 +354,8 @@ def main() -> int:
     print(f"[chaos] seed {seed}; stack under {var}", flush=True)
     monkey = None
     try:
-        stack.start_databases()
-        shared = ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "TFDASH_CONTROL_KEY_FILE", "SECRET_KEY")
-        os.environ.update({k: stack.env[k] for k in shared})
-        os.environ["LOG_LEVEL"] = "WARNING"
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", "--noinput", verbosity=0)
-        out = io.StringIO()
-        call_command("local_cluster", hosts=HOSTS, first_port=_free_port_block(), shared_dir=str(var / "shared"),
-                     stdout=out)  # fmt: skip
-        cluster = json.loads(out.getvalue())
-        stack.control_key = cluster["control_key"]
-        for host in cluster["hosts"]:
-            stack.agents[host["host"]] = {"token": host["token"], "port_range": host["port_range"]}
-        for name in [*stack.control_plane(), *(f"agent-{h}" for h in stack.agents)]:
-            stack.start(name)
+        stack.set_up_django()
+        stack.start_local_cluster(hosts=HOSTS, first_port=_free_port_block())
         _wait_online(len(stack.agents))
         print(f"[chaos] stack up; soaking {args.minutes:g} min with a fault every ~{args.fault_every:g} s", flush=True)
 

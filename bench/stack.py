@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import secrets
 import shutil
@@ -237,6 +238,36 @@ class Stack:
             for child in group:
                 child.stop(deadline)
 
+    def set_up_django(self) -> None:
+        """Start the databases, then set this process's Django up on them (the stack's database, Redis, settings and
+        keys in os.environ) and migrate."""
+        self.start_databases()
+        for key in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "TFDASH_CONTROL_KEY_FILE", "SECRET_KEY"):
+            os.environ[key] = self.env[key]
+        os.environ["LOG_LEVEL"] = "WARNING"
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", "--noinput", verbosity=0, stdout=io.StringIO())
+
+    def start_local_cluster(self, hosts: int, first_port: int) -> None:
+        """Register a local cluster of `hosts` hosts (`manage.py local_cluster`, their TF ports from `first_port`, the
+        shared folder var/shared), keep its control key and each agent's token and port range, and start the control
+        plane and the agents. Needs `set_up_django` first."""
+        from django.core.management import call_command
+
+        out = io.StringIO()
+        call_command("local_cluster", hosts=hosts, first_port=first_port, shared_dir=str(self.var / "shared"),
+                     stdout=out)  # fmt: skip
+        cluster = json.loads(out.getvalue())
+        self.control_key = cluster["control_key"]
+        for host in cluster["hosts"]:
+            self.agents[host["host"]] = {"token": host["token"], "port_range": host["port_range"]}
+        for name in [*self.control_plane(), *(f"agent-{h}" for h in self.agents)]:
+            self.start(name)
+
     def start_databases(self) -> None:
         self.pg.prepare()
         self.start("postgres")
@@ -277,16 +308,7 @@ def django_in_process(prefix: str) -> Iterator[None]:
     os.chmod(var, 0o755)  # noqa: S103 - the embedded PostgreSQL runs as its own user when we are root
     stack = Stack(var)
     try:
-        stack.start_databases()
-        for key in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "TFDASH_CONTROL_KEY_FILE", "SECRET_KEY"):
-            os.environ[key] = stack.env[key]
-        os.environ["LOG_LEVEL"] = "WARNING"
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", "--noinput", verbosity=0, stdout=io.StringIO())
+        stack.set_up_django()
         yield
     finally:
         stack.stop_all()

@@ -19,7 +19,6 @@ medians, then the medians over all runs and the ratio stalled / quiet, and how l
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import re
@@ -102,31 +101,15 @@ def main() -> int:
     stack = Stack(var)
     receivers: list[SlowReceiver] = []
     try:
-        stack.start_databases()
-        for key in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "TFDASH_CONTROL_KEY_FILE", "SECRET_KEY"):
-            os.environ[key] = stack.env[key]
-        os.environ["LOG_LEVEL"] = "WARNING"
-        import django
-
-        django.setup()
+        stack.set_up_django()
         from django.conf import settings
         from django.contrib.auth import get_user_model
-        from django.core.management import call_command
 
         from orchestrator.models import Webhook
         from orchestrator.models.webhooks import notable_states
         from orchestrator.webhooks import hooks
 
-        call_command("migrate", "--noinput", verbosity=0, stdout=io.StringIO())
-        out = io.StringIO()
-        first_port = free_port_block(100)
-        call_command("local_cluster", hosts=1, first_port=first_port, shared_dir=str(var / "shared"), stdout=out)
-        cluster = json.loads(out.getvalue())
-        stack.control_key = cluster["control_key"]
-        for host in cluster["hosts"]:
-            stack.agents[host["host"]] = {"token": host["token"], "port_range": host["port_range"]}
-        for name in [*stack.control_plane(), *(f"agent-{h}" for h in stack.agents)]:
-            stack.start(name)
+        stack.start_local_cluster(hosts=1, first_port=free_port_block(100))
         from orchestrator.models import Cluster, Host, HostStatus
 
         wait(lambda: Host.objects.filter(status=HostStatus.ONLINE).count() == len(stack.agents), 90, "the agent")

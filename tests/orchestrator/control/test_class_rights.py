@@ -44,6 +44,20 @@ def high() -> PriorityClass:
     return PriorityClass.objects.get(name="high")
 
 
+def experiment_at_high(name: str) -> dict[str, Any]:
+    """An experiment of two variants of digits_mlp at priority `high`, named `name`."""
+    return {
+        "name": name,
+        "builtin": "digits_mlp",
+        "builtin_config": {"epochs": 1},
+        "variants": [
+            {"strategy": "mirrored", "workers": 1, "ps": 0, "devices_per_worker": 1},
+            {"strategy": "mirrored", "workers": 1, "ps": 0, "devices_per_worker": 2},
+        ],
+        "priority": "high",
+    }
+
+
 def test_the_api_refuses_high_to_a_user_without_the_right_with_the_reason_and_stores_nothing(alice, lab):
     refused = as_user(alice).post("/api/jobs/", {**JOB, "priority": "high"}, format="json")
     plan = as_user(alice).post("/api/jobs/plan/", {**JOB, "priority": "high"}, format="json")
@@ -132,16 +146,7 @@ def test_run_again_of_a_job_staff_lifted_to_high_is_refused_to_its_owner(client,
 
 
 def test_an_experiment_naming_high_is_refused_without_the_right(alice, lab):
-    body = {
-        "name": "which is faster",
-        "builtin": "digits_mlp",
-        "builtin_config": {"epochs": 1},
-        "variants": [
-            {"strategy": "mirrored", "workers": 1, "ps": 0, "devices_per_worker": 1},
-            {"strategy": "mirrored", "workers": 1, "ps": 0, "devices_per_worker": 2},
-        ],
-        "priority": "high",
-    }
+    body = experiment_at_high("which is faster")
 
     response = as_user(alice).post("/api/experiments/", body, format="json")
 
@@ -152,16 +157,7 @@ def test_an_experiment_naming_high_is_refused_without_the_right(alice, lab):
 
 def test_an_experiment_at_high_runs_at_high_while_its_owner_may_and_not_after(alice, lab):
     high().users.add(alice)
-    body = {
-        "name": "at high",
-        "builtin": "digits_mlp",
-        "builtin_config": {"epochs": 1},
-        "variants": [
-            {"strategy": "mirrored", "workers": 1, "ps": 0, "devices_per_worker": 1},
-            {"strategy": "mirrored", "workers": 1, "ps": 0, "devices_per_worker": 2},
-        ],
-        "priority": "high",
-    }
+    body = experiment_at_high("at high")
 
     created = as_user(alice).post("/api/experiments/", body, format="json")
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import io
 import json
 import math
 import os
@@ -662,21 +661,11 @@ def main() -> int:
     failures: list[str] = []
     print(f"[scale] {args.hosts} hosts x 8 GPUs, {args.jobs} jobs; stack under {var}", flush=True)
     try:
-        stack.start_databases()
-        shared = ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "TFDASH_CONTROL_KEY_FILE", "SECRET_KEY",
-                  "TFDASH_MAX_ACTIVE_JOBS_PER_USER")  # fmt: skip
-        os.environ.update({k: stack.env[k] for k in shared})
-        os.environ["LOG_LEVEL"] = "WARNING"
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
+        stack.set_up_django("TFDASH_MAX_ACTIVE_JOBS_PER_USER")
         from orchestrator import counters
         from orchestrator.agents.reports import REPORT_LAG
         from orchestrator.identity.keys import control_public_key
 
-        call_command("migrate", "--noinput", verbosity=0, stdout=io.StringIO())
         fleet = register_fleet(args.hosts, args.packing)
         stack.env["TFDASH_INGEST_PARTITIONS"] = str(args.ingest_partitions)
         ingests = ("ingest", *(f"ingest-{p}" for p in range(1, args.ingest_partitions)))

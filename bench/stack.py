@@ -238,12 +238,12 @@ class Stack:
             for child in group:
                 child.stop(deadline)
 
-    def set_up_django(self) -> None:
+    def set_up_django(self, *also: str) -> None:
         """Start the databases, then set this process's Django up on them (the stack's database, Redis, settings and
-        keys in os.environ) and migrate."""
+        keys in os.environ, and its variables `also`) and migrate."""
         self.start_databases()
-        for key in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "TFDASH_CONTROL_KEY_FILE", "SECRET_KEY"):
-            os.environ[key] = self.env[key]
+        shared = ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "TFDASH_CONTROL_KEY_FILE", "SECRET_KEY", *also)
+        os.environ.update({key: self.env[key] for key in shared})
         os.environ["LOG_LEVEL"] = "WARNING"
         import django
 

@@ -62,9 +62,13 @@ def test_two_live_jobs_never_share_a_uid_and_one_jobs_tasks_on_two_hosts_share_o
     # A whole host per worker: the wide job runs on two hosts, the narrow one on the third.
     wide = submit(api, "shared_folder_uid.py", strategy="multi_worker_mirrored", workers=2, devices_per_worker=2,
                   args=args)  # fmt: skip
-    if wide % 2:  # make the narrow job's id even-apart from the wide one's, where each host alone picked one uid
-        Job.objects.create(owner=alice, cluster=cluster, name="filler", strategy="mirrored", program_kind="builtin",
-                           builtin="digits_mlp", state=JobState.CANCELLED)  # fmt: skip
+    # Make the narrow job's id even-apart from the wide one's, where each host alone picked one uid (job id modulo
+    # the range): ended fillers until the next id is (ids are consecutive here, but a sequence may skip some).
+    last = wide
+    while (last + 1 - wide) % 2:
+        filler = Job.objects.create(owner=alice, cluster=cluster, name="filler", strategy="mirrored",
+                                    program_kind="builtin", builtin="digits_mlp", state=JobState.CANCELLED)  # fmt: skip
+        last = filler.pk
     narrow = submit(api, "shared_folder_uid.py", strategy="mirrored", workers=1, devices_per_worker=1, args=args)
     assert (narrow - wide) % 2 == 0
 

@@ -29,8 +29,14 @@ def lines(job: Job, prefix: str) -> list[str]:
     """The rest of each current task's first line starting with `prefix`, once every task has printed one."""
 
     def found() -> list[str] | None:
+        # Read the job again each time: placed after it was fetched, its attempt (which current_tasks filters on) was
+        # the stale one, no task matched, and an empty list kept the wait going to its end (the two CI-like failures).
+        job.refresh_from_db(fields=["attempt"])
+        tasks = list(job.current_tasks())
+        if not tasks:
+            return None
         seen = []
-        for task in job.current_tasks():
+        for task in tasks:
             rest = next((t[len(prefix) :] for t in log_text(task).splitlines() if t.startswith(prefix)), None)
             if rest is None:
                 return None
@@ -38,8 +44,7 @@ def lines(job: Job, prefix: str) -> list[str]:
         return seen
 
     try:
-        # Generous: once (of six runs here) the lines came two minutes late on a machine just left by a whole suite.
-        return wait_until(found, 300, what=f"a {prefix!r} line from every task of job {job.pk}")
+        return wait_until(found, 120, what=f"a {prefix!r} line from every task of job {job.pk}")
     except AssertionError as exc:
         job.refresh_from_db()
         tasks = [(t.host.name, t.state, t.detail, log_text(t)[-500:]) for t in job.current_tasks()]

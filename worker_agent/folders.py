@@ -229,18 +229,24 @@ def read_file(place: Place, *, owner: int | None, max_bytes: int) -> bytes | str
     if isinstance(fd, str):
         return fd
     try:
-        chunks: list[bytes] = []
-        size = 0
+        return read_fd(fd, max_bytes)
+    finally:
+        os.close(fd)
+
+
+def read_fd(fd: int, max_bytes: int) -> bytes | str:
+    """What the open file `fd` holds (at most `max_bytes`), or why it cannot be read. The caller closes `fd`."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
         while chunk := os.read(fd, min(1 << 20, max_bytes + 1 - size)):
             chunks.append(chunk)
             size += len(chunk)
-            if size > max_bytes:  # it grew after the stat
+            if size > max_bytes:  # it grew after its size was checked
                 return f"more than {max_bytes} bytes"
-        return b"".join(chunks)
     except OSError as exc:
         return f"cannot read it: {exc.strerror}"
-    finally:
-        os.close(fd)
+    return b"".join(chunks)
 
 
 def open_file(place: Place, *, owner: int | None, max_bytes: int) -> int | str:

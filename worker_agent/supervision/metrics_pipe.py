@@ -37,9 +37,9 @@ from contracts.protocol import (
     TaskMetricsBatch,
 )
 from contracts.store import ARTIFACT_SLOTS, MAX_STORE_ARTIFACT_BYTES
-from worker_agent.folders import Outside, Roots, open_file
+from worker_agent.folders import Outside, Roots, open_file, read_fd
 from worker_agent.supervision import store_sync
-from worker_agent.supervision.publish_budget import PipeBudget, read_all
+from worker_agent.supervision.publish_budget import PipeBudget
 from worker_agent.supervision.store_sync import ArtifactSlots
 
 log = logging.getLogger(__name__)
@@ -298,7 +298,7 @@ class MetricsPipe:
             elif (over := self.budget.artifact(os.fstat(fd).st_size)) is not None:
                 content = over
             else:
-                content = read_all(fd, MAX_ARTIFACT_BYTES)
+                content = read_fd(fd, MAX_ARTIFACT_BYTES)
         finally:
             if not isinstance(fd, str):
                 os.close(fd)

@@ -10,7 +10,6 @@ the highest it saw).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -111,18 +110,3 @@ class OutputBudget:
     def take_gap(self) -> int:
         gap, self.gap = self.gap, 0
         return gap
-
-
-def read_all(fd: int, max_bytes: int) -> bytes | str:
-    """What the open file `fd` holds (at most `max_bytes`), or why it cannot be read. The caller closes `fd`."""
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        while chunk := os.read(fd, min(1 << 20, max_bytes + 1 - size)):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > max_bytes:  # it grew after its size was checked
-                return f"more than {max_bytes} bytes"
-    except OSError as exc:
-        return f"cannot read it: {exc.strerror}"
-    return b"".join(chunks)

@@ -32,6 +32,8 @@ MAX_ARTIFACTS_PER_TASK = 64
 # sustained 1 MiB/s (a 64 MiB model once a minute). Checked against the file's size before it is read.
 ARTIFACT_BURST_BYTES = 2 * MAX_ARTIFACT_BYTES
 ARTIFACT_BYTES_PER_S = 1 * _MIB
+# The artifact rate in words, as the agent's refusal and the job page say it.
+ARTIFACT_RATE_WORDS = f"{ARTIFACT_BURST_BYTES // _MIB} MiB at once, then {ARTIFACT_BYTES_PER_S // _MIB} MiB/s"
 # A task's stdout and stderr together: TensorFlow's start-up chatter is a few hundred KB; a training loop printing a
 # line per step is a few KB/s. Past the rate, whole lines are dropped and one "lines dropped: N" line takes their place.
 LOG_BURST_BYTES = 8 * _MIB

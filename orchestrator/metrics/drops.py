@@ -10,8 +10,7 @@ from django.db import connection
 from django.db.models import Sum
 
 from contracts.publish_limits import (
-    ARTIFACT_BURST_BYTES,
-    ARTIFACT_BYTES_PER_S,
+    ARTIFACT_RATE_WORDS,
     LOG_BYTES_PER_S,
     MAX_ARTIFACTS_PER_TASK,
     METRIC_BYTES_PER_S,
@@ -78,8 +77,7 @@ def job_note(job: Job) -> str:
     if totals["artifacts"]:
         parts.append(
             f"{totals['artifacts']:,} artifacts ({totals['artifact_bytes'] or 0:,} bytes) over the per-task bound of "
-            f"{MAX_ARTIFACTS_PER_TASK} artifacts and {ARTIFACT_BURST_BYTES // 2**20} MiB at once, then "
-            f"{ARTIFACT_BYTES_PER_S // 2**20} MiB/s"
+            f"{MAX_ARTIFACTS_PER_TASK} artifacts and {ARTIFACT_RATE_WORDS}"
         )
     if totals["log_lines"]:
         parts.append(

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from contracts.publish_limits import (
     ARTIFACT_BURST_BYTES,
     ARTIFACT_BYTES_PER_S,
+    ARTIFACT_RATE_WORDS,
     LOG_BURST_BYTES,
     LOG_BYTES_PER_S,
     MAX_ARTIFACTS_PER_TASK,
@@ -75,10 +76,7 @@ class PipeBudget:
         if self.artifacts_sent >= MAX_ARTIFACTS_PER_TASK:
             why = f"this task attempt already sent {MAX_ARTIFACTS_PER_TASK} artifacts, as many as allowed"
         elif not self._artifact_bytes.take(size):
-            why = (
-                f"over this task's artifact rate ({ARTIFACT_BURST_BYTES // 2**20} MiB at once, then "
-                f"{ARTIFACT_BYTES_PER_S // 2**20} MiB/s)"
-            )
+            why = f"over this task's artifact rate ({ARTIFACT_RATE_WORDS})"
         else:
             self.artifacts_sent += 1
             return None

@@ -21,7 +21,8 @@ from contracts.limits import MAX_HOST_CPUS, MAX_HOST_GPUS, MAX_HOST_MEMORY_MB
 from contracts.signing import MAX_SIGNED_CHARS, WIRE_VERSION
 from contracts.store import store_urls_from
 
-# 3: sealed agent messages (no token on the wire) and Ed25519-signed orders (contracts/signing.py).
+# 3: sealed agent messages (no token on the wire) and Ed25519-signed orders (contracts/signing.py). 4: task
+# environments (LAUNCH_KEYS_SINCE). Agents of MIN_AGENT_PROTOCOL (one behind) are still accepted.
 PROTOCOL_VERSION = WIRE_VERSION
 
 ORCHESTRATOR_QUEUE = "orchestrator"  # the control plane's own Celery queue: no host may write it
@@ -497,12 +498,32 @@ def kill_order_from(body: dict[str, Any]) -> KillOrder:
         raise ValueError(f"malformed kill order: {exc!r}") from exc
 
 
+# Launch-spec keys an agent of an older protocol does not know, by the protocol that brought them: an agent refuses a
+# spec with a key it does not know, so a launch order to a host one protocol behind leaves them out
+# (`launch_body_for`). The one list of them: a key added to LaunchSpec for protocol N goes here under N.
+LAUNCH_KEYS_SINCE: dict[int, tuple[str, ...]] = {4: ("environment", "interpreter")}
+
+
+def launch_body_for(body: dict[str, Any], protocol: int) -> dict[str, Any]:
+    """A launch order's body as an agent speaking `protocol` reads it: without the keys of later protocols. Their
+    values must be what such an agent does anyway (an empty `interpreter`: its own), which placement sees to by not
+    putting a job that needs more on its host."""
+    newer = {key for since, keys in LAUNCH_KEYS_SINCE.items() if since > protocol for key in keys}
+    return {key: value for key, value in body.items() if key not in newer}
+
+
 def launch_spec_from(body: dict[str, Any]) -> LaunchSpec:
     try:
         program = ProgramSpec(**body["program"])
         spec = LaunchSpec(**{**body, "program": program})
         if spec.uid_slot is not None:
             _count(spec.uid_slot)
+        if spec.environment and (problem := task_environments.name_problem(spec.environment)):
+            raise ValueError(problem)
+        if spec.interpreter and (problem := task_environments.interpreter_problem(spec.interpreter)):
+            raise ValueError(problem)
+        if spec.requirements and (problems := task_environments.requirements_problems(spec.requirements)):
+            raise ValueError("; ".join(problems))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"malformed launch spec: {exc!r}") from exc
     store_urls_from(spec.store)  # ValueError when malformed

@@ -34,8 +34,13 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from contracts.limits import MAX_ARTIFACT_BYTES
 
-# Version of the wire these envelopes are (contracts.protocol.PROTOCOL_VERSION re-exports it).
-WIRE_VERSION = 3
+# Version of the wire these envelopes are (contracts.protocol.PROTOCOL_VERSION re-exports it). 4: an agent reports the
+# task environments of its host, and a launch spec may name one (contracts/protocol.py LAUNCH_KEYS_SINCE).
+WIRE_VERSION = 4
+# The oldest protocol the control plane accepts from agents: one behind, so a fleet is upgraded control plane first,
+# then host by host, with jobs running throughout (docs/upgrade.md). Orders to such a host are signed with its own
+# protocol and carry only what it knows (`sign_order(protocol=...)`, contracts/protocol.py `launch_body_for`).
+MIN_AGENT_PROTOCOL = 3
 
 # An order older than this (agent's clock) is refused: held in the broker while the agent was down, or captured and
 # replayed. Convergence resends an unanswered order as a fresh one every TFDASH_ORDER_RESEND_S (10 s by default), so
@@ -72,6 +77,29 @@ MALFORMED = "malformed"
 STALE = "stale"
 REPLAYED = "replayed"
 MISDIRECTED = "misdirected"
+# Sealed by the host's key (the MAC was checked), but in a protocol this side does not speak: the agent is too old
+# (or newer than the control plane). Told apart so the host's page can say so (UnsupportedProtocol.explain).
+UNSUPPORTED_PROTOCOL = "unsupported protocol"
+
+
+class UnsupportedProtocol(Refused):
+    """A genuine message of a protocol outside MIN_AGENT_PROTOCOL..WIRE_VERSION; `explain()` is what staff read."""
+
+    def __init__(self, host: str, protocol: Any) -> None:
+        super().__init__(UNSUPPORTED_PROTOCOL, f"{host!r} speaks protocol {protocol!r}")
+        self.protocol = protocol
+
+    def explain(self) -> str:
+        accepted = f"this control plane accepts protocols {MIN_AGENT_PROTOCOL} to {WIRE_VERSION}"
+        if type(self.protocol) is int and self.protocol > WIRE_VERSION:
+            return (
+                f"The agent speaks protocol {self.protocol}, newer than this control plane ({accepted}): upgrade the "
+                "control plane first (docs/upgrade.md)."
+            )
+        return (
+            f"The agent speaks protocol {str(self.protocol)[:20]}, too old ({accepted}): its messages are refused "
+            "until it is upgraded and restarted (docs/upgrade.md)."
+        )
 
 
 def agent_mac_key(token: str, host: str) -> bytes:
@@ -91,11 +119,14 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def seal(key: bytes, host: str, name: str, body: Any, *, now: float | None = None) -> dict[str, Any]:
-    """An agent -> orchestrator envelope for `body` (JSON-able) as message `name`."""
+def seal(
+    key: bytes, host: str, name: str, body: Any, *, now: float | None = None, protocol: int = WIRE_VERSION
+) -> dict[str, Any]:
+    """An agent -> orchestrator envelope for `body` (JSON-able) as message `name` (`protocol`: tests play older
+    agents with it)."""
     signed = _dumps(
         {
-            "protocol": WIRE_VERSION,
+            "protocol": protocol,
             "host": host,
             "name": name,
             "ts": time.time() if now is None else now,
@@ -120,6 +151,7 @@ class Opened:
     ts: float
     nonce: str
     body: Any
+    protocol: int = WIRE_VERSION
 
 
 def open_sealed(
@@ -133,7 +165,8 @@ def open_sealed(
     max_chars: int = MAX_SIGNED_CHARS,
 ) -> Opened:
     """The verified content of an envelope sealed under `key` (None: the host is unknown) as message `name`, or
-    Refused. The MAC is checked before anything inside `signed` is read."""
+    Refused (UnsupportedProtocol: a genuine message of a protocol outside MIN_AGENT_PROTOCOL..WIRE_VERSION). The MAC
+    is checked before anything inside `signed` is read."""
     host = envelope_host(envelope)
     signed, mac = envelope.get("signed"), envelope.get("mac")
     if not isinstance(signed, str) or not isinstance(mac, str):
@@ -150,13 +183,12 @@ def open_sealed(
         content = json.loads(signed)
         opened = Opened(
             host=content["host"], name=content["name"], ts=float(content["ts"]), nonce=content["nonce"],
-            body=content["body"],
+            body=content["body"], protocol=content["protocol"],
         )  # fmt: skip
-        protocol = content["protocol"]
     except (ValueError, TypeError, KeyError) as exc:
         raise Refused(MALFORMED, f"from {host!r}: {exc!r}") from exc
-    if protocol != WIRE_VERSION:
-        raise Refused(MALFORMED, f"{host!r} speaks protocol {protocol!r}, expected {WIRE_VERSION}")
+    if type(opened.protocol) is not int or not MIN_AGENT_PROTOCOL <= opened.protocol <= WIRE_VERSION:
+        raise UnsupportedProtocol(host, opened.protocol)
     if opened.host != host or opened.name != name:
         raise Refused(MISDIRECTED, f"{opened.name!r} of {opened.host!r} presented as {name!r} of {host!r}")
     if not isinstance(opened.nonce, str) or not 16 <= len(opened.nonce) <= 64:
@@ -183,12 +215,19 @@ class Order:
 
 
 def sign_order(
-    private_key: Ed25519PrivateKey, host: str, kind: str, body: dict[str, Any], *, now: float | None = None
+    private_key: Ed25519PrivateKey,
+    host: str,
+    kind: str,
+    body: dict[str, Any],
+    *,
+    now: float | None = None,
+    protocol: int = WIRE_VERSION,
 ) -> dict[str, Any]:
-    """An order for `host`'s agent, signed by the control plane (`now`: when it is issued, by default now)."""
+    """An order for `host`'s agent, signed by the control plane (`now`: when it is issued, by default now), in the
+    `protocol` its agent speaks (an agent refuses an order of any other: the body must be one it knows too)."""
     text = _dumps(
         {
-            "protocol": WIRE_VERSION,
+            "protocol": protocol,
             "id": secrets.token_hex(NONCE_BYTES),
             "host": host,
             "kind": kind,

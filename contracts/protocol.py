@@ -21,6 +21,9 @@ from contracts.limits import MAX_HOST_CPUS, MAX_HOST_GPUS, MAX_HOST_MEMORY_MB
 from contracts.signing import MAX_SIGNED_CHARS, WIRE_VERSION
 from contracts.store import store_urls_from
 
+# Re-exported for the agent's side; a task's side reads them in task_wire (stdlib only, the task's interpreter).
+from contracts.task_wire import JOB_DIR_ENV, METRICS_FD_ENV, PROGRAM_CONFIG_ENV, TENSORBOARD_DIR_ENV  # noqa: F401
+
 # 3: sealed agent messages (no token on the wire) and Ed25519-signed orders (contracts/signing.py). 4: task
 # environments (LAUNCH_KEYS_SINCE). Agents of MIN_AGENT_PROTOCOL (one behind) are still accepted.
 PROTOCOL_VERSION = WIRE_VERSION
@@ -341,26 +344,10 @@ class TaskLogBatch:
 
 
 # --- metrics: TF process -> agent -> orchestrator ------------------------------------------------------------------
-# The agent gives every TF process a pipe, named by env METRICS_FD_ENV (a file descriptor number); the process writes
-# one JSON object per line to it (never to stdout, which is the user's). Each object has a "kind":
-#   {"kind": "metric", "ts": wall seconds, "mono": monotonic seconds, "step": int, "epoch": int | null,
-#    "phase": "train" | "epoch_end", "metrics": {"loss": float, "accuracy": float, "examples_per_s": float,
-#    "step_time_s": float, "learning_rate": float, "val_loss": float, "val_accuracy": float, ...}}
-#   {"kind": "facts", "ts": ..., "facts": {"replicas_in_sync": int, "global_batch": int, "per_replica_batch": int,
-#    "machine_batch": int, "per_device_batch": int, "base_learning_rate": float, "effective_learning_rate": float,
-#    "warmup_epochs": float, "keras": "tf_keras" | "keras3", "checkpoint_dir": str, "resumed_from_epoch": int, ...}}
-#   {"kind": "artifact", "ts": ..., "name": "model.keras", "path": absolute path of a file the agent uploads; it
-#    must lie in the job's folders (its JOB_DIR_ENV, or its HOME under the agent's workdir) and be the task's own}
+# What a TF process writes to its metrics pipe, and the variables naming the pipe and its folders:
+# contracts/task_wire.py (it runs inside the task's own interpreter, so it stands apart from this module's imports).
 # The agent adds the task's identity and forwards what one read of the pipe returned as one batch (TASK_METRICS) at
 # once; nothing waits longer than METRICS_FLUSH_S in the agent (the host sampler batches only below that interval).
-METRICS_FD_ENV = "TFDASH_METRICS_FD"
-JOB_DIR_ENV = "TFDASH_JOB_DIR"
-# A folder of the task's own (under its job folder) for TensorBoard summaries it writes itself (tf.summary, the Keras
-# TensorBoard callback); when the task ends the agent sends its files as the artifact tensorboard-<type>-<index>.tar.gz.
-TENSORBOARD_DIR_ENV = "TFDASH_TENSORBOARD_DIR"
-
-# A builtin program's config (JSON) reaches `python -m worker_agent.runtime` in its environment, not its command line.
-PROGRAM_CONFIG_ENV = "TFDASH_PROGRAM_CONFIG"
 METRICS_FLUSH_S = 0.2
 TASK_METRICS = "orchestrator.task_metrics"
 TASK_ARTIFACT = "orchestrator.task_artifact"

@@ -202,7 +202,7 @@ def _int(key: str, value: Any, low: float, high: float) -> int:
 
 
 def _float(key: str, value: Any, bound: Bound) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ConfigError(f"{key} must be a finite number, not {value!r}", key)
     if value < bound.low or value > bound.high or (bound.low_open and value == bound.low):
         low = f"greater than {number_text(bound.low)}" if bound.low_open else f"at least {number_text(bound.low)}"

@@ -5,7 +5,20 @@ role from TF_CONFIG) both follow these, so they are written once, here.
 
 from __future__ import annotations
 
-from enum import StrEnum
+import sys
+from enum import Enum
+
+# Part of the runtime set (worker_agent/supervision/runtime_root.py): it runs in a task environment's interpreter,
+# Python 3.9 at the oldest, where enum has no StrEnum yet.
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:
+
+    class StrEnum(str, Enum):
+        """enum.StrEnum as Python 3.11 has it: members are their values, also in str() and format()."""
+
+        def __str__(self) -> str:
+            return str(self.value)
 
 
 class Strategy(StrEnum):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 
-from contracts.protocol import METRICS_FD_ENV
+from contracts.task_wire import METRICS_FD_ENV
 from worker_agent.runtime.emitter import PHASES, get_emitter
 
 _warned = False

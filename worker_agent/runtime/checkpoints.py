@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from contracts.protocol import JOB_DIR_ENV
+from contracts.task_wire import JOB_DIR_ENV
 
 MODEL_NAME = "model.keras"
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import IO, Any
 
-from contracts.protocol import METRICS_FD_ENV
+from contracts.task_wire import METRICS_FD_ENV
 
 PHASES = ("train", "epoch_end")
 
@@ -116,7 +116,7 @@ def finite_floats(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 def as_float(value: Any) -> float | None:
     """A finite float from a Python number, a NumPy scalar, an eager tensor or a PS RemoteValue; else None."""
-    if value is None or isinstance(value, bool | str):
+    if value is None or isinstance(value, (bool, str)):
         return None
     fetch = getattr(value, "fetch", None)  # tf.distribute RemoteValue: wait for the step that produced it
     try:

@@ -72,7 +72,7 @@ def with_metrics_callback(
     given = args[CALLBACKS_POSITION] if positional else kwargs.get("callbacks")
     if given is None:
         callbacks: list[Any] = []
-    elif isinstance(given, list | tuple):
+    elif isinstance(given, (list, tuple)):
         callbacks = list(given)
     else:  # a CallbackList the user built: leave it alone
         return args, kwargs
@@ -126,7 +126,7 @@ def infer_global_batch(x: Any, batch_size: Any) -> int | None:
             except (TypeError, ValueError):
                 return None
         node = getattr(node, "_input_dataset", None)
-    if x is not None and (hasattr(x, "shape") or isinstance(x, list | tuple | dict)) and not hasattr(x, "element_spec"):
+    if x is not None and (hasattr(x, "shape") or isinstance(x, (list, tuple, dict))) and not hasattr(x, "element_spec"):
         return KERAS_DEFAULT_BATCH  # arrays: Keras batches them by 32 unless told otherwise
     return None
 

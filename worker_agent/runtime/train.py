@@ -24,9 +24,9 @@ from contracts.batching import (
     plan_batches,
     plan_learning_rate,
 )
-from contracts.protocol import PROGRAM_CONFIG_ENV
 from contracts.run_config import ConfigError, RunConfig, parse_config
 from contracts.strategies import Strategy
+from contracts.task_wire import PROGRAM_CONFIG_ENV
 from worker_agent.runtime import checkpoints, data, models
 from worker_agent.runtime.emitter import Emitter, get_emitter
 from worker_agent.runtime.metrics import metrics_callback_class

@@ -116,7 +116,7 @@ def prepare(uids: UidRange | None, workdir: Path, token_file: Path | None, share
 
     check_range(uids)
     secure_workdir(workdir)
-    check_task_can_run(uids, workdir, inherited_env())
+    check_task_can_run(uids, workdir, inherited_env(workdir))
     if token_file is not None:
         info = token_file.stat()
         if info.st_mode & 0o077 or info.st_uid in uids:

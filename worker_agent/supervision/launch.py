@@ -12,9 +12,9 @@ from typing import Any
 
 from contracts import job_env
 from contracts.protocol import LaunchSpec, TaskEventKind
+from worker_agent.supervision.runtime_root import PACKAGE_ROOT, runtime_pythonpath
 
-HOOKS_DIR = Path(__file__).resolve().parent.parent / "hooks"
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # the folder holding `worker_agent`, for `-m worker_agent`
+HOOKS_DIR = Path(__file__).resolve().parent.parent / "hooks"  # the checkout's; tasks get runtime_root.py's copy
 # What a task inherits from the agent's environment: what any process needs (paths, locale, temp, the Python the
 # agent runs), and what TF and the accelerator stack read. Nothing else: the agent's environment may hold its token,
 # the broker URL, a database URL. Even an allowed name is dropped when it names a secret (HF_TOKEN, ...).
@@ -37,7 +37,7 @@ class Refused(Exception):
         self.detail = detail
 
 
-def child_env(spec: LaunchSpec) -> dict[str, str]:
+def child_env(spec: LaunchSpec, workdir: Path) -> dict[str, str]:
     """The allowed part of the agent's environment, plus the task's own variables and device selection."""
     env = {name: value for name, value in os.environ.items() if _inherited(name)}
     env.update(spec.user_env)  # checked by validate(): no reserved name, so nothing below is overridden by it
@@ -56,22 +56,25 @@ def child_env(spec: LaunchSpec) -> dict[str, str]:
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""  # hide any GPU: a CPU task must not grab one
         env["TFDASH_LOGICAL_CPU_DEVICES"] = str(len(spec.devices))
-    env["PYTHONPATH"] = task_pythonpath(env.get("PYTHONPATH", ""))
+    env["PYTHONPATH"] = task_pythonpath(env.get("PYTHONPATH", ""), workdir)
     return env
 
 
-def inherited_env() -> dict[str, str]:
+def inherited_env(workdir: Path) -> dict[str, str]:
     """The allowed part of the agent's environment, with the runtime on the path (what a task's Python needs)."""
     env = {name: value for name, value in os.environ.items() if _inherited(name)}
-    env["PYTHONPATH"] = task_pythonpath(env.get("PYTHONPATH", ""))
+    env["PYTHONPATH"] = task_pythonpath(env.get("PYTHONPATH", ""), workdir)
     return env
 
 
-def task_pythonpath(existing: str) -> str:
-    # hooks/ first so its sitecustomize runs (it chains to any other); the package root last so
-    # `-m worker_agent.runtime` resolves from any cwd without shadowing the user's own modules.
-    paths = [p for p in existing.split(os.pathsep) if p]
-    return os.pathsep.join([str(HOOKS_DIR), *paths, str(PACKAGE_ROOT)])
+def task_pythonpath(existing: str, workdir: Path) -> str:
+    """The runtime set's copy (runtime_root.py: its hooks first, so their sitecustomize runs and chains to any other;
+    then its root, so `-m worker_agent.runtime` and `from worker_agent import report` find it from any cwd), then
+    what the agent's own PYTHONPATH names, less the agent's checkout. A user's script folder comes before all of it
+    (sys.path[0]), so none of it shadows the user's own modules."""
+    ours = {os.path.realpath(PACKAGE_ROOT), os.path.realpath(HOOKS_DIR)}
+    paths = [p for p in existing.split(os.pathsep) if p and os.path.realpath(p) not in ours]
+    return os.pathsep.join([*runtime_pythonpath(workdir), *paths])
 
 
 def _inherited(name: str) -> bool:

@@ -187,7 +187,7 @@ class Workspace:
         mounts: private_tmp.Mounts | None,
     ) -> Prepared:
         argv = program.argv(cwd.path)
-        env = child_env(spec)
+        env = child_env(spec, self.workdir)
         env.update(program.env())
         env[JOB_DIR_ENV] = str(job_dir.path)
         env[TENSORBOARD_DIR_ENV] = str(summaries.path)

@@ -20,7 +20,7 @@ from tests.support.processes import wait_until
 from tests.worker_agent.recording import Recorder
 from tests.worker_agent.supervision.specs import PROGRAMS, free_port, spec_for
 from worker_agent.supervision import programs
-from worker_agent.supervision.launch import HOOKS_DIR, PACKAGE_ROOT
+from worker_agent.supervision.runtime_root import PACKAGE_ROOT, runtime_pythonpath
 
 
 # --- ports ----------------------------------------------------------------------------------------------------------
@@ -143,7 +143,7 @@ def test_a_cpu_task_gets_its_tf_config_and_devices_but_not_the_agent_secrets(sup
     monkeypatch.setenv("REDIS_URL", "redis://:pw@redis:6379/0")
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")  # what TF reads passes
     monkeypatch.setenv("TF_API_TOKEN", "x")  # but never a secret, even under an allowed prefix
-    monkeypatch.setenv("PYTHONPATH", "/opt/existing")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/opt/existing", str(PACKAGE_ROOT)]))
     tf_config = json.dumps({"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 1}})
     spec = spec_for("show_env.py", env={"TF_CONFIG": tf_config}, task_index=1, attempt=2)
 
@@ -159,9 +159,12 @@ def test_a_cpu_task_gets_its_tf_config_and_devices_but_not_the_agent_secrets(sup
     assert env["PYTHONUNBUFFERED"] == "1"
     assert (env["TFDASH_JOB_ID"], env["TFDASH_TASK_ID"]) == (str(spec.job_id), str(spec.task_id))
     assert (env["TFDASH_TASK_TYPE"], env["TFDASH_TASK_INDEX"], env["TFDASH_ATTEMPT"]) == ("worker", "1", "2")
-    assert env["PYTHONPATH"].split(os.pathsep) == [str(HOOKS_DIR), "/opt/existing", str(PACKAGE_ROOT)]
+    # The runtime set's copy under the workdir (hooks, then its root), then the agent's own entries less its checkout.
+    assert env["PYTHONPATH"].split(os.pathsep) == [*runtime_pythonpath(tmp_path / "agent"), "/opt/existing"]
     assert report["cwd"] == str(tmp_path / "agent" / "jobs" / str(spec.job_id) / "worker-1-a2")
     assert report["worker_agent_importable"]
+    root = runtime_pythonpath(tmp_path / "agent")[-1]
+    assert report["worker_agent_origin"] == os.path.join(root, "worker_agent", "__init__.py")  # the copy's, not ours
     assert not report["tensorflow_loaded"]  # one device: the hook imports nothing
 
 

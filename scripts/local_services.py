@@ -151,19 +151,29 @@ def redis_acl_lines(password: str) -> str:
 
 
 class EmbeddedRedis:
-    """Valkey on 127.0.0.1, ACLs on (`default` off; the control plane's user CONTROL_USER, password from
+    """Valkey on 127.0.0.1 (or `bind`), ACLs on (`default` off; the control plane's user CONTROL_USER, password from
     `password_file` or given) and, when `persistent`, an append-only file in `data`."""
 
     def __init__(
-        self, data: Path, port: int, *, password: str = "", password_file: Path | None = None, persistent: bool = True
+        self,
+        data: Path,
+        port: int,
+        *,
+        password: str = "",
+        password_file: Path | None = None,
+        persistent: bool = True,
+        bind: str = "127.0.0.1",
     ) -> None:
         self.data = data
+        # Another address than loopback (a bridge's, for hosts with their own addresses: tests/support/netns.py) is
+        # guarded by the ACLs alone: `default` is off, every user signs in.
+        self.bind = bind
         self.password = password or secret_file(password_file or data.parent / "redis-password")
         self.port = port
         self.persistent = persistent
 
     def url(self, db: str = "0") -> str:
-        return f"redis://{CONTROL_USER}:{self.password}@127.0.0.1:{self.port}/{db}"
+        return f"redis://{CONTROL_USER}:{self.password}@{self.bind}:{self.port}/{db}"
 
     def argv(self) -> list[str]:
         """The server with its settings in a 0600 file: a password on the command line would show in `ps`."""
@@ -181,7 +191,7 @@ class EmbeddedRedis:
         memory = f"maxmemory {REDIS_MAXMEMORY_BYTES}\nmaxmemory-policy {REDIS_MAXMEMORY_POLICY}\n"
         with os.fdopen(fd, "w") as out:
             out.write(
-                f'bind 127.0.0.1\nport {self.port}\nsave ""\n{persistence}{memory}dir {self.data}\n'
+                f'bind {self.bind}\nport {self.port}\nsave ""\n{persistence}{memory}dir {self.data}\n'
                 + redis_acl_lines(self.password)
             )
         return [str(get_binary_path()), str(conf)]

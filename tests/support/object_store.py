@@ -81,7 +81,9 @@ def _wait_http(url: str, timeout: float = 30) -> None:
 
 
 @contextmanager
-def running_store() -> Iterator[ObjectStore]:
+def running_store(address: str = "127.0.0.1") -> Iterator[ObjectStore]:
+    """The store; its gate (what clusters name and presigned URLs point at) listens on `address`, e.g. a bridge's for
+    hosts with addresses of their own (tests/support/netns.py). moto itself stays on loopback, behind the gate."""
     folder = Path(tempfile.mkdtemp(prefix="tfdash-test-store-"))
     secret = secrets.token_urlsafe(30)
     credentials = folder / "credentials"
@@ -96,12 +98,12 @@ def running_store() -> Iterator[ObjectStore]:
         "moto", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(moto_port)], env, ROOT
     )
     gate_argv = [sys.executable, "-m", "tests.support.sigv4_gate", str(gate_port), f"http://127.0.0.1:{moto_port}"]
-    gate = ManagedProcess("sigv4-gate", [*gate_argv, KEY_ID, str(secret_file)], env, ROOT)
+    gate = ManagedProcess("sigv4-gate", [*gate_argv, KEY_ID, str(secret_file), address], env, ROOT)
     try:
         _wait_http(f"http://127.0.0.1:{moto_port}/moto-api/")
-        _wait_http(f"http://127.0.0.1:{gate_port}/")
+        _wait_http(f"http://{address}:{gate_port}/")
         store = ObjectStore(
-            f"http://127.0.0.1:{gate_port}", f"http://127.0.0.1:{moto_port}", BUCKET, credentials, secret
+            f"http://{address}:{gate_port}", f"http://127.0.0.1:{moto_port}", BUCKET, credentials, secret
         )
         store.client().create_bucket(Bucket=BUCKET)
         yield store

@@ -19,9 +19,11 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, bind: str = "127.0.0.1") -> None:
         self.port = port or free_port()
-        self.server = EmbeddedRedis(workdir / "redis", self.port, password=secrets.token_urlsafe(16), persistent=False)
+        self.server = EmbeddedRedis(
+            workdir / "redis", self.port, password=secrets.token_urlsafe(16), persistent=False, bind=bind
+        )
         self.url = self.server.url()  # as the control plane's user
         self.proc: ManagedProcess | None = None
         self.logs: list[str] = []

@@ -104,11 +104,12 @@ class Gate(BaseHTTPRequestHandler):
 
 def main() -> None:
     port, upstream, key_id, secret_file = sys.argv[1:5]
+    address = sys.argv[5] if len(sys.argv) > 5 else "127.0.0.1"  # a bridge's, for hosts of their own (netns.py)
     with open(secret_file) as handle:
         secret = handle.read().strip()
     Gate.upstream = upstream
     Gate.credentials = Credentials(key_id, secret)
-    ThreadingHTTPServer(("127.0.0.1", int(port)), Gate).serve_forever()
+    ThreadingHTTPServer((address, int(port)), Gate).serve_forever()
 
 
 if __name__ == "__main__":

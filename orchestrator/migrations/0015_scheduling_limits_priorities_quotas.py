@@ -16,8 +16,10 @@ STANDARD_CLASSES = (
 def default_classes(apps, schema_editor):
     """low (preemptible), normal (the default), high: what a team starts with; staff change them in the admin."""
     PriorityClass = apps.get_model("orchestrator", "PriorityClass")
+    # The database being migrated, not "default": a second database (the suite's `isolated`) gets its own classes.
+    classes = PriorityClass.objects.using(schema_editor.connection.alias)
     for name, value, preemptible, default, text in STANDARD_CLASSES:
-        PriorityClass.objects.get_or_create(
+        classes.get_or_create(
             name=name, defaults={"value": value, "preemptible": preemptible, "is_default": default, "description": text}
         )
 

@@ -14,10 +14,11 @@ def open_what_gives_no_advantage(apps, schema_editor):
     hole this migration closes. Staff grant it per user or group in the admin (and staff themselves may use any
     class, as they may already move any waiting job to one)."""
     PriorityClass = apps.get_model("orchestrator", "PriorityClass")
-    default = PriorityClass.objects.filter(is_default=True).first()
+    classes = PriorityClass.objects.using(schema_editor.connection.alias)  # the database being migrated
+    default = classes.filter(is_default=True).first()
     # A job with no class counts as the default's value, or 0 where none is the default (control/queueing.py).
     bar = default.value if default is not None else 0
-    PriorityClass.objects.filter(models.Q(is_default=True) | models.Q(value__lte=bar)).update(open_to_all=True)
+    classes.filter(models.Q(is_default=True) | models.Q(value__lte=bar)).update(open_to_all=True)
 
 
 class Migration(migrations.Migration):

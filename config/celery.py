@@ -10,6 +10,7 @@ from celery import Celery, signals
 
 from celery_steps.wakeup import keep_consumer_awake
 from contracts.protocol import ORCHESTRATOR_QUEUE
+from orchestrator.leases.queue_gate import SchedulerLeaseGate
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -20,6 +21,8 @@ app.autodiscover_tasks(["orchestrator"])
 # The worker runs a thread pool (--pool threads): without this its consumer takes new messages only every 10 s once its
 # prefetch count is reached (celery_steps/wakeup.py).
 keep_consumer_awake(app)
+# One scheduler acts however many run: a worker of the scheduler queue consumes it only while it holds the lease.
+app.steps["consumer"].add(SchedulerLeaseGate)
 
 
 def _require_control_key(sender: Any = None, **kwargs: Any) -> None:

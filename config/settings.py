@@ -184,6 +184,8 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # worker died mid-way goes back to the queue. Handlers are idempotent, so a redelivery changes nothing.
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# Beat sends only while its process holds the `beat` lease (orchestrator/leases/beat.py): two beats never both send.
+CELERY_BEAT_SCHEDULER = "orchestrator.leases.beat:LeasedScheduler"
 # A message taken by a worker that then vanished comes back after this long (Kombu's default is an hour); a restarted
 # orchestrator takes its own back at once (orchestrator/tasks.py). No handler runs anywhere near this long.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("TFDASH_REDELIVER_AFTER_S", 300)}
@@ -247,6 +249,20 @@ TFDASH_SCHEDULE_INTERVAL_S = env_float("TFDASH_SCHEDULE_INTERVAL_S", 3.0)
 # What one user, job or task may hold (orchestrator/limits.py reads them; README "Limits" lists them). Each is a
 # positive number: a deployment that wants more raises it, there is no "unlimited".
 # Queued + running (not yet ended) jobs one user may have; a submission past it is refused, staff included.
+# Leases of the single actors (orchestrator/leases/: one beat and one scheduler act, however many control planes run),
+# Kubernetes' leader-election defaults: a lease lasts 15 s from its last renewal (the database's clock); its holder
+# tries to renew every 2 s and stops acting once 10 s passed without a renewal (before anyone can take it over); a
+# standby tries every 2 s. A holder that dies is replaced within LEASE + RETRY (17 s); a clean stop hands it over at
+# the standby's next try. Shorter leases fail over sooner but take a stall of the holder (a long pause, a slow
+# database) for a death.
+TFDASH_LEASE_S = env_float("TFDASH_LEASE_S", 15.0)
+TFDASH_LEASE_RENEW_DEADLINE_S = env_float("TFDASH_LEASE_RENEW_DEADLINE_S", 10.0)
+TFDASH_LEASE_RETRY_S = env_float("TFDASH_LEASE_RETRY_S", 2.0)
+if not 0 < TFDASH_LEASE_RETRY_S < TFDASH_LEASE_RENEW_DEADLINE_S < TFDASH_LEASE_S <= 3600:
+    raise EnvError(
+        "the lease settings must keep 0 < TFDASH_LEASE_RETRY_S < TFDASH_LEASE_RENEW_DEADLINE_S < TFDASH_LEASE_S "
+        f"<= 3600 (now {TFDASH_LEASE_RETRY_S}, {TFDASH_LEASE_RENEW_DEADLINE_S}, {TFDASH_LEASE_S})"
+    )
 TFDASH_MAX_ACTIVE_JOBS_PER_USER = env_int("TFDASH_MAX_ACTIVE_JOBS_PER_USER", 20, minimum=1)
 # Output one task attempt may store (UTF-8 bytes, a newline per line); later lines are dropped after one marker line.
 TFDASH_MAX_LOG_BYTES_PER_TASK = env_int("TFDASH_MAX_LOG_BYTES_PER_TASK", 64 * 1024 * 1024, minimum=1)

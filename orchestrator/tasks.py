@@ -15,6 +15,7 @@ from typing import Any
 import kombu.exceptions
 import kombu.utils.json
 import redis
+from celery.exceptions import Reject
 from celery.signals import worker_ready, worker_shutting_down
 from django.conf import settings
 from django.db import close_old_connections
@@ -27,6 +28,7 @@ from orchestrator.agents import events, heartbeats, liveness, relay, reports
 from orchestrator.control import dispatch, experiments, lifecycle, passes, scheduling
 from orchestrator.control.scheduling import WAITING_STATES
 from orchestrator.identity import broker_users
+from orchestrator.leases.queue_gate import may_schedule
 from orchestrator.metrics import rollups as point_rollups
 from orchestrator.models import Job
 from orchestrator.outages import TRANSIENT
@@ -102,6 +104,8 @@ def launch(task_ids: Any) -> None:
 
 @entry(passes.SCHEDULE)
 def schedule(cluster_id: int) -> None:
+    if not may_schedule():  # taken before this worker lost the scheduler lease: the holder's to run
+        raise Reject("this worker does not hold the scheduler lease", requeue=True)
     # A pass follows every job's end: the next run of a one-after-another experiment is submitted first.
     experiments.advance_all(cluster_id)
     scheduling.schedule_cluster(cluster_id, wait=False)

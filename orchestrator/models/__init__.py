@@ -22,6 +22,7 @@ from orchestrator.models.jobs import (
     TaskType,
 )
 from orchestrator.models.queueing import JobEvent, PriorityClass, Quota
+from orchestrator.models.leases import ControlLease
 from orchestrator.models.webhooks import DeliveryState, JobStateChange, Webhook, WebhookDelivery
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "ApiToken",
     "Cluster",
     "DeliveryState",
+    "ControlLease",
     "Experiment",
     "ExperimentMode",
     "Host",

@@ -29,6 +29,7 @@ from orchestrator.agents import reconcile
 from orchestrator.agents.reports import REPORT_LAG
 from orchestrator.control import scheduling
 from orchestrator.identity import auth, foreign
+from orchestrator.leases import store as leases
 from orchestrator.metrics import stream as metrics_stream
 from orchestrator.models import Cluster, Host, HostStatus, Job, JobState
 
@@ -56,6 +57,7 @@ class Rows:
     hosts: dict[tuple[str, str], int] = field(default_factory=dict)  # (cluster, status) -> count
     heartbeat_age: list[tuple[str, str, float]] = field(default_factory=list)  # (cluster, host, seconds)
     host_names: list[str] = field(default_factory=list)
+    leases: list[leases.Held] = field(default_factory=list)
 
 
 def read_rows() -> Rows:
@@ -81,6 +83,7 @@ def read_rows() -> Rows:
             rows.host_names.append(name)
             if last is not None:
                 rows.heartbeat_age.append((cluster, name, max(0.0, (now - last).total_seconds())))
+        rows.leases = leases.read_all()
     return rows
 
 
@@ -172,6 +175,24 @@ def _row_families(rows: Rows) -> Iterator[Metric]:
     for cluster, host, seconds in rows.heartbeat_age:
         age.add_metric([cluster, host], seconds)
     yield age
+    # Who acts as the single beat and scheduler (orchestrator/leases/): a series per live holder, none when it lapsed.
+    holder = GaugeMetricFamily(
+        "tfdash_lease_holder", "1 for the process that holds the lease now", labels=["lease", "holder"]
+    )
+    left = GaugeMetricFamily(
+        "tfdash_lease_expires_in_seconds",
+        "time until the lease lapses unless renewed (negative: lapsed)",
+        labels=["lease"],
+    )
+    moves = CounterMetricFamily("tfdash_lease_transitions", "times the lease changed hands", labels=["lease"])
+    for lease in rows.leases:
+        if lease.live:
+            holder.add_metric([lease.name, lease.holder], 1)
+        left.add_metric([lease.name], (lease.expires_at - lease.now).total_seconds())
+        moves.add_metric([lease.name], lease.transitions)
+    yield holder
+    yield left
+    yield moves
 
 
 def _redis_families(readings: Readings) -> Iterator[Metric]:

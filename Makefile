@@ -1,7 +1,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint format install
+.PHONY: run test lint format install dist
 
 run: $(VENV)/.installed
 	$(PY) scripts/run_local.py
@@ -24,3 +24,8 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	bash scripts/install.sh
+
+# The agent's and the CLI's wheels (agent/pyproject.toml, client/pyproject.toml) into dist/, for hosts and laptops
+# that install them without a checkout: `pip install dist/tfdash_agent-*.whl`.
+dist: $(VENV)/.installed
+	$(PY) -m pip wheel --no-deps --wheel-dir dist ./agent ./client

@@ -140,6 +140,10 @@ REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 # plane does (compose: `redis`); default REDIS_URL. Any user and password in it are dropped: an agent signs in as its
 # host's own Redis user (contracts/broker.py).
 TFDASH_AGENT_SERVER_URL = env_str("TFDASH_AGENT_SERVER_URL", "")
+# What a joining agent is told besides (orchestrator/agents/join.py): the uid range its tasks run under when it runs
+# as root ("A-B", used by no account of the hosts; empty: none), and its heartbeat interval in seconds.
+TFDASH_AGENT_TASK_UIDS = env_str("TFDASH_AGENT_TASK_UIDS", "")
+TFDASH_AGENT_HEARTBEAT_S = env_float("TFDASH_AGENT_HEARTBEAT_S", 3.0)
 
 # Shared by every web process: sign-in failure counts and API throttles (orchestrator/api/signin_limit.py).
 CACHES = {

@@ -9,9 +9,17 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-try:
-    __version__ = version("tfdash")
-except PackageNotFoundError:  # running from a checkout that was never installed
-    __version__ = "0.0.0+checkout"
-
 from worker_agent.report import report as report  # public: `from worker_agent import report`
+
+
+def _version() -> str:
+    # The agent's own distribution (agent/pyproject.toml) on a host, the product's (which ships it too) elsewhere.
+    for distribution in ("tfdash-agent", "tfdash"):
+        try:
+            return version(distribution)
+        except PackageNotFoundError:
+            continue
+    return "0.0.0+checkout"  # running from a checkout that was never installed
+
+
+__version__ = _version()

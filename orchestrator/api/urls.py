@@ -4,6 +4,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
+from orchestrator.api.agent_views import AgentJoinView
 from orchestrator.api.experiment_views import ExperimentViewSet
 from orchestrator.api.job_views import JobViewSet
 from orchestrator.api.priority_views import PriorityClassesView
@@ -25,6 +26,7 @@ urlpatterns = [
     path("token/", TokenView.as_view(), name="api-token"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("priority-classes/", PriorityClassesView.as_view(), name="priority-classes"),
+    path("agents/join/", AgentJoinView.as_view(), name="agent-join"),
     path("clusters/<int:cluster_pk>/hosts/", host_list, name="cluster-hosts"),
     path("clusters/<int:cluster_pk>/hosts/<int:pk>/", host_detail, name="cluster-host-detail"),
     path("", include(router.urls)),

@@ -29,9 +29,10 @@ from contracts.protocol import (
     LaunchSpec,
     ProgramSpec,
     agent_queue,
+    launch_body_for,
 )
 from contracts.run_config import script_env
-from contracts.signing import sign_order
+from contracts.signing import WIRE_VERSION, sign_order
 from contracts.strategies import Strategy
 from orchestrator import broker_sends, storage
 from orchestrator.broker_sends import BROKER_ERRORS
@@ -143,7 +144,7 @@ def launch_tasks(task_ids: list[int]) -> None:
             if job.pk not in programs:
                 programs[job.pk] = program_spec(job)
             spec = launch_spec(task, env, programs[job.pk], stores.urls(task))
-            _send(AGENT_LAUNCH, launch_body(spec), task.host.name, producer)
+            _send(AGENT_LAUNCH, launch_body(spec), task.host, producer)
 
 
 class _Stores:
@@ -177,14 +178,14 @@ def kill_tasks(tasks: list[Task], reason: str, *, stamp: bool = True) -> None:
         _stamp(tasks)
     for task in tasks:
         order = KillOrder(job_id=task.job_id, task_id=task.pk, attempt=task.attempt, reason=reason)
-        _send(AGENT_KILL, asdict(order), task.host.name)
+        _send(AGENT_KILL, asdict(order), task.host)
 
 
 def acknowledge_exits(host: Host, keys: list[tuple[int, int]]) -> None:
     """Tell the agent these exits are stored, so its heartbeat stops carrying them."""
     if keys:
         body = {"exits": [list(key) for key in keys]}
-        _send(AGENT_ACK_EXITS, body, host.name)
+        _send(AGENT_ACK_EXITS, body, host)
 
 
 @contextmanager
@@ -220,12 +221,17 @@ def _batched(producer: Any) -> Iterator[None]:
         log.warning("could not send a batch of orders (they will be sent again): %r", exc)
 
 
-def _send(order: str, body: dict[str, Any], host: str, producer: Any = None) -> None:
-    message = sign_order(control_private_key(), host, order, body)
+def _send(order: str, body: dict[str, Any], host: Host, producer: Any = None) -> None:
+    # In the protocol the host's agent speaks (one behind while a fleet is upgraded: docs/upgrade.md), with only the
+    # launch-spec keys it knows; a host not heard from yet gets the current protocol.
+    protocol = host.agent_protocol or WIRE_VERSION
+    if order == AGENT_LAUNCH:
+        body = launch_body_for(body, protocol)
+    message = sign_order(control_private_key(), host.name, order, body, protocol=protocol)
     try:
-        broker_sends.send(order, [message], agent_queue(host), producer)
+        broker_sends.send(order, [message], agent_queue(host.name), producer)
     except BROKER_ERRORS as exc:  # stamped already: the heartbeat's convergence sends it again
-        log.warning("could not send %s to %s (it will be sent again): %r", order, host, exc)
+        log.warning("could not send %s to %s (it will be sent again): %r", order, host.name, exc)
 
 
 def _stamp(tasks: list[Task]) -> None:

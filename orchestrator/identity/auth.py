@@ -106,11 +106,33 @@ def authenticate(
             opened = signing.open_sealed(payload, key, name, **bounds)
         if check_nonce and _nonces().exists(_nonce_key(opened)):
             raise _replayed(opened)
+    except signing.UnsupportedProtocol as refused:
+        # Sealed by the host's own key: it is the host's agent, in a protocol this side does not speak.
+        note_refused(name, refused)
+        if host is not None:
+            _note_protocol(host, None, refused.explain())
+        return None
     except signing.Refused as refused:
         note_refused(name, refused)
         return None
     assert host is not None  # a key was found, so was its host
+    _note_protocol(host, opened.protocol, "")
     return Accepted(host, opened)
+
+
+def _note_protocol(host: Host, protocol: int | None, refusal: str) -> None:
+    """Keep the host's row saying which protocol its agent speaks (None: leave it) and why its messages are refused
+    (""): a write only when that changes, i.e. when its agent is upgraded or replaced."""
+    fields: dict[str, Any] = {"agent_refusal": refusal}
+    if protocol is not None:
+        fields["agent_protocol"] = protocol
+    if all(getattr(host, field) == value for field, value in fields.items()):
+        return
+    Host.objects.filter(pk=host.pk).update(**fields)
+    for field, value in fields.items():  # a cached row (the metric ingest's lookups) need not write it again
+        setattr(host, field, value)
+    if refusal:
+        log.error("host %s: %s", host.name, refusal)
 
 
 def _replayed(message: signing.Opened) -> signing.Refused:

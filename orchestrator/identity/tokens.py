@@ -9,6 +9,7 @@ Tokens are 256 random bits, so no password stretching is needed.
 from __future__ import annotations
 
 import secrets
+import shlex
 
 from django.db import transaction
 
@@ -78,3 +79,22 @@ def agent_command(host: Host, server: str, token_file: str = "tfdash-agent.token
         f"{host.port_min}-{host.port_max}",
         *shared,
     ]
+
+
+# Where the docs' systemd unit reads them (docs/admin/add-a-machine.md): a root agent's files.
+TOKEN_PATH = "/etc/tfdash-agent/token"  # noqa: S105 - a file name, not a secret
+
+
+def agent_commands(host: Host, url: str, token_file: str = TOKEN_PATH) -> dict[str, str]:
+    """The commands that put this host's agent in service from its own distribution (agent/pyproject.toml), each a
+    shell line: `install` it (a checkout's ./agent, or the wheel `make dist` builds), `join` this control plane at
+    `url` (asks for the host's configuration, sealed with its token, which never travels, and writes it once; the
+    control key is pinned by the command, so the answer cannot swap it), then `run` it. None holds the token: it
+    goes into `token_file` (mode 0600)."""
+    join = ["tfdash-agent", "join", url, "--host", host.name, "--token-file", token_file]
+    join += ["--control-key", keys.control_public_key()]
+    return {
+        "install": "python3 -m pip install ./agent",
+        "join": shlex.join(join),
+        "run": "tfdash-agent run",
+    }

@@ -169,6 +169,12 @@ class Host(models.Model):
     agent_hostname = models.CharField(max_length=255, blank=True)
     agent_pid = models.PositiveIntegerField(null=True, blank=True)
     agent_started_at = models.DateTimeField(null=True, blank=True)
+    # The wire protocol its agent speaks (contracts/signing.py), from its last accepted message: orders to it are
+    # signed in it and carry only what it knows (orchestrator/control/dispatch.py). Null: no message yet.
+    agent_protocol = models.PositiveSmallIntegerField(null=True, blank=True)
+    # Why its agent's messages are refused though genuine (an agent too old, or newer than this control plane:
+    # contracts/signing.py UnsupportedProtocol); cleared by its next accepted message. The host's page shows it.
+    agent_refusal = models.CharField(max_length=300, blank=True)
     # The sealed time (the agent's clock) of the report the facts above came from: an older report, late or
     # replayed, does not replace them (record_heartbeat).
     facts_at = models.FloatField(null=True, blank=True)

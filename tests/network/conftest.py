@@ -235,11 +235,14 @@ def netns_cluster(
             cluster.agents[name] = _start_agent(
                 network, host, name, body["agent_token"], body["agent_command"], folders
             )
-        wait_until(
-            lambda: Host.objects.using(DB).filter(status=HostStatus.ONLINE).count() == n,
-            timeout=120,
-            what=f"{n} hosts online\n{cluster.agent_said()}",
-        )
+        try:
+            wait_until(
+                lambda: Host.objects.using(DB).filter(status=HostStatus.ONLINE).count() == n,
+                120,
+                what=f"{n} hosts online",
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{cluster.agent_said()}") from None
         return cluster
 
     yield make

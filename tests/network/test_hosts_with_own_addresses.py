@@ -44,6 +44,14 @@ def wait_for_job(cluster: NetnsCluster, job_id: int, states: tuple[str, ...] = F
         raise AssertionError(f"{exc}\n{cluster.agent_said()}\n{cluster.plane.said('error|warn')}") from None
 
 
+def why(cluster: NetnsCluster, job: Job) -> str:
+    """A failed job's reason, its tasks' last lines and what the agents said, for a failure's message."""
+    tasks = Task.objects.using(DB).filter(job=job).select_related("host")
+    tails = [f"--- {t.type} {t.index} on {t.host.name if t.host else '-'} ({t.attempt}):\n{log_text(t.pk)[-2500:]}"
+             for t in tasks]  # fmt: skip
+    return "\n".join([job.reason, *tails, cluster.agent_said("error|warn|refus")])
+
+
 def log_text(task_id: int) -> str:
     return "\n".join(Task.objects.using(DB).get(pk=task_id).log_lines.order_by("seq").values_list("text", flat=True))
 
@@ -89,7 +97,7 @@ def test_multi_worker_mirrored_across_two_hosts_with_their_own_addresses(netns_c
     job_id = submit(cluster, "multi_worker_mirrored", config, workers=2, devices_per_worker=1)
     job = wait_for_job(cluster, job_id)
 
-    assert job.state == "succeeded", (job.reason, cluster.agent_said())
+    assert job.state == "succeeded", why(cluster, job)
     tasks = tasks_of(cluster, job_id)
     assert {(t["type"], t["index"]) for t in tasks} == {("worker", 0), ("worker", 1)}
     assert {t["host"] for t in tasks} == {"n0", "n1"}  # one worker per machine: they talked gRPC over the bridge
@@ -105,7 +113,7 @@ def test_parameter_server_with_chief_workers_and_ps_across_hosts(netns_cluster) 
     job_id = submit(cluster, "parameter_server", config, workers=2, ps=1, devices_per_worker=1)
     job = wait_for_job(cluster, job_id)
 
-    assert job.state == "succeeded", (job.reason, cluster.agent_said())
+    assert job.state == "succeeded", why(cluster, job)
     tasks = tasks_of(cluster, job_id)
     assert {(t["type"], t["index"]) for t in tasks} == {("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)}
     assert len({t["host"] for t in tasks}) >= 2, tasks
@@ -135,7 +143,7 @@ def test_a_host_whose_cable_is_pulled_goes_offline_and_the_gang_restarts_on_the_
         what=f"{victim} marked offline",
     )
     job = wait_for_job(cluster, job_id)
-    assert job.state == "succeeded", (job.reason, cluster.agent_said())
+    assert job.state == "succeeded", why(cluster, job)
     assert job.attempt == 2 and job.restart_reason.startswith(f"host {victim} went offline"), job.restart_reason
     second = tasks_of(cluster, job_id)
     assert {(t["type"], t["index"]) for t in second} == {("worker", 0), ("worker", 1)}

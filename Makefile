@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 .PHONY: run test lint format install dist
 
 run: $(VENV)/.installed
-	$(PY) scripts/run_local.py
+	$(PY) scripts/run_local.py --exit-with-parent
 
 # PostgreSQL and Redis: DATABASE_URL / REDIS_URL when set; else the local PostgreSQL on 5432 when it answers, else an
 # embedded one, and a Redis of the session's own (tests/settings.py), as `make run` does.

@@ -3,8 +3,14 @@
 
 Starts (or reuses) PostgreSQL and Redis (scripts/local_services.py), migrates, makes sure an admin exists, registers
 a local cluster of agents, then starts the web server, the orchestrator (Celery worker + beat), the metrics ingest and
-one agent per local host, each in its own process group.
-Their output goes to var/log/<name>.log; this script prints only what a person needs.
+one agent per local host, each in a session of its own. Their output goes to var/log/<name>.log; this script prints
+only what a person needs.
+
+None of them outlives this script, SIGKILL included: each is started through scripts/tether.py (the kernel's
+parent-death signal; a guard that stays to take along what a process with children of its own leaves, an agent's TF
+processes included). And one var/ folder has one `make run` at a time: a second one refuses at once, naming the pid
+that holds it (scripts/var_lock.py). `--exit-with-parent` (what `make run` passes) stops it when its parent (make)
+dies.
 
 A child that exits is started again after a pause (`Backoff`: 1 s, doubling to 30 s while it keeps failing, 1 s again
 once it ran a minute), and the line says so; one crash never stops the rest. Ctrl-C or SIGTERM stops everything.
@@ -31,6 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(1, str(ROOT))
 
+import tether  # noqa: E402 - after the path
+import var_lock  # noqa: E402 - after the path
 from local_services import (  # noqa: E402 - after the path
     EmbeddedPostgres,
     EmbeddedRedis,
@@ -50,7 +58,10 @@ NOT_FOR_AGENTS = frozenset(
 )  # fmt: skip
 TASK_UIDS_ENV = "TFDASH_TASK_UIDS"  # set it (even empty) to choose the local agents' task uids yourself
 LOCAL_TASK_UIDS = "20000-29999"
-GRACE_S = 10.0
+GRACE_S = 10.0  # from SIGTERM to SIGKILL, on Ctrl-C and in a guard whose `make run` died
+# A guard SIGKILLs what is left GRACE_S after SIGTERM; this script SIGKILLs a guard (its last resort) this much later.
+GUARD_MARGIN_S = 5.0
+TETHER = ROOT / "scripts" / "tether.py"
 # The scheduler's session runs at this CPU nice where allowed (session_nice): a pass is one thread the whole fleet
 # waits on, using a few percent of a core between passes, and on a machine the rest of the control plane fills it
 # waited for a core a third of its time (README, Sizing).
@@ -73,14 +84,32 @@ class Backoff:
         return pause
 
 
+def tethered(argv: list[str], name: str, *, childless: bool, hold_fd: int | None = None) -> list[str]:
+    """`argv` started through scripts/tether.py, so that it ends when this process does, SIGKILL included.
+
+    `childless`: a program that starts no process of its own is exec'ed in place (SIGKILL when this process dies).
+    Any other gets a guard that stays its parent: SIGTERM, then SIGKILL after GRACE_S to everything below it, however
+    it got there (an agent's TF processes run in sessions of their own and ignore SIGTERM; celery -B forks beat;
+    PostgreSQL its backends). `hold_fd`: the var/ lock, kept by a guard until its processes are gone."""
+    if sys.platform != "linux":  # prctl is Linux's: elsewhere, started as before, without that guarantee
+        return argv
+    line = [PY, "-I", str(TETHER), "--parent", str(os.getpid()), "--name", name]
+    if not childless:
+        line += ["--guard", "--grace", f"{GRACE_S:g}"]
+        if hold_fd is not None:
+            line += ["--hold-fd", str(hold_fd)]
+    return [*line, "--", *argv]
+
+
 class Child:
     def __init__(
         self, name: str, argv: list[str], env: dict[str, str], log_dir: Path, *, nice: int | None = None,
-        **options: Any,
+        childless: bool = False, hold_fd: int | None = None, **options: Any,
     ) -> None:  # fmt: skip
         self.name = name
         self.argv, self.env, self.options = argv, env, options
         self.nice = nice  # its session's CPU nice (session_nice), when given
+        self.childless, self.hold_fd = childless, hold_fd  # how it is tethered to this process (tethered())
         self.log_path = log_dir / f"{name}.log"
         self.log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 - the child writes to it until stop()
         self.backoff = Backoff()
@@ -90,9 +119,13 @@ class Child:
     def _spawn(self) -> subprocess.Popen[bytes]:
         self.started_at = time.monotonic()
         # Own session: Ctrl-C in the terminal reaches only this script, which then stops children in order.
+        # Tethered: it cannot outlive this script, and an exec wrapper arms that, not a preexec_fn.
+        argv = tethered(self.argv, self.name, childless=self.childless, hold_fd=self.hold_fd)
+        guarded = not self.childless and argv is not self.argv  # (not tethered at all where there is no prctl)
+        pass_fds = (self.hold_fd,) if self.hold_fd is not None and guarded else ()
         proc = subprocess.Popen(
-            self.argv, cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-            **self.options,
+            argv, cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            pass_fds=pass_fds, **self.options,
         )  # fmt: skip
         if self.nice is not None:
             session_nice(proc.pid, self.nice)
@@ -108,6 +141,8 @@ class Child:
             os.killpg(self.proc.pid, sig)
 
     def stop(self, deadline: float) -> None:
+        """Wait for it to end after SIGTERM until `deadline`, then SIGKILL its group. A guard SIGKILLs what is below
+        it GRACE_S after SIGTERM by itself: the deadline leaves it GUARD_MARGIN_S for that (stop_all)."""
         try:
             self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -160,14 +195,15 @@ class Children:
     """The processes `make run` started: one that exits is started again after its backoff (and that is said), all
     of them are stopped at the end."""
 
-    def __init__(self, log_dir: Path, say: Callable[[str], None]) -> None:
+    def __init__(self, log_dir: Path, say: Callable[[str], None], hold_fd: int | None = None) -> None:
         self.log_dir = log_dir
         self.say = say
+        self.hold_fd = hold_fd  # the var/ lock, which every guard keeps too (tethered())
         self.all: list[Child] = []
         self.stopping = False
 
     def start(self, name: str, argv: list[str], env: dict[str, str], **options: Any) -> Child:
-        child = Child(name, argv, env, self.log_dir, **options)
+        child = Child(name, argv, env, self.log_dir, hold_fd=self.hold_fd, **options)
         self.all.append(child)
         return child
 
@@ -193,7 +229,7 @@ class Children:
         self.stopping = True
         for child in reversed(self.all):
             child.signal(signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_S
+        deadline = time.monotonic() + GRACE_S + GUARD_MARGIN_S
         for child in reversed(self.all):
             child.stop(deadline)
 
@@ -201,11 +237,13 @@ class Children:
 class Stack:
     def __init__(self) -> None:
         self.var = Path(os.environ.get("TFDASH_VAR_DIR", ROOT / "var"))
+        # Before anything is started or written: a second run on this folder stops here, naming the first.
+        self.lock = var_lock.hold(self.var)
         self.logs = self.var / "log"
         # Logs may name hosts, paths and jobs: readable by the operator (and root) alone.
         self.logs.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.logs.chmod(0o700)
-        self.children = Children(self.logs, self.say)
+        self.children = Children(self.logs, self.say, self.lock.fileno())
         self.env = dict(os.environ)
         self.env.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
         self.env["PYTHONUNBUFFERED"] = "1"
@@ -227,8 +265,9 @@ class Stack:
 
     def manage(self, *args: str) -> str:
         result = subprocess.run(
-            [PY, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, check=False
-        )
+            tethered([PY, "manage.py", *args], f"manage.py {args[0]}", childless=True),
+            cwd=ROOT, env=self.env, capture_output=True, text=True, check=False,
+        )  # fmt: skip
         if result.returncode != 0:
             raise SystemExit(f"manage.py {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
         return result.stdout
@@ -329,7 +368,7 @@ class Stack:
             )
         )
 
-        self.start("web", [PY, "-m", "daphne", "-b", bind, "-p", str(port), "config.asgi:application"])
+        self.start("web", [PY, "-m", "daphne", "-b", bind, "-p", str(port), "config.asgi:application"], childless=True)
         self.start(
             "orchestrator",
             [PY, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B", "--pool", "threads",
@@ -344,7 +383,7 @@ class Stack:
             [PY, "-m", "celery", "-A", "config", "worker", "-Q", "scheduler", "--pool", "threads", "-c", "1",
              "--without-gossip", "--without-mingle", "--without-heartbeat",
              "-l", "INFO", "--hostname", "scheduler@%h"],
-            nice=SCHEDULER_NICE,
+            nice=SCHEDULER_NICE, childless=True,  # a thread pool: no process of its own
         )  # fmt: skip
         # Webhook deliveries in a worker of their own: a slow receiver holds none of the orchestrator's threads (one
         # sweep at a time, its POSTs in a bounded pool of their own: orchestrator/webhooks/delivering.py).
@@ -353,9 +392,10 @@ class Stack:
             [PY, "-m", "celery", "-A", "config", "worker", "-Q", "webhooks", "--pool", "threads", "-c", "1",
              "--without-gossip", "--without-mingle", "--without-heartbeat",
              "-l", "INFO", "--hostname", "webhooks@%h"],
+            childless=True,
         )  # fmt: skip
         # The one consumer of the metric stream (point ids then grow in commit order).
-        self.start("ingest", [PY, "manage.py", "ingest_metrics"])
+        self.start("ingest", [PY, "manage.py", "ingest_metrics"], childless=True)
         agent_env = self.agent_env()
         shared = self.var / "shared"  # the local cluster's shared folder: the agents make job folders only there
         shared.mkdir(exist_ok=True)
@@ -379,13 +419,33 @@ class Stack:
             time.sleep(0.5)
 
 
-def main() -> int:
-    stack = Stack()
+def exit_with_parent() -> None:
+    """Stop (SIGTERM: the same orderly stop as Ctrl-C) when the parent dies, `make` SIGKILLed included: `make run`
+    passes --exit-with-parent. Not by default: a run started from a shell that then exits (nohup) keeps running."""
+    parent = os.getppid()
+    if sys.platform == "linux" and (parent == 1 or not tether.bind_to_parent(parent, signal.SIGTERM)):
+        raise SystemExit("the process that started this one is gone: not starting")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args not in ([], ["--exit-with-parent"]):
+        print(f"usage: {sys.argv[0]} [--exit-with-parent]", file=sys.stderr)
+        return 2
 
     def on_signal(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
+    try:
+        if args:
+            exit_with_parent()
+        stack = Stack()
+    except SystemExit as exc:  # nothing started yet: a var/ in use, or a parent already gone
+        print(f"[run] {exc.code}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:  # stopped before anything started
+        return 1
     code = 0
     try:
         stack.run()

@@ -2,17 +2,21 @@
 
 It must start an embedded PostgreSQL and an embedded Redis, migrate, create the admin, register two local hosts, and
 within 60 s of the web answering show both hosts online with CPU count and memory; start a part that died again (and
-say so) without touching the others; and SIGTERM must stop every process it started. The supervising part
-(`Children`, `Backoff`) is also tested alone, with real child processes.
+say so) without touching the others; and SIGTERM must stop every process it started. SIGKILLed (its python, or the
+`make` of `make run`), nothing it started may outlive it; and while it runs, a second one on its var/ refuses at once,
+naming its pid. The supervising part (`Children`, `Backoff`) is also tested alone, with real child processes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import stat
+import subprocess
 import sys
 import time
 
@@ -44,15 +48,19 @@ def cmdline(process: psutil.Process) -> list[str]:
         return []
 
 
+def program(process: psutil.Process) -> bool:
+    """One of make run's programs, not a guard (scripts/tether.py) that stays between it and make run."""
+    return not any(arg.endswith("scripts/tether.py") for arg in cmdline(process))
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
-def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
-    port, redis_port, pg_port = free_port(), free_port(), free_port()
-    env = {
+def quick_start_env(open_tmp, port: int, redis_port: int, pg_port: int) -> dict[str, str]:
+    return {
         # No DATABASE_URL: the embedded PostgreSQL must start; no SECRET_KEY, DEBUG, control key or task uids: make run
         # brings its own.
         **{k: v for k, v in os.environ.items() if k not in OWN_SETTINGS},
@@ -64,6 +72,11 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
         "DJANGO_SUPERUSER_PASSWORD": "quick-start-pw-1",
         "DJANGO_SETTINGS_MODULE": "config.settings",
     }
+
+
+def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
+    port, redis_port, pg_port = free_port(), free_port(), free_port()
+    env = quick_start_env(open_tmp, port, redis_port, pg_port)
     run = ManagedProcess("run_local", [sys.executable, "scripts/run_local.py"], env, cwd=ROOT)
     children: list[psutil.Process] = []
     try:
@@ -72,12 +85,13 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
         run.wait_for_line(rf"tfdash is up: http://127.0.0.1:{port}/", timeout=120)
         up_at = time.monotonic()
         children = psutil.Process(run.pid).children(recursive=True)
-        assert len(children) >= 9  # postgres, redis, web, orchestrator, scheduler, webhooks, ingest, two agents
-        workers = [" ".join(cmdline(c)) for c in children if "celery" in " ".join(cmdline(c))]
+        programs = [c for c in children if program(c)]
+        assert len(programs) >= 9  # postgres, redis, web, orchestrator, scheduler, webhooks, ingest, two agents
+        workers = [" ".join(cmdline(c)) for c in programs if "celery" in " ".join(cmdline(c))]
         assert any("-Q scheduler " in argv for argv in workers), workers  # passes in a worker of their own
         assert any("-Q webhooks " in argv for argv in workers), workers  # and webhook deliveries
         if CAN_RAISE_SESSIONS:  # and first in line for a core
-            scheduler = next(c for c in children if "scheduler@" in " ".join(cmdline(c)))
+            scheduler = next(c for c in programs if "scheduler@" in " ".join(cmdline(c)))
             assert session_nice_of(scheduler.pid) == SCHEDULER_NICE
 
         api = requests.Session()
@@ -112,8 +126,10 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
         # environment.
         secret_key, postgres_pw = ((var / name).read_text().strip() for name in ("secret-key", "postgres-password"))
         redis_pw = (var / "redis-password").read_text().strip()
-        agents = [c for c in children if "worker_agent" in cmdline(c)]
+        agents = [c for c in programs if "worker_agent" in cmdline(c)]
         assert len(agents) == 2
+        for guard in (agent.parent() for agent in agents):  # a guard passed the token on and kept no copy
+            assert not program(guard) and guard.environ() == {}
         for agent in agents:
             environ = agent.environ()
             assert not [s for s in (secret_key, postgres_pw, redis_pw) if s in " ".join(agent.cmdline())]
@@ -124,9 +140,9 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
         if os.geteuid() == 0:
             assert "tasks run under a uid of their own job (20000-29999)" in run.output()
 
-        # One part dies (the orchestrator, SIGKILL): it alone is started again, and the line says so.
-        orchestrator = next(c for c in children if "orchestrator@" in " ".join(cmdline(c)))
-        os.killpg(orchestrator.pid, signal.SIGKILL)
+        # One part dies (the orchestrator, SIGKILL, with its group): it alone is started again, and the line says so.
+        orchestrator = next(c for c in programs if "orchestrator@" in " ".join(cmdline(c)))
+        os.killpg(os.getpgid(orchestrator.pid), signal.SIGKILL)
         run.wait_for_line(r"orchestrator exited with code -9; restarting in 1 s", timeout=15)
         run.wait_for_line(r"orchestrator restarted \(pid \d+\)", timeout=15)
         log = var / "log" / "orchestrator.log"
@@ -149,6 +165,72 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
         for child in children:  # only reached when an assertion above failed half-way
             if child.is_running():
                 child.kill()
+
+
+def test_make_run_sigkilled_leaves_nothing_running_and_a_var_in_use_is_refused(open_tmp):
+    """The scenario seen: `make run` killed outright, and the next one started beside what it left. Now: while one
+    runs, a second on its var/ refuses at once, naming its pid; its python SIGKILLed, every process it had started
+    ends; then `make run` on the same var/ starts (the lock file left behind blocks nothing), and SIGKILL of its
+    `make` takes everything along too."""
+    port, redis_port, pg_port = free_port(), free_port(), free_port()
+    env = quick_start_env(open_tmp, port, redis_port, pg_port)
+    runs: list[ManagedProcess] = []
+    started: list[psutil.Process] = []
+    try:
+        first = ManagedProcess("run_local", [sys.executable, "scripts/run_local.py"], env, cwd=ROOT)
+        runs.append(first)
+        first.wait_for_line(rf"tfdash is up: http://127.0.0.1:{port}/", timeout=180)
+
+        second = subprocess.run(
+            [sys.executable, "scripts/run_local.py"], cwd=ROOT, env={**env, "PORT": str(free_port())},
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert second.returncode == 1, second
+        var = open_tmp / "var"
+        assert second.stderr.strip() == (
+            f"[run] {var} is in use by another `make run` (pid {first.pid}): stop it first (Ctrl-C where it runs, or "
+            f"`kill {first.pid}`), or give this one a folder of its own (TFDASH_VAR_DIR=...); nothing was started."
+        )
+        assert second.stdout == ""
+
+        started = psutil.Process(first.pid).children(recursive=True)
+        assert len([p for p in started if program(p) and "worker_agent" in cmdline(p)]) == 2
+        os.kill(first.pid, signal.SIGKILL)  # its python alone: as the OOM killer, or `kill -9`, would
+        assert first.proc.wait(timeout=30) == -signal.SIGKILL
+        _all_end(started, "everything the SIGKILLed run had started")
+
+        if shutil.which("make") is None:
+            return
+        # `make run` as a person types it (VENV: the suite's interpreter; -o: no reinstall for a newer pyproject.toml)
+        make = [shutil.which("make"), "-o", f"{sys.prefix}/.installed", f"VENV={sys.prefix}", "run"]
+        third = ManagedProcess("make run", make, env, cwd=ROOT)
+        runs.append(third)
+        third.wait_for_line(rf"Started an embedded PostgreSQL at 127.0.0.1:{pg_port}", timeout=60)
+        third.wait_for_line(rf"tfdash is up: http://127.0.0.1:{port}/", timeout=180)
+        started = psutil.Process(third.pid).children(recursive=True)
+        assert len([p for p in started if program(p) and "worker_agent" in cmdline(p)]) == 2
+        os.kill(third.pid, signal.SIGKILL)  # make alone: its python must stop all the same
+        _all_end(started, "everything `make run` had started, make SIGKILLed")
+        wait_until(lambda: "[run] stopped." in third.output(), timeout=60, what="its orderly stop's last line")
+    finally:
+        for run in runs:
+            run.stop()
+        for process in started:  # only reached alive when an assertion above failed half-way
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+
+
+def _all_end(processes: list[psutil.Process], what: str) -> None:
+    """Every one of `processes` ends within a deadline: a guard's grace (GRACE_S) and its SIGKILL, on a loaded
+    machine."""
+
+    def left() -> list[str]:
+        return [f"{p.pid} {' '.join(cmdline(p))[:120]}" for p in processes if _alive(p)]
+
+    try:
+        wait_until(lambda: not left(), timeout=90, interval=0.5, what=what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; still running:\n" + "\n".join(left())) from None
 
 
 def _run_local_module():

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,33 +14,55 @@ from django.contrib import admin, messages
 from django.db import models
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from orchestrator import counters, storage
+from orchestrator.agents.join import control_plane_url
 from orchestrator.control import class_rights
 from orchestrator.identity import tokens
-from orchestrator.identity.broker_users import agent_server_url
 from orchestrator.metrics import stream as metrics_stream
 from orchestrator.models import ApiToken, Cluster, Host, HostStatus, Job, PriorityClass, Quota, Task
 
 
 def _show_token_once(request: HttpRequest, host: Host, token: str) -> None:
     # The token goes into a file only the agent's user can read, never onto the command line (a flag shows in `ps`).
-    token_file = "tfdash-agent.token"  # noqa: S105 - a file name, not a secret
-    command = shlex.join(tokens.agent_command(host, agent_server_url(), token_file))
     messages.warning(
         request,
         format_html(
             "Agent token for <b>{}</b> (shown only now; store it safely): <code>{}</code><br>"
-            "On that machine, write it into <code>{}</code> readable only by the agent's user "
-            "(<code>umask 077</code>; mode 0600), then start the agent with:<br><code>{}</code>",
+            "On that machine, as root, write it into <code>{}</code> (<code>umask 077</code>; mode 0600), then:{}"
+            "The steps, and a systemd unit: docs/admin/add-a-machine.md.",
             host.name,
             token,
-            token_file,
-            command,
+            tokens.TOKEN_PATH,
+            _commands_html(tokens.agent_commands(host, control_plane_url(request))),
         ),
     )
+
+
+def _commands_html(commands: dict[str, str]) -> str:
+    return format_html(
+        "<ol><li>install the agent (from a checkout of this version, or the wheel <code>make dist</code> writes): "
+        "<code>{}</code></li><li>join: <code>{}</code></li><li>start it: <code>{}</code></li></ol>",
+        commands["install"],
+        commands["join"],
+        commands["run"],
+    )
+
+
+# The address this request came to, for the commands a host's page shows (a display method sees no request).
+_dashboard_url: ContextVar[str] = ContextVar("dashboard_url", default="")
+
+
+@contextmanager
+def _dashboard_url_of(request: HttpRequest) -> Iterator[None]:
+    reset = _dashboard_url.set(control_plane_url(request))
+    try:
+        yield
+    finally:
+        _dashboard_url.reset(reset)
 
 
 def _show_dead_letters(request: HttpRequest) -> None:
@@ -177,7 +201,7 @@ class HostAdmin(admin.ModelAdmin):
         "cpu_count",
         "memory",
         "devices",
-        "agent_version",
+        "agent",
     )
     list_filter = ("cluster", "status")
     search_fields = ("name", "address", "labels")
@@ -194,6 +218,9 @@ class HostAdmin(admin.ModelAdmin):
         "agent_hostname",
         "agent_pid",
         "agent_started_at",
+        "agent_protocol",
+        "agent_refusal",
+        "agent_commands",
         "created_at",
     )
     fieldsets = (
@@ -208,14 +235,44 @@ class HostAdmin(admin.ModelAdmin):
                     "gpu_error",
                     ("tf_version", "agent_version"),
                     ("agent_hostname", "agent_pid", "agent_started_at"),
+                    ("agent_protocol", "agent_refusal"),
                     "created_at",
                 )
             },
         ),
+        ("Put its agent in service", {"fields": ("agent_commands",)}),
     )
 
     class Media:
         css = {"all": ["orchestrator/admin.css"]}  # the status colours
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        with _dashboard_url_of(request):
+            response = super().change_view(request, object_id, form_url, extra_context)
+            if isinstance(response, TemplateResponse):
+                response.render()  # here, while the address is known (rendered lazily otherwise)
+            return response
+
+    def get_fieldsets(self, request: HttpRequest, obj: Host | None = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        # A new host's commands come with its token, once it is saved.
+        return fieldsets if obj is not None else [f for f in fieldsets if "agent_commands" not in f[1]["fields"]]
+
+    @admin.display(description="commands")
+    def agent_commands(self, obj: Host) -> str:
+        if obj.pk is None or not _dashboard_url.get():
+            return "—"
+        return _commands_html(tokens.agent_commands(obj, _dashboard_url.get()))
+
+    @admin.display(description="agent", ordering="agent_version")
+    def agent(self, obj: Host) -> str:
+        """Its version and protocol, and why its messages are refused when they are (an agent too old)."""
+        said = format_html("{}<br><small>protocol {}</small>", obj.agent_version or "—", obj.agent_protocol or "—")
+        if obj.agent_refusal:
+            return format_html('{}<br><b class="host-status-offline">{}</b>', said, obj.agent_refusal)
+        return said
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         if request.method == "GET":

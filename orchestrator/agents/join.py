@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from django.conf import settings
+from django.http import HttpRequest
 
 from contracts.join import AGENT_JOIN, JoinConfig
 from contracts.signing import sign_order
@@ -34,3 +35,9 @@ def answer(host: Host, protocol: int) -> dict[str, Any]:
     """The signed answer to a join in `protocol` (the one the agent sealed its request in: it refuses any other)."""
     body = asdict(config_for(host, protocol))
     return sign_order(control_private_key(), host.name, AGENT_JOIN, body, protocol=protocol)
+
+
+def control_plane_url(request: HttpRequest) -> str:
+    """The address hosts join at, as the commands shown to staff name it: TFDASH_PUBLIC_URL when set (the dashboard's
+    public address), else the one this request came to."""
+    return (settings.TFDASH_PUBLIC_URL or request.build_absolute_uri("/")).rstrip("/")

@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from orchestrator.agents.join import control_plane_url
 from orchestrator.identity import tokens
 from orchestrator.identity.broker_users import agent_server_url
 from orchestrator.models import Cluster, Host
@@ -94,9 +95,10 @@ class HostCreatedSerializer(HostSerializer):
 
     agent_token = serializers.SerializerMethodField()
     agent_command = serializers.SerializerMethodField()
+    agent_commands = serializers.SerializerMethodField()
 
     class Meta(HostSerializer.Meta):
-        fields = [*HostSerializer.Meta.fields, "agent_token", "agent_command"]
+        fields = [*HostSerializer.Meta.fields, "agent_token", "agent_command", "agent_commands"]
 
     def get_agent_token(self, obj: Host) -> str:
         return self.context["token"]
@@ -104,6 +106,16 @@ class HostCreatedSerializer(HostSerializer):
     def get_agent_command(self, obj: Host) -> str:
         # The token goes into the file the command names (mode 0600), never onto a command line.
         return shlex.join(tokens.agent_command(obj, agent_server_url()))
+
+    @extend_schema_field(
+        serializers.DictField(
+            child=serializers.CharField(),
+            help_text="shell lines that put the host's agent in service from its own distribution: `install`, "
+            "`join` (the token goes into the file it names, mode 0600), `run`",
+        )
+    )
+    def get_agent_commands(self, obj: Host) -> dict[str, str]:
+        return tokens.agent_commands(obj, control_plane_url(self.context["request"]))
 
 
 class QueueRowSerializer(serializers.Serializer):

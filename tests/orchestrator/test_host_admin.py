@@ -71,7 +71,7 @@ def test_it_rejects_a_name_used_in_another_cluster(admin_client):
     assert "A host named gpu-1 is already registered in cluster other." in response.content.decode()
 
 
-def test_it_shows_the_token_once_with_the_agent_command(admin_client):
+def test_it_shows_the_token_once_with_the_agent_commands(admin_client):
     cluster = factories.cluster()
 
     response = admin_client.post(ADD_URL, host_form(cluster.pk, labels="GPU, fast-net"), follow=True)
@@ -82,11 +82,17 @@ def test_it_shows_the_token_once_with_the_agent_command(admin_client):
     assert tokens.check_token(host, token)
     assert token not in host.agent_key  # only a key derived from it is stored, encrypted
     assert host.labels == "fast-net, gpu"
-    command = (
-        f"python -m worker_agent --server {without_credentials(settings.REDIS_URL)} --host gpu-1 "
-        f"--token-file tfdash-agent.token --control-key {control_public_key()} --port-range"
+    # Install the agent's own distribution, join this control plane (the address the admin used), run it.
+    assert "<code>python3 -m pip install ./agent</code>" in page
+    join = (
+        "tfdash-agent join http://testserver --host gpu-1 --token-file /etc/tfdash-agent/token "
+        f"--control-key {control_public_key()}"
     )
-    assert command in page
+    assert f"<code>{join}</code>" in page
+    assert "<code>tfdash-agent run</code>" in page
+    assert "python -m worker_agent" not in page
+    # The broker is not named at all: the agent learns it by joining.
+    assert without_credentials(settings.REDIS_URL) not in page
     # The control plane's own broker password is not in it: the agent signs in as its host's own user.
     assert settings.REDIS_URL.split("@")[0].split(":")[-1] not in page
     assert page.count(token) == 1  # shown once, and not on the command line (which `ps` shows)
@@ -107,6 +113,16 @@ def test_it_issues_a_new_token_that_replaces_the_old_one(admin_client):
     host.refresh_from_db()
     assert tokens.check_token(host, new_token)
     assert not tokens.check_token(host, old_token)
+
+
+def test_a_hosts_page_shows_the_commands_that_put_its_agent_in_service_without_its_token(admin_client):
+    host, token = factories.host("gpu-7")
+
+    page = admin_client.get(f"/admin/orchestrator/host/{host.pk}/change/").content.decode()
+
+    assert "<code>tfdash-agent join http://testserver --host gpu-7 --token-file /etc/tfdash-agent/token" in page
+    assert "<code>tfdash-agent run</code>" in page
+    assert token not in page
 
 
 def test_it_lists_hosts_with_status_and_devices(admin_client):

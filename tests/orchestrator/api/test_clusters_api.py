@@ -100,6 +100,14 @@ def test_staff_registers_a_host_and_gets_its_token_once(staff):
     assert tokens.check_token(host, body["agent_token"])
     assert body["agent_token"] not in body["agent_command"]  # a command line shows in `ps`
     assert f"--host gpu-2 --token-file tfdash-agent.token --control-key {control_public_key()}" in body["agent_command"]
+    # The agent's own distribution: install, join (the address the request came to; the key pinned), run.
+    assert body["agent_commands"] == {
+        "install": "python3 -m pip install ./agent",
+        "join": "tfdash-agent join http://testserver --host gpu-2 --token-file /etc/tfdash-agent/token "
+        f"--control-key {control_public_key()}",
+        "run": "tfdash-agent run",
+    }
+    assert body["agent_token"] not in str(body["agent_commands"])
     assert "agent_token" not in client.get(f"/api/clusters/{cluster.pk}/hosts/{host.pk}/").json()
 
 

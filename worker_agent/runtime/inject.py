@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from worker_agent.runtime.coordinator import inside_keras, patch_coordinator
+from worker_agent.runtime.flavour import module_flavour
 from worker_agent.runtime.metrics import is_ours, last_step, metrics_callback_class
 
 KERAS_DEFAULT_BATCH = 32
@@ -46,7 +47,7 @@ def patch_keras(module: ModuleType) -> bool:
     fit = model_class.fit
     if getattr(fit, "_tfdash_patched", False):
         return True
-    flavour = "tf_keras" if module.__name__ == "tf_keras" else "keras3"
+    flavour = module_flavour(module)
     model_class.fit = _wrap_fit(fit, base, flavour)
     return True
 

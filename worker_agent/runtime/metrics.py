@@ -1,4 +1,4 @@
-"""The Keras callback that turns training into "metric" (and "facts") lines, for tf_keras and Keras 3 alike.
+"""The Keras callback that turns training into "metric" (and "facts") lines, for tf_keras, Keras 2 and 3 alike.
 
 The class is built per Keras flavour (`metrics_callback_class(keras_module.callbacks.Callback)`), so this module
 imports neither. What it writes:
@@ -64,7 +64,7 @@ class _MetricsLogic:
     """Mixed in before a Keras `Callback` base; see `metrics_callback_class`."""
 
     _tfdash_metrics = True  # marks ours, so the injected hook does not add a second one
-    _tfdash_legacy = False  # set per class: True for tf_keras
+    _tfdash_legacy = False  # set per class: True for tf_keras and Keras 2
 
     def __init__(
         self,
@@ -254,10 +254,17 @@ def metrics_callback_class(base: type) -> type:
     """The metrics callback class for a Keras flavour: give it `tf_keras.callbacks.Callback` or Keras 3's."""
     cls = _classes.get(base)
     if cls is None:
-        legacy = base.__module__.startswith("tf_keras")
+        legacy = _is_legacy(base)
         cls = type("TfdashMetrics", (_MetricsLogic, base), {"__module__": __name__, "_tfdash_legacy": legacy})
         _classes[base] = cls
     return cls
+
+
+def _is_legacy(base: type) -> bool:
+    """tf_keras, or Keras 2 itself (TensorFlow 2.15's `keras`, whose code tf_keras continues): the Keras whose
+    per-batch logs are summed over MultiWorkerMirrored replicas."""
+    top = base.__module__.split(".")[0]
+    return top == "tf_keras" or str(getattr(sys.modules.get(top), "__version__", "")).startswith("2.")
 
 
 def is_ours(callback: Any) -> bool:

@@ -44,11 +44,6 @@ class Role:
         return f"{self.task_type}-{self.task_index}"
 
 
-def legacy_keras_enabled(environ: Mapping[str, str] = os.environ) -> bool:
-    """TensorFlow's own test: `tf.keras` is tf_keras exactly when TF_USE_LEGACY_KERAS is one of these."""
-    return environ.get("TF_USE_LEGACY_KERAS") in ("true", "True", "1")
-
-
 def read_role(environ: Mapping[str, str] = os.environ) -> Role:
     raw = environ.get("TF_CONFIG", "").strip()
     if not raw:

@@ -29,8 +29,9 @@ from contracts.strategies import Strategy
 from contracts.task_wire import PROGRAM_CONFIG_ENV
 from worker_agent.runtime import checkpoints, data, models
 from worker_agent.runtime.emitter import Emitter, get_emitter
+from worker_agent.runtime.flavour import KERAS3, keras_flavour
 from worker_agent.runtime.metrics import metrics_callback_class
-from worker_agent.runtime.strategy import Role, build_strategy, legacy_keras_enabled, read_role, serve, strategy_name
+from worker_agent.runtime.strategy import Role, build_strategy, read_role, serve, strategy_name
 
 EXIT_REFUSED = 2
 KERAS3_REFUSAL = (
@@ -70,15 +71,14 @@ def main(argv: list[str] | None = None) -> int:
         role = read_role()
     except ConfigError as exc:
         _refuse(str(exc))
-    legacy = legacy_keras_enabled()
-    if not legacy and role.kind != Strategy.MIRRORED:
+    flavour = keras_flavour()
+    if flavour == KERAS3 and role.kind != Strategy.MIRRORED:
         _refuse(KERAS3_REFUSAL.format(strategy=role.kind))
     emitter = get_emitter()
     job = checkpoints.job_dir()
 
     import tensorflow as tf  # after every check that can refuse: the import alone takes seconds
 
-    flavour = "tf_keras" if legacy else "keras3"
     if role.serves_only:
         _serve(tf, role, config, flavour, emitter)
         return 0  # not reached: a server serves until it is killed

@@ -1,20 +1,25 @@
 """Chaos soak: the whole product on this machine, with its parts SIGKILLed at random, and then the truth checked.
 
     .venv/bin/python bench/chaos.py [--minutes 10] [--fault-every 8] [--seed N] [--faults agent,task] [--json FILE]
+                                    [--planes 2]
 
 A stack of its own under a temporary folder: an embedded PostgreSQL and an embedded Redis (append-only file) on free
 ports, the web server, the orchestrator (Celery worker + beat), the scheduler's worker, the metrics ingest and three
 agents. For `--minutes` it keeps a stream of mixed jobs in flight (all three strategies, user scripts and a built-in TF
 program, jobs that fail, jobs cancelled midway, restart policies on) while a monkey SIGKILLs, every few seconds, one
 of: an agent, a task process, the orchestrator, the scheduler, the ingest, the web server, Redis, PostgreSQL, and
-starts it again (task processes are the product's to restart). Then it stops the faults, waits for every job to end,
-and checks:
+starts it again (task processes are the product's to restart). With `--planes 2` every control-plane process runs
+twice, as on two machines (docs/operations/two-control-planes.md), and one more fault kills a whole control plane's
+processes at once (`plane`: the one whose scheduler holds the lease), each such takeover measured: how long until the
+other plane holds the scheduler and beat leases, and until a job submitted at the kill is placed (that includes any
+wait for free devices). Then it stops the faults, waits for every job to end, and checks:
 
 - every job final, its tasks final and consistent with how their processes ended (`events lost`: a task whose
   process recorded its own exit code, under an agent that lived through it, stored with another);
 - no task in an active state (`stuck tasks`), no task process alive (`orphans`), no port of the hosts' ranges held;
 - every log line and metric point a task printed (the soak scripts number them and keep a ground-truth file)
-  stored exactly once (`lost` / `duplicated`).
+  stored exactly once (`lost` / `duplicated`);
+- no two live tasks ever on one host's port or device (`double bookings`, sampled every half second all along).
 
 A task's output goes to files first and a restarted agent reads them on from where its predecessor had got to, so
 every task's lines are checked, those of tasks that ran under a killed agent included. Its metric points still travel
@@ -110,6 +115,9 @@ class Tally:
     agent_kills: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     jobs: dict[int, Kind] = field(default_factory=dict)
     cancelled: set[int] = field(default_factory=set)
+    takeovers: list[dict[str, float | None]] = field(default_factory=list)  # one per plane killed
+    double_bookings: int = 0
+    bookings_sampled: int = 0
 
 
 class Workload:
@@ -121,11 +129,11 @@ class Workload:
         self.rng = rng
         self.owner = with_retry("user", lambda: get_user_model().objects.get_or_create(username="chaos")[0])
 
-    def submit(self) -> int:
+    def submit(self, kind: Kind | None = None) -> int:
         from orchestrator.control import submission
         from orchestrator.models import Cluster
 
-        kind = self.rng.choices(KINDS, weights=[k.weight for k in KINDS])[0]
+        kind = kind or self.rng.choices(KINDS, weights=[k.weight for k in KINDS])[0]
         data: dict[str, Any] = {"name": kind.name, "max_restarts": 2, **kind.shape}
         upload = None
         if kind.builtin:
@@ -183,10 +191,25 @@ class Monkey(threading.Thread):
         self.rng = rng
         self.every_s = every_s
         self.stopped = threading.Event()
+        self.truth = Path()  # where soak tasks write their ground truth (set by main, for the probe jobs)
+        self.takeovers: list[threading.Thread] = []
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            # Measured before this thread ends: what it started again is tethered to it (scripts/tether.py: the
+            # kernel's parent-death signal follows the thread that started a process) and ends with it.
+            for thread in self.takeovers:
+                thread.join()
+
+    def _run(self) -> None:
         while not self.stopped.wait(self.rng.uniform(0.5, 1.5) * self.every_s):
             victim = self.rng.choice(self.victims)
+            if victim == "plane":
+                if self.stack.planes == 2:
+                    self._kill_a_plane()
+                continue
             if victim == "task":
                 pid = self._a_task_process()
                 if pid is not None:
@@ -204,6 +227,45 @@ class Monkey(threading.Thread):
                 self.stack.start(name)
                 return
             self.stack.start(name)
+
+    def _kill_a_plane(self) -> None:
+        """SIGKILL every process of the control plane whose scheduler holds the lease, measure the other's takeover,
+        start the killed one again a moment later (it comes back as the standby)."""
+        from orchestrator.leases import store
+
+        holders = {h.name: h.holder for h in with_retry("leases", store.read_all) if h.live}
+        plane = "b" if "scheduler-b@" in holders.get(store.SCHEDULER, "") else ""
+        pids = _process_tree_pids([self.stack.children[name].proc.pid for name in self.stack.control_plane(plane)])
+        killed_at = time.time()
+        self.stack.kill_plane(plane)
+        self.tally.faults["plane"] += 1
+        probe = Workload(self.truth, self.tally, self.rng).submit(KINDS[0])  # a small job, to time its placement
+        # The leases the killed plane held (the beat's may have been the other plane's already).
+        held = [name for name, holder in holders.items() if _pid_of(holder) in pids]
+        self.takeovers.append(
+            threading.Thread(target=self._measure, args=(killed_at, pids, held, probe), name="takeover", daemon=True)
+        )
+        self.takeovers[-1].start()
+        self.stopped.wait(self.rng.uniform(1, 3))
+        for name in self.stack.control_plane(plane):
+            self.stack.start(name)
+
+    def _measure(self, killed_at: float, dead: set[int], held: list[str], probe: int, bound_s: float = 180) -> None:
+        from orchestrator.leases import store
+        from orchestrator.models import Job
+
+        took: dict[str, float | None] = {**dict.fromkeys(held), "job placed": None}
+        while time.time() - killed_at < bound_s and None in took.values():
+            for lease in with_retry("leases", store.read_all):
+                if took.get(lease.name, 0.0) is None and lease.live and _pid_of(lease.holder) not in dead:
+                    took[lease.name] = max(0.0, time.time() - killed_at)
+            placed = with_retry("probe", lambda: Job.objects.filter(pk=probe).values_list("placed_at", flat=True)[0])
+            if took["job placed"] is None and placed is not None:
+                took["job placed"] = max(0.0, placed.timestamp() - killed_at)
+            time.sleep(0.2)
+        print("[chaos] plane killed: " + ", ".join(f"{name} after {_secs(s)}" for name, s in took.items()) + " (the "
+              "leases it held taken over; a job submitted at the kill placed)", flush=True)  # fmt: skip
+        self.tally.takeovers.append(took)
 
     def _a_task_process(self) -> int | None:
         leaders = [p.pid for p in _task_processes(self.stack.var) if _is_leader(p)]
@@ -224,6 +286,58 @@ def _is_leader(proc: psutil.Process) -> bool:
         return os.getpgid(proc.pid) == proc.pid
     except OSError:
         return False
+
+
+def _process_tree_pids(roots: list[int]) -> set[int]:
+    pids = set(roots)
+    for root in roots:
+        with contextlib.suppress(psutil.Error):
+            pids.update(child.pid for child in psutil.Process(root).children(recursive=True))
+    return pids
+
+
+def _pid_of(holder: str) -> int | None:
+    """The pid in a lease holder's name (orchestrator/leases/store.py identity: NAME:PID:NONCE)."""
+    try:
+        return int(holder.rsplit(":", 2)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def _secs(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f} s"
+
+
+class BookingWatch(threading.Thread):
+    """Every half second, all along: live tasks (pending to stopping) that share a host's port or device."""
+
+    def __init__(self, tally: Tally) -> None:
+        super().__init__(name="bookings", daemon=True)
+        self.tally = tally
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        from django.db import DatabaseError, close_old_connections
+
+        from orchestrator.models import ACTIVE_TASK_STATES, Task
+
+        while not self.stopped.wait(0.5):
+            try:
+                live = list(
+                    Task.objects.filter(state__in=ACTIVE_TASK_STATES, host__isnull=False).values_list(
+                        "pk", "host_id", "port", "devices"
+                    )
+                )
+            except DatabaseError:  # PostgreSQL killed by the monkey: sample again once it is back
+                close_old_connections()
+                continue
+            ports = Counter((host, port) for _pk, host, port, _devices in live if port)
+            devices = Counter((host, str(device)) for _pk, host, _port, ds in live for device in ds or ())
+            doubled = [key for key, n in (ports | devices).items() if n > 1]
+            self.tally.bookings_sampled += 1
+            if doubled:
+                self.tally.double_bookings += len(doubled)
+                print(f"  double booking: {doubled} among {live}", flush=True)
 
 
 # --- the checks ------------------------------------------------------------------------------------------------------
@@ -335,8 +449,10 @@ def main() -> int:
         "--faults",
         type=lambda text: text.split(","),
         default=None,
-        help=f"the parts to kill, comma-separated, of {','.join([*SERVICES, 'agent', 'task'])} (default: all)",
+        help=f"the parts to kill, comma-separated, of {','.join([*SERVICES, 'agent', 'task', 'plane'])} (default: "
+        "all; plane: a whole control plane, with --planes 2)",
     )
+    parser.add_argument("--planes", type=int, choices=(1, 2), default=1, help="control planes to run (default 1)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, data); kept on a failure")
     args = parser.parse_args()
@@ -349,18 +465,24 @@ def main() -> int:
     truth = var / "shared" / "truth"
     truth.mkdir(mode=0o777)
     os.chmod(truth, 0o777)  # noqa: S103 - task processes write their ground truth here
-    stack = Stack(var)
+    stack = Stack(var, planes=args.planes)
     tally = Tally()
+    watch = BookingWatch(tally)
     print(f"[chaos] seed {seed}; stack under {var}", flush=True)
     monkey = None
     try:
         stack.set_up_django()
         stack.start_local_cluster(hosts=HOSTS, first_port=_free_port_block())
         _wait_online(len(stack.agents))
-        print(f"[chaos] stack up; soaking {args.minutes:g} min with a fault every ~{args.fault_every:g} s", flush=True)
+        _wait_leases(stack)
+        print(f"[chaos] stack up ({args.planes} control plane(s)); soaking {args.minutes:g} min with a fault every "
+              f"~{args.fault_every:g} s", flush=True)  # fmt: skip
 
         workload = Workload(truth, tally, rng)
-        monkey = Monkey(stack, tally, rng, args.fault_every, args.faults)
+        victims = args.faults or [*SERVICES, "agent", "task", "task", *(["plane"] if args.planes == 2 else [])]
+        monkey = Monkey(stack, tally, rng, args.fault_every, victims)
+        monkey.truth = truth
+        watch.start()
         monkey.start()
         soak_end = time.monotonic() + args.minutes * 60
         while time.monotonic() < soak_end:
@@ -380,12 +502,19 @@ def main() -> int:
             time.sleep(1)
         _settle_tasks(deadline)
         _settle_processes(stack)
+        watch.stopped.set()
+        watch.join()
         counts = check(stack, truth, tally)
+        counts["double bookings"] = tally.double_bookings
+        counts["booking samples"] = tally.bookings_sampled
     finally:
+        watch.stopped.set()
         if monkey is not None:
             monkey.stopped.set()
         stack.stop_all()
     results: dict[str, Any] = {"seed": seed, "minutes": args.minutes, "faults": dict(tally.faults), **counts}
+    if tally.takeovers:
+        results["takeovers"] = tally.takeovers
     _print_table(results)
     failed = [key for key in INVARIANTS if results.get(key)]
     if args.json:
@@ -400,7 +529,19 @@ def main() -> int:
 
 
 INVARIANTS = ("jobs not final", "jobs inconsistent", "stuck tasks", "orphans", "ports held", "events lost",
-              "log lines lost", "log lines duplicated", "points lost", "points duplicated")  # fmt: skip
+              "log lines lost", "log lines duplicated", "points lost", "points duplicated",
+              "double bookings")  # fmt: skip
+
+
+def _wait_leases(stack: Stack, timeout_s: float = 90) -> None:
+    """Each single actor (beat, scheduler) has a live holder: one plane acts, the other stands by."""
+    from orchestrator.leases import store
+
+    deadline = time.monotonic() + timeout_s
+    while {h.name for h in with_retry("leases", store.read_all) if h.live} != set(store.NAMES):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no holder of every lease within {timeout_s:g} s; see {stack.logs}")
+        time.sleep(0.5)
 
 
 def _wait_online(hosts: int) -> None:
@@ -437,10 +578,12 @@ def _print_table(results: dict[str, Any]) -> None:
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(faults.items()))
     print(f"  {'faults injected':<28} {sum(faults.values()):>6}  ({kinds})")
     for key, value in results.items():
-        if key in ("seed", "minutes", "faults"):
+        if key in ("seed", "minutes", "faults", "takeovers"):
             continue
         mark = "  <-- must be 0" if key in INVARIANTS and value else ""
         print(f"  {key:<28} {value:>6}{mark}")
+    for i, took in enumerate(results.get("takeovers", []), 1):
+        print(f"  plane kill {i}: " + ", ".join(f"{name} after {_secs(s)}" for name, s in took.items()))
 
 
 def _free_port_block(size: int = HOSTS * 100) -> int:

@@ -117,8 +117,15 @@ def wait_line(path: str, text: str, timeout: float = 30) -> None:
 class Stack:
     """Every process of the product, each restartable after a SIGKILL."""
 
-    def __init__(self, var: Path, *, scheduler_apart: bool = True, scheduler_nice: int | None = SCHEDULER_NICE) -> None:
+    def __init__(
+        self, var: Path, *, scheduler_apart: bool = True, scheduler_nice: int | None = SCHEDULER_NICE, planes: int = 1
+    ) -> None:
         self.var = var
+        # Control planes: 1, or 2 (a second set of every control-plane process, named NAME@b, as on a second machine:
+        # its own node names, web port, beat schedule file and ingest consumer; docs/operations/two-control-planes.md).
+        if planes not in (1, 2):
+            raise ValueError("a stack runs one or two control planes")
+        self.planes = planes
         # The scheduler's session at this CPU nice, as `make run` starts it (None: as every other process;
         # bench/scale.py --scheduler-equal).
         self.scheduler_nice = scheduler_nice
@@ -130,6 +137,7 @@ class Stack:
         self.pg = EmbeddedPostgres(var, port=free_port())
         self.redis = EmbeddedRedis(var / "redis", free_port(), password_file=var / "redis-password")
         self.web_port = free_port()
+        self.web_ports = {"": self.web_port, "b": free_port()}
         self.env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "config.settings",
@@ -148,23 +156,40 @@ class Stack:
         self.control_key = ""  # the public key every agent pins
         self.lock = threading.Lock()
 
-    def control_plane(self) -> list[str]:
-        """The product's own processes besides the databases and agents, in the order to start them."""
-        return ["web", "orchestrator", *(["scheduler"] if self.scheduler_apart else []), "webhooks", "ingest"]
+    def control_plane(self, plane: str | None = None) -> list[str]:
+        """The product's own processes besides the databases and agents, in the order to start them: every plane's,
+        or plane `plane`'s ("": the first, "b": the second)."""
+        names = ["web", "orchestrator", *(["scheduler"] if self.scheduler_apart else []), "webhooks", "ingest"]
+        planes = ["", "b"][: self.planes] if plane is None else [plane]
+        return [f"{name}@{p}" if p else name for p in planes for name in names]
+
+    def kill_plane(self, plane: str) -> list[str]:
+        """SIGKILL every process of one control plane at once (each one's whole process group), as a machine that
+        lost its power would; returns their names."""
+        with self.lock:
+            children = {name: self.children[name] for name in self.control_plane(plane)}
+        for child in children.values():
+            child.signal(signal.SIGKILL)
+        for child in children.values():
+            child.proc.wait()
+            child.log.close()
+        return list(children)
 
     def start(self, name: str) -> None:
         argv, env, options = self._command(name)
         with self.lock:
             self.children[name] = Child(name, argv, env, self.logs, **options)
 
-    def _command(self, name: str) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+    def _command(self, full_name: str) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+        name, _, plane = full_name.partition("@")  # NAME@b: the second control plane's
+        node = f"-{plane}" if plane else ""
         if name == "postgres":
             return self.pg.argv(), self.env, self.pg.popen_options()
         if name == "redis":
             return self.redis.argv(), self.env, {}
         if name == "web":
             return (
-                [PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port), "config.asgi:application"],
+                [PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_ports[plane]), "config.asgi:application"],
                 self.env,
                 {},
             )
@@ -173,7 +198,7 @@ class Stack:
             return (
                 [PY, "-m", "celery", "-A", "config", "worker", "-Q", queues, "-B", "--pool", "threads", "-c",
                  "4", "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",
-                 "--hostname", "orchestrator@%h", "-s", str(self.var / "celerybeat-schedule")],
+                 "--hostname", f"orchestrator{node}@%h", "-s", str(self.var / f"celerybeat-schedule{node}")],
                 self.env,
                 {},
             )  # fmt: skip
@@ -181,7 +206,7 @@ class Stack:
             return (
                 [PY, "-m", "celery", "-A", "config", "worker", "-Q", "scheduler", "--pool", "threads", "-c", "1",
                  "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",
-                 "--hostname", "scheduler@%h"],
+                 "--hostname", f"scheduler{node}@%h"],
                 self.env,
                 {"nice": self.scheduler_nice},
             )  # fmt: skip
@@ -189,13 +214,15 @@ class Stack:
             return (
                 [PY, "-m", "celery", "-A", "config", "worker", "-Q", "webhooks", "--pool", "threads", "-c", "1",
                  "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",
-                 "--hostname", "webhooks@%h"],
+                 "--hostname", f"webhooks{node}@%h"],
                 self.env,
                 {},
             )  # fmt: skip
         if name == "ingest" or name.startswith("ingest-"):  # ingest-P: partition P of TFDASH_INGEST_PARTITIONS
             partition = name.removeprefix("ingest").removeprefix("-") or "0"
-            return [PY, "manage.py", "ingest_metrics", "--partition", partition], self.env, {}
+            # Each plane's reader of a partition is a consumer of its own name in the one group.
+            consumer = ["--consumer", f"ingest-{partition}{node}"] if plane else []
+            return [PY, "manage.py", "ingest_metrics", "--partition", partition, *consumer], self.env, {}
         host = name.removeprefix("agent-")
         agent = self.agents[host]
         env = {**self.env, "TFDASH_AGENT_TOKEN": agent["token"]}

@@ -136,6 +136,15 @@ STATIC_ROOT = VAR_DIR / "static"
 WHITENOISE_USE_FINDERS = DEBUG
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+# One Redis address for every client of the control plane (Celery, Channels, the streams, the broker users): each
+# reads this URL through redis-py's from_url, which knows no Sentinel. A Sentinel-managed Redis is reached through one
+# address that follows its primary (docs/operations/two-control-planes.md).
+if REDIS_URL.split("://", 1)[0].lower() not in ("redis", "rediss", "unix"):
+    raise EnvError(
+        f"REDIS_URL must be a redis://, rediss:// or unix:// URL, not {REDIS_URL.split('://', 1)[0]}://: the product's "
+        "own Redis clients cannot follow Redis Sentinel; give one address that always reaches the primary "
+        "(docs/operations/two-control-planes.md)"
+    )
 # The broker address shown in an agent's start command, where hosts reach Redis under another name than the control
 # plane does (compose: `redis`); default REDIS_URL. Any user and password in it are dropped: an agent signs in as its
 # host's own Redis user (contracts/broker.py).

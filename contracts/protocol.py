@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from contracts import broker
+from contracts import environments as task_environments
 from contracts.limits import MAX_HOST_CPUS, MAX_HOST_GPUS, MAX_HOST_MEMORY_MB
 from contracts.signing import MAX_SIGNED_CHARS, WIRE_VERSION
 from contracts.store import store_urls_from
@@ -72,6 +73,23 @@ class GpuInfo:
 
 
 @dataclass(frozen=True)
+class EnvironmentFacts:
+    """What an agent found when it probed one task environment (contracts/environments.py) on its host: `ok` when
+    its interpreter ran and imported TensorFlow; `gpus_visible` the GPUs that TensorFlow lists; `gpu_reason` why it
+    cannot use the GPUs NVML shows ("" when it can, or the host has none); `error` why the probe failed."""
+
+    name: str
+    interpreter: str
+    ok: bool
+    python: str = ""
+    tensorflow: str = ""
+    keras: str = ""
+    gpus_visible: int = 0
+    gpu_reason: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class HostFacts:
     """What an agent knows about its machine; sent with hello and every heartbeat."""
 
@@ -84,6 +102,8 @@ class HostFacts:
     pid: int = 0
     port_range: tuple[int, int] | None = None
     gpu_error: str = ""
+    # The task environments the control plane told the agent of, as probed (an agent of protocol 3 sends none).
+    environments: list[EnvironmentFacts] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -182,9 +202,40 @@ def parse_facts(raw: dict[str, Any]) -> HostFacts:
             pid=_bounded(raw.get("pid", 0), 0, 2**31),
             port_range=(_bounded(port_range[0], 0, 65535), _bounded(port_range[1], 0, 65535)) if port_range else None,
             gpu_error=str(raw.get("gpu_error", ""))[:500],
+            environments=parse_environment_facts(raw.get("environments", [])),
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ValueError(f"malformed host facts: {exc!r}") from exc
+
+
+def parse_environment_facts(raw: Any) -> list[EnvironmentFacts]:
+    """A report's environments, bounded (ValueError when malformed): at most MAX_ENVIRONMENTS, each name by the
+    rule, each text cut to what a page shows."""
+    if not isinstance(raw, list) or len(raw) > task_environments.MAX_ENVIRONMENTS:
+        raise ValueError(f"at most {task_environments.MAX_ENVIRONMENTS} environments in a report")
+    found = []
+    for item in raw:
+        if not isinstance(item, dict):
+            raise ValueError("an environment's facts are an object")
+        problem = task_environments.name_problem(item.get("name"))
+        if problem:
+            raise ValueError(problem)
+        if not isinstance(item.get("ok"), bool):
+            raise ValueError("an environment's ok is true or false")
+        found.append(
+            EnvironmentFacts(
+                name=item["name"],
+                interpreter=str(item.get("interpreter", ""))[: task_environments.MAX_INTERPRETER_CHARS],
+                ok=item["ok"],
+                python=str(item.get("python", ""))[:50],
+                tensorflow=str(item.get("tensorflow", ""))[:50],
+                keras=str(item.get("keras", ""))[:50],
+                gpus_visible=_bounded(item.get("gpus_visible", 0), 0, MAX_HOST_GPUS),
+                gpu_reason=str(item.get("gpu_reason", ""))[:1000],
+                error=str(item.get("error", ""))[:1000],
+            )
+        )
+    return found
 
 
 def _bounded(value: Any, low: int, high: int) -> int:
@@ -305,6 +356,13 @@ class LaunchSpec:
     # `--task-uids A-B` runs it as uid A + uid_slot, the same on every host; None (an older control plane): the agent
     # picks (worker_agent/supervision/uid_pool.py).
     uid_slot: int | None = None
+    # The job's task environment (contracts/environments.py): its name and its interpreter's absolute path on the
+    # hosts; "" both: the agent's own interpreter (an older control plane, or a cluster with none registered).
+    environment: str = ""
+    interpreter: str = ""
+    # The job's requirements file (contracts/environments.py requirements_problems): the agent runs the task in a
+    # venv built from it on top of the environment, once per content (worker_agent/environments/venvs.py).
+    requirements: str = ""
 
 
 @dataclass(frozen=True)
@@ -488,7 +546,7 @@ def kill_order_from(body: dict[str, Any]) -> KillOrder:
 # Launch-spec keys an agent of an older protocol does not know, by the protocol that brought them: an agent refuses a
 # spec with a key it does not know, so a launch order to a host one protocol behind leaves them out
 # (`launch_body_for`). The one list of them: a key added to LaunchSpec for protocol N goes here under N.
-LAUNCH_KEYS_SINCE: dict[int, tuple[str, ...]] = {4: ("environment", "interpreter")}
+LAUNCH_KEYS_SINCE: dict[int, tuple[str, ...]] = {4: ("environment", "interpreter", "requirements")}
 
 
 def launch_body_for(body: dict[str, Any], protocol: int) -> dict[str, Any]:

@@ -160,10 +160,11 @@ JobForm = type(
 )
 # Long choices read better as radios than cut off in a narrow select.
 JobForm.base_fields["restart_policy"].widget = forms.RadioSelect(choices=job_fields.BY_NAME["restart_policy"].choices)
+JobForm.base_fields["requirements"].widget = forms.Textarea(attrs={"rows": 3, "spellcheck": "false"})
 # Sections in the order people decide; the template renders each section's fields in this order.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("What to train", ("name", "program", "script", "earlier_script", "args", *PROGRAM_KEYS, "env")),
-    ("Strategy and shape", ("cluster", "strategy", "workers", "ps", "devices_per_worker", "labels")),
+    ("What to train", ("name", "program", "script", "earlier_script", "args", *PROGRAM_KEYS, "env", "requirements")),
+    ("Strategy and shape", ("cluster", "strategy", "workers", "ps", "devices_per_worker", "labels", "environment")),
     ("Scheduling", ("time_limit_s", "priority")),
     ("Hyperparameters", tuple(f.name for f in job_fields.HYPERPARAMETERS)),
     (

@@ -21,6 +21,7 @@ from django.utils.html import format_html, format_html_join
 from orchestrator import counters, storage
 from orchestrator.agents.join import control_plane_url
 from orchestrator.control import class_rights
+from orchestrator.environments import admin as environments_admin  # registers the environments' admin page
 from orchestrator.identity import tokens
 from orchestrator.metrics import stream as metrics_stream
 from orchestrator.models import ApiToken, Cluster, Host, HostStatus, Job, PriorityClass, Quota, Task
@@ -213,6 +214,7 @@ class HostAdmin(admin.ModelAdmin):
         "memory_total_mb",
         "gpus",
         "gpu_error",
+        "task_environments",
         "tf_version",
         "agent_version",
         "agent_hostname",
@@ -233,6 +235,7 @@ class HostAdmin(admin.ModelAdmin):
                     ("cpu_count", "memory_total_mb"),
                     "gpus",
                     "gpu_error",
+                    "task_environments",
                     ("tf_version", "agent_version"),
                     ("agent_hostname", "agent_pid", "agent_started_at"),
                     ("agent_protocol", "agent_refusal"),
@@ -288,6 +291,10 @@ class HostAdmin(admin.ModelAdmin):
     def issue_new_token(self, request: HttpRequest, queryset: QuerySet[Host]) -> None:
         for host in queryset:
             _show_token_once(request, host, tokens.issue(host))
+
+    @admin.display(description="task environments")
+    def task_environments(self, obj: Host) -> str:
+        return environments_admin.host_environments(obj)
 
     @admin.display(description="ports")
     def port_range(self, obj: Host) -> str:

@@ -6,6 +6,7 @@ and the host sampler, and shuts them down in the right order.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -17,11 +18,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from celery_steps.wakeup import keep_consumer_awake
 from contracts import broker
+from contracts.environments import AGENT_ENVIRONMENTS, Environment, environments_from
 from contracts.protocol import (
     AGENT_ACK_EXITS,
     AGENT_KILL,
     AGENT_LAUNCH,
     AGENT_PING,
+    HostFacts,
     KillOrder,
     LaunchSpec,
     agent_queue,
@@ -32,6 +35,9 @@ from contracts.protocol import (
 from contracts.signing import Refused
 from kombu_redis.transport import TRANSPORT
 from worker_agent import __version__, facts
+from worker_agent.environments.as_task import Helper
+from worker_agent.environments.known import Environments
+from worker_agent.environments.venvs import Venvs
 from worker_agent.heartbeat import Heartbeat
 from worker_agent.orders import OrderGate
 from worker_agent.outbox import Outbox
@@ -50,7 +56,13 @@ class TaskRunner(Protocol):
     def acknowledge_exits(self, keys: list[tuple[int, int]]) -> None: ...
 
 
-def make_app(server: str, host: str, gate: OrderGate, runner: TaskRunner) -> Celery:
+def make_app(
+    server: str,
+    host: str,
+    gate: OrderGate,
+    runner: TaskRunner,
+    environments: Callable[[list[Environment]], None] | None = None,
+) -> Celery:
     # Not the process-wide "current" app: code that imports this (tests, tools) keeps its own default app.
     app = Celery(f"worker_agent.{host}", broker=server, set_as_current=False)
     app.conf.update(
@@ -89,6 +101,12 @@ def make_app(server: str, host: str, gate: OrderGate, runner: TaskRunner) -> Cel
     @app.task(name=AGENT_KILL, ignore_result=True, shared=False)
     def kill(message: Any = None) -> None:
         _carry_out(message, gate, AGENT_KILL, kill_order_from, runner.kill)
+
+    @app.task(name=AGENT_ENVIRONMENTS, ignore_result=True, shared=False)
+    def set_environments(message: Any = None) -> None:
+        # The cluster's task environments (orchestrator/environments/orders.py): probed by worker_agent/environments.
+        if environments is not None:
+            _carry_out(message, gate, AGENT_ENVIRONMENTS, environments_from, environments)
 
     @app.task(name=AGENT_ACK_EXITS, ignore_result=True, shared=False)
     def ack_exits(message: Any = None) -> None:
@@ -137,6 +155,11 @@ def _hand_over(handler: Any, order: Any) -> None:
         log.exception("handling %r failed", order)
 
 
+def _with_environments(host_facts: Callable[[], HostFacts], environments: Environments) -> Callable[[], HostFacts]:
+    """The host's facts with its task environments as probed now (a probe that ends shows on the next beat)."""
+    return lambda: dataclasses.replace(host_facts(), environments=environments.facts())
+
+
 class Agent:
     """One host's agent process: Celery consumer, outbox, supervisor, heartbeat and host sampler."""
 
@@ -160,14 +183,18 @@ class Agent:
         # `mac_key` seals every message (contracts.signing.agent_mac_key: the token stays out of this process's memory
         # once derived); `control_key` checks every order.
         self.supervisor = Supervisor(self._report, workdir, task_uids, shared_roots)
-        self.app = make_app(server, host, OrderGate(control_key, host, workdir), self.supervisor)
+        # Task environments: the control plane's list, each probed as a helper task uid (worker_agent/environments).
+        helper = Helper.of(task_uids)
+        self.environments = Environments(self.supervisor.workdir, helper)
+        self.supervisor.venvs = Venvs(self.supervisor.workdir, helper)
+        self.app = make_app(server, host, OrderGate(control_key, host, workdir), self.supervisor, self.environments.set)
         self.outbox = Outbox(self.app, host, mac_key)
         self.heartbeat = Heartbeat(
             self.app,
             host=host,
             key=mac_key,
             interval_s=heartbeat_interval_s,
-            facts=facts.RefreshingFacts(port_range),
+            facts=_with_environments(facts.RefreshingFacts(port_range), self.environments),
             tasks=self.supervisor.report,
         )
         self.sampler = Sampler(self.outbox.send, interval_s=sample_interval_s)
@@ -190,6 +217,7 @@ class Agent:
         reclaimed = self.supervisor.reclaim()
         if reclaimed:
             log.warning("reclaimed %d task(s) a previous agent left behind", len(reclaimed))
+        self.environments.start()  # what it was told last time is reported once probed (cached per interpreter)
         self.heartbeat.start()
         self.sampler.start()
         log.info("agent %s for host %s consuming %s", __version__, self.host, agent_queue(self.host))
@@ -215,6 +243,7 @@ class Agent:
                 return
             self._shut_down = True
         self.heartbeat.stop()
+        self.environments.stop()
         self.sampler.stop()  # hands its last samples to the outbox, flushed below
         running = self.supervisor.running()
         if running:

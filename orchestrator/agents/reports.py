@@ -13,6 +13,7 @@ from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, HostFacts, TaskRepo
 from orchestrator import counters
 from orchestrator.agents import reconcile
 from orchestrator.control import passes
+from orchestrator.environments import orders as environment_orders
 from orchestrator.identity.auth import MALFORMED, REFUSED, STALE, authenticate, remember
 from orchestrator.models import Host, HostStatus
 
@@ -38,6 +39,8 @@ def handle_report(payload: Any, *, hello: bool) -> bool:
         if hello:
             log.info("agent on %s started (pid %s, version %s)", host.name, facts.pid, facts.agent_version)
         record(host, facts, hello=hello, sent_at=accepted.message.ts)
+        if hello:  # a new or restarted agent learns its cluster's task environments (orchestrator/environments)
+            environment_orders.tell_host_after_commit(host)
         report = task_report(host, body)
         if report is not None:
             reconcile.converge(host, report)

@@ -231,6 +231,8 @@ class JobSerializer(serializers.ModelSerializer):
             "ps",
             "devices_per_worker",
             "labels",
+            "environment",
+            "requirements",
             "max_restarts",
             "restart_policy",
             "progress_timeout_s",

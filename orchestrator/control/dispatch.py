@@ -38,7 +38,7 @@ from orchestrator import broker_sends, storage
 from orchestrator.broker_sends import BROKER_ERRORS
 from orchestrator.core import tf_config
 from orchestrator.identity.keys import control_private_key
-from orchestrator.models import Host, Job, ProgramKind, Task, TaskState
+from orchestrator.models import Host, Job, ProgramKind, Task, TaskEnvironment, TaskState
 from orchestrator.models.row_locks import lock_tasks
 
 log = logging.getLogger(__name__)
@@ -66,9 +66,16 @@ def program_spec(job: Job) -> ProgramSpec:
 
 
 def launch_spec(
-    task: Task, env: dict[str, str], program: ProgramSpec | None = None, store: dict[str, Any] | None = None
+    task: Task,
+    env: dict[str, str],
+    program: ProgramSpec | None = None,
+    store: dict[str, Any] | None = None,
+    interpreter: str | None = None,
 ) -> LaunchSpec:
+    """`interpreter`: the job's environment's (looked up when not given)."""
     assert task.host is not None
+    if interpreter is None:
+        interpreter = environment_interpreter(task.job)
     return LaunchSpec(
         job_id=task.job_id,
         task_id=task.pk,
@@ -85,7 +92,20 @@ def launch_spec(
         user_env=dict(task.job.env or {}),
         store=store or {},
         uid_slot=task.job.task_uid_slot,  # the job's uid on every host (orchestrator/control/task_uids.py)
+        environment=task.job.environment,
+        interpreter=interpreter,
+        requirements=task.job.requirements,
     )
+
+
+def environment_interpreter(job: Job) -> str:
+    """The interpreter of the job's task environment as registered now ("" for the agents' own). One deleted since
+    the job was placed is "" too, with the environment named: the agent refuses such a launch (the task fails
+    saying the environment is gone) rather than run it in its own interpreter."""
+    if not job.environment:
+        return ""
+    found = TaskEnvironment.objects.filter(cluster_id=job.cluster_id, name=job.environment)
+    return found.values_list("interpreter", flat=True).first() or ""
 
 
 def launch_body(spec: LaunchSpec) -> dict[str, Any]:
@@ -93,7 +113,7 @@ def launch_body(spec: LaunchSpec) -> dict[str, Any]:
     unknown key) still runs every job that sets none while a fleet is upgraded; `store` likewise goes only on a cluster
     with an object store; `uid_slot` only once the job has one (a task placed before the upgrade has none)."""
     body = asdict(spec)
-    for optional in ("user_env", "store"):
+    for optional in ("user_env", "store", "environment", "interpreter", "requirements"):
         if not body[optional]:
             del body[optional]
     if body["uid_slot"] is None:
@@ -133,6 +153,7 @@ def launch_tasks(task_ids: list[int]) -> None:
     )
     _stamp(tasks)
     programs: dict[int, ProgramSpec] = {}  # per job: a script's base64 is made once, not once per task
+    interpreters: dict[int, str] = {}  # per job, looked up once
     stores = _Stores()
     # One broker connection for the whole batch, not one acquired per order, and its orders sent in one pipeline.
     with _producer() as producer, _batched(producer):
@@ -143,7 +164,9 @@ def launch_tasks(task_ids: list[int]) -> None:
                 env.update(script_env(job.builtin_config or {}))  # a builtin gets it in TFDASH_PROGRAM_CONFIG
             if job.pk not in programs:
                 programs[job.pk] = program_spec(job)
-            spec = launch_spec(task, env, programs[job.pk], stores.urls(task))
+            if job.pk not in interpreters:
+                interpreters[job.pk] = environment_interpreter(job)
+            spec = launch_spec(task, env, programs[job.pk], stores.urls(task), interpreters[job.pk])
             _send(AGENT_LAUNCH, launch_body(spec), task.host, producer)
 
 

@@ -16,7 +16,8 @@ from django.utils import timezone
 
 from orchestrator.control import active_tasks
 from orchestrator.core import backfill, placement
-from orchestrator.models import Cluster, Host, HostPortBlock, HostStatus, clusters
+from orchestrator.environments import availability
+from orchestrator.models import Cluster, Host, HostPortBlock, HostStatus, TaskEnvironment, clusters
 
 
 class PlacementHost(NamedTuple):
@@ -33,6 +34,8 @@ class PlacementHost(NamedTuple):
     cpu_count: int | None
     labels: str
     status: str
+    # `env:<name>` of each task environment the host can run (orchestrator/environments/availability.py).
+    environments: frozenset[str] = frozenset()
 
     @property
     def device_slots(self) -> int:
@@ -40,15 +43,25 @@ class PlacementHost(NamedTuple):
 
     @property
     def label_set(self) -> frozenset[str]:
-        return clusters.label_set(self.labels)
+        return clusters.label_set(self.labels) | self.environments
 
 
-def placement_host(host: Host) -> PlacementHost:
-    """A host's model as placement reads it (a page's hosts): what `placement_hosts` reads of its row."""
+def placement_host(host: Host, registered: dict[str, str] | None = None) -> PlacementHost:
+    """A host's model as placement reads it (a page's hosts): what `placement_hosts` reads of its row. `registered`:
+    its cluster's environments (read when not given)."""
     gpus = host.gpus if isinstance(host.gpus, list) else []
     indexes = [gpu["index"] for gpu in gpus if isinstance(gpu, dict) and "index" in gpu]
+    if registered is None:
+        registered = registered_environments(host.cluster_id)
+    envs = availability.labels(host.environments, registered, bool(indexes))
     return PlacementHost(host.pk, host.name, host.address, host.port_min, host.port_max, indexes, host.cpu_slots,
-                         host.cpu_count, host.labels, host.status)  # fmt: skip
+                         host.cpu_count, host.labels, host.status, envs)  # fmt: skip
+
+
+def registered_environments(cluster_id: int) -> dict[str, str]:
+    """The cluster's task environments, name -> interpreter (a host's report counts only for the interpreter
+    registered now)."""
+    return dict(TaskEnvironment.objects.filter(cluster_id=cluster_id).values_list("name", "interpreter"))
 
 
 def host_device_ids(host: PlacementHost) -> tuple[tuple[int, ...], bool]:
@@ -64,21 +77,37 @@ def placement_hosts(cluster_id: int) -> list[PlacementHost]:
     from PostgreSQL, every pass. In a stable order: what is kept between passes by the hosts' facts (placement's idle
     verdicts) is keyed by them in order, and heartbeats rewrite host rows, which moves them in the table's own order
     (unordered, every pass on a beating fleet missed that cache: a quarter of its time)."""
+    registered = registered_environments(cluster_id)
     with connection.cursor() as cursor:
         cursor.execute(_HOSTS_SQL, [cluster_id])
-        return [PlacementHost(*row[:5], active_tasks.parsed(row[5]), *row[6:]) for row in cursor.fetchall()]
+        hosts = []
+        for row in cursor.fetchall():
+            gpus = active_tasks.parsed(row[5])
+            # Environments only matter once the cluster has some: a cluster without runs everything anywhere.
+            envs = availability.labels(active_tasks.parsed(row[10]), registered, bool(gpus)) if registered else None
+            hosts.append(PlacementHost(*row[:5], gpus, *row[6:10], envs or frozenset()))
+        return hosts
 
 
 _HOSTS_SQL = f"""
     SELECT id, name, address, port_min, port_max, jsonb_path_query_array(gpus, '$[*].index')::text, cpu_slots,
-           cpu_count, labels, status
+           cpu_count, labels, status, environments::text
     FROM {Host._meta.db_table} WHERE cluster_id = %s ORDER BY name
 """  # noqa: S608 - a table name from the model, the value a parameter
 
 
 def host_states(hosts: Iterable[PlacementHost | Host], *, empty: bool = False) -> list[placement.HostState]:
     """What placement needs to know of each host now (or, with `empty`, as if every host were up and idle)."""
-    hosts = [placement_host(host) if isinstance(host, Host) else host for host in hosts]
+    registered: dict[int, dict[str, str]] = {}  # per cluster, read once
+    plain: list[PlacementHost] = []
+    for host in hosts:
+        if isinstance(host, Host):
+            if host.cluster_id not in registered:
+                registered[host.cluster_id] = registered_environments(host.cluster_id)
+            plain.append(placement_host(host, registered[host.cluster_id]))
+        else:
+            plain.append(host)
+    hosts = plain
     if empty:
         return [_state(host, (), (), (), online=True) for host in hosts]
     ids = [host.pk for host in hosts]

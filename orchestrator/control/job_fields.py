@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contracts.batching import SCALE_RULES
+from contracts.environments import MAX_REQUIREMENTS_BYTES
 from contracts.limits import MAX_DEVICES_PER_WORKER, MAX_PS, MAX_WORKERS
 from contracts.run_config import BOUNDS, DEFAULT_HIDDEN, MAX_PATH_CHARS, OPTIMIZERS, PROGRAM_KEYS, RunConfig
 from contracts.strategies import STRATEGY_LABELS, Strategy
@@ -61,6 +62,26 @@ FIELDS: tuple[JobField, ...] = (
         "",
         help="place only on hosts with all these labels",
         max_length=MAX_LABELS_CHARS,
+        optional_in_form=True,
+    ),
+    JobField(
+        "environment",
+        str,
+        "Task environment",
+        "",
+        help="the Python with TensorFlow its tasks run in, by the name staff registered on the cluster (each host's "
+        "page shows what it has); blank: the cluster's default",
+        max_length=63,
+        optional_in_form=True,
+    ),
+    JobField(
+        "requirements",
+        str,
+        "Requirements",
+        "",
+        help="pip requirement lines (e.g. scikit-learn==1.5.2) installed into a venv on top of the environment, built "
+        "once per content on each host; no options, paths or URLs",
+        max_length=MAX_REQUIREMENTS_BYTES,
         optional_in_form=True,
     ),
     JobField("max_restarts", int, "Max restarts", 0, min=0, max=100),

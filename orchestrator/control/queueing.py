@@ -166,6 +166,7 @@ class Queued:
     ps: int
     devices_per_worker: int
     labels: str
+    environment: str
     restarts: int
     told_start: bool  # an expected start (and its reservation) is stored on its row
     rank: int  # its place by submission (created_at, then id): a restarted or preempted job keeps it
@@ -176,7 +177,8 @@ class Queued:
 # start and its reservation together (both set, or both cleared): `told_start` is whether they are.
 _QUEUED_SQL = f"""
     SELECT id, owner_id, state, reason, held, priority_class_id, time_limit_s, strategy, workers, ps,
-           devices_per_worker, labels, restarts, (expected_start IS NOT NULL OR reservation <> '{{}}'::jsonb)
+           devices_per_worker, labels, environment, restarts,
+           (expected_start IS NOT NULL OR reservation <> '{{}}'::jsonb)
     FROM {Job._meta.db_table} WHERE cluster_id = %s AND state = ANY(%s) ORDER BY created_at, id
 """  # noqa: S608 - a table name from the model, every value a parameter
 

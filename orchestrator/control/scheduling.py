@@ -23,6 +23,7 @@ from django.utils import timezone
 from orchestrator import counters, gc_pause, thread_times
 from orchestrator.control import dispatch, fleet_state, lifecycle, passes, preemption, queueing, task_rows, task_uids
 from orchestrator.core import backfill, placement, tf_config
+from orchestrator.environments import availability
 from orchestrator.metrics import live
 from orchestrator.models import (
     ACTIVE_TASK_STATES,
@@ -37,18 +38,22 @@ log = logging.getLogger(__name__)
 
 
 def job_shape(job: Job | queueing.Queued) -> placement.JobShape:
-    return _shape(job.strategy, job.workers, job.ps, job.devices_per_worker, job.labels)
+    return _shape(job.strategy, job.workers, job.ps, job.devices_per_worker, job.labels, job.environment)
 
 
 @lru_cache(maxsize=4096)
-def _shape(strategy: str, workers: int, ps: int, devices_per_worker: int, labels: str) -> placement.JobShape:
-    # Asked of every waiting job, every pass: a queue has a few dozen shapes.
+def _shape(
+    strategy: str, workers: int, ps: int, devices_per_worker: int, labels: str, environment: str = ""
+) -> placement.JobShape:
+    # Asked of every waiting job, every pass: a queue has a few dozen shapes. A named task environment is a label of
+    # the hosts that can run it (orchestrator/environments/availability.py); "" (the agents' own interpreter) any.
+    plain = frozenset(parse_labels(labels)) if labels else frozenset()
     return placement.JobShape(
         strategy=placement.Strategy(strategy),
         workers=workers,
         ps=ps,
         devices_per_worker=devices_per_worker,
-        labels=frozenset(parse_labels(labels)) if labels else frozenset(),
+        labels=plain | {availability.label(environment)} if environment else plain,
     )
 
 

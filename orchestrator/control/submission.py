@@ -15,13 +15,15 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from contracts import job_env
+from contracts import environments, job_env
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import ConfigError, parse_config, parse_script_config
 from orchestrator import limits
-from orchestrator.control import job_fields, passes, queueing, scheduling
+from orchestrator.control import fleet_state, job_fields, passes, queueing, scheduling
 from orchestrator.core import placement, tf_config
-from orchestrator.models import TERMINAL_JOB_STATES, Cluster, Job, ProgramKind, Script, Strategy
+from orchestrator.environments import availability
+from orchestrator.models import TERMINAL_JOB_STATES, Cluster, Host, Job, ProgramKind, Script, Strategy
+from orchestrator.models.environments import default_environment
 from orchestrator.models.validators import parse_labels
 
 MAX_ARGS_CHARS = 4000
@@ -158,9 +160,12 @@ def validate(job: Job, upload: Upload | None, *, require_program: bool = True) -
         else:
             # The runtime's own rules (plain Python): refused here rather than as a failed task later.
             try:
-                parse_config(job.builtin, job.builtin_config)
+                config = parse_config(job.builtin, job.builtin_config)
             except ConfigError as exc:
                 add(config_field(exc.field), f"{exc}.")
+            else:
+                if problem := ps_checkpoint_problem(job, config.checkpoint):
+                    add(config_field("checkpoint"), problem)
     else:
         add("program_kind", "Choose an uploaded script or a built-in program.")
     for problem in job_env.problems(job.env):
@@ -172,6 +177,8 @@ def validate(job: Job, upload: Upload | None, *, require_program: bool = True) -
             job.labels = ", ".join(parse_labels(job.labels))
         except Exception as exc:  # django ValidationError: report its text on the field
             add("labels", " ".join(getattr(exc, "messages", [str(exc)])))
+    for field, message in environment_problems(job):
+        add(field, message)
     if errors:
         raise JobInvalid(errors)
 
@@ -184,6 +191,50 @@ def validate(job: Job, upload: Upload | None, *, require_program: bool = True) -
     if isinstance(ever, placement.Unplaceable):
         add("non_field_errors", f"This job can never run on cluster {job.cluster.name}: {ever.reason}.")
         raise JobInvalid(errors)
+
+
+def ps_checkpoint_problem(job: Job, checkpoints: bool) -> str:
+    """Why a built-in ParameterServer job cannot keep checkpoints on its cluster, or "". TensorFlow has every ps task
+    write its own variables at the chief's checkpoint path, on the ps's own disk (TF_NOTES.md, measured): on hosts
+    that share no folder the first backup fails with NOT_FOUND on a ps. Refused here, where the user can act on it,
+    rather than as a failed chief one epoch in. Hosts on one machine share its disk, so the local cluster is
+    unaffected."""
+    if job.strategy != Strategy.PARAMETER_SERVER or not checkpoints or job.cluster.shared_dir:
+        return ""
+    addresses = Host.objects.filter(cluster_id=job.cluster_id).values_list("address", flat=True)
+    if len({placement.machine_of(address) for address in addresses}) <= 1:
+        return ""  # one machine (the local cluster's loopback hosts): its tasks see the same disk
+    return (
+        f"A ParameterServer job's checkpoints are written by every ps task at the chief's path, so they need a folder "
+        f"every host sees, and cluster {job.cluster.name} has no shared folder: turn checkpoints off (checkpoint: "
+        f"false), or ask staff to give the cluster one."
+    )
+
+
+def environment_problems(job: Job) -> list[tuple[str, str]]:
+    """The job's task environment settled (blank: the cluster's default) and checked: one the cluster has not
+    registered, or that no host of it can run, is refused with the reason (a host that can but is busy or offline
+    only makes the job wait, and its page says so); its requirements file checked likewise."""
+    problems = [("requirements", f"{problem[0].upper()}{problem[1:]}.")
+                for problem in environments.requirements_problems(job.requirements or "")]  # fmt: skip
+    if not job.environment:
+        job.environment = default_environment(job.cluster_id)
+    if not job.environment:
+        return problems  # the agents' own interpreter: every host has it
+    registered = fleet_state.registered_environments(job.cluster_id)
+    interpreter = registered.get(job.environment)
+    if interpreter is None:
+        known = ", ".join(sorted(registered)) or "none (ask staff to register one)"
+        problems.append(("environment", f"Cluster {job.cluster.name} has no environment named {job.environment}; "
+                                        f"its environments: {known}."))  # fmt: skip
+        return problems
+    hosts = Host.objects.filter(cluster_id=job.cluster_id).values_list("name", "environments", "gpus")
+    why = availability.hosts_problem(
+        job.environment, interpreter, ((name, envs, bool(gpus)) for name, envs, gpus in hosts), job.cluster.name
+    )
+    if why:
+        problems.append(("environment", f"{why[0].upper()}{why[1:]}."))
+    return problems
 
 
 def default_cluster() -> Cluster | None:

@@ -14,6 +14,7 @@ from enum import StrEnum
 from functools import cached_property, lru_cache
 from operator import attrgetter
 
+from contracts.environments import LABEL_PREFIX as ENV_LABEL
 from contracts.limits import MAX_DEVICES_PER_WORKER, MAX_PS, MAX_WORKERS
 from contracts.strategies import ROLE_ORDER, Strategy, TaskType
 
@@ -94,7 +95,7 @@ class HostState:
 
     @cached_property
     def machine(self) -> str:
-        return _machine(self.address)
+        return machine_of(self.address)
 
     @cached_property
     def idle(self) -> HostState:
@@ -229,7 +230,11 @@ def place(
     matching = [h for h in all_hosts if shape.labels <= h.labels] if shape.labels else all_hosts
     if not matching:
         if shape.labels:
-            return Unplaceable(f"no host has labels {{{', '.join(sorted(shape.labels))}}}", permanent=True)
+            plain = sorted(label for label in shape.labels if not label.startswith(ENV_LABEL))
+            if not plain:
+                return Unplaceable(f"no host{_labelled(shape)}", permanent=True)
+            return Unplaceable(f"no host has labels {{{', '.join(plain)}}}{_labelled(shape, envs_only=True)}",
+                               permanent=True)  # fmt: skip
         return Unplaceable("the cluster has no hosts", permanent=True)
 
     if not fits_empty:  # (a caller that knows the shape fits these hosts idle has no need of the permanent check)
@@ -261,7 +266,7 @@ def place(
 def _waits(shape: JobShape, free_counts: Sequence[int], offline: int, *, failed: str | None = None) -> Unplaceable:
     """Why a job that fits the idle cluster does not fit now: its devices (the online hosts' free counts, of those
     its labels allow) or `failed`, what a placement tried on them ran into (a port); the hosts offline noted."""
-    offline_note = f"{offline} host{'s' if offline != 1 else ''} offline"
+    offline_note = f"{offline} host{'s' if offline != 1 else ''}{_labelled(shape)} offline"
     if not free_counts:
         return Unplaceable(offline_note, permanent=False)
     reason = failed or _device_shortfall(
@@ -273,8 +278,13 @@ def _waits(shape: JobShape, free_counts: Sequence[int], offline: int, *, failed:
     return Unplaceable(reason, permanent=False)
 
 
-def _labelled(shape: JobShape) -> str:
-    return f" labelled {', '.join(sorted(shape.labels))}" if shape.labels else ""
+def _labelled(shape: JobShape, *, envs_only: bool = False) -> str:
+    """The words " labelled a, b", " with environment e", both, or "": which hosts the job may use. A task
+    environment is a label `env:<name>` of the hosts that can run it (orchestrator/environments/availability.py)."""
+    plain = sorted(label for label in shape.labels if not label.startswith(ENV_LABEL))
+    envs = sorted(label[len(ENV_LABEL) :] for label in shape.labels if label.startswith(ENV_LABEL))
+    said = f" labelled {', '.join(plain)}" if plain and not envs_only else ""
+    return said + (f" with environment {', '.join(envs)}" if envs else "")
 
 
 # Whether a shape fits the idle cluster, by shape and the hosts' fixed facts: a job that waits at the head of the
@@ -325,7 +335,8 @@ def _device_shortfall(d: int, workers: int, capacities: Sequence[int], *, now: b
     return None
 
 
-def _machine(address: str) -> str:
+def machine_of(address: str) -> str:
+    """The machine a host's address stands for: every loopback address is this one machine."""
     # TF's gRPC server binds 0.0.0.0, so every loopback address is the same machine for port purposes.
     if address.startswith("127.") or address in ("localhost", "::1"):
         return "loopback"

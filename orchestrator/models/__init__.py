@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from orchestrator.models.api_tokens import ApiToken
 from orchestrator.models.clusters import Cluster, Host, HostSample, HostStatus
+from orchestrator.models.environments import TaskEnvironment
 from orchestrator.models.experiments import Experiment, ExperimentMode
 from orchestrator.models.jobs import (
     ACTIVE_TASK_STATES,
@@ -21,8 +22,8 @@ from orchestrator.models.jobs import (
     TaskState,
     TaskType,
 )
-from orchestrator.models.queueing import JobEvent, PriorityClass, Quota
 from orchestrator.models.leases import ControlLease
+from orchestrator.models.queueing import JobEvent, PriorityClass, Quota
 from orchestrator.models.webhooks import DeliveryState, JobStateChange, Webhook, WebhookDelivery
 
 __all__ = [
@@ -30,8 +31,8 @@ __all__ = [
     "TERMINAL_JOB_STATES",
     "ApiToken",
     "Cluster",
-    "DeliveryState",
     "ControlLease",
+    "DeliveryState",
     "Experiment",
     "ExperimentMode",
     "Host",
@@ -52,6 +53,7 @@ __all__ = [
     "Script",
     "Strategy",
     "Task",
+    "TaskEnvironment",
     "TaskLogLine",
     "TaskState",
     "TaskType",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -164,6 +164,9 @@ class Host(models.Model):
     memory_total_mb = models.PositiveBigIntegerField(null=True, blank=True)
     gpus = models.JSONField(default=list, blank=True)
     gpu_error = models.CharField(max_length=500, blank=True)
+    # The task environments its agent probed (contracts/protocol.py EnvironmentFacts, as dicts): placement reads which
+    # are ok (orchestrator/control/fleet_state.py), the host's page shows them.
+    environments = models.JSONField(default=list, blank=True)
     tf_version = models.CharField(max_length=50, blank=True)
     agent_version = models.CharField(max_length=50, blank=True)
     agent_hostname = models.CharField(max_length=255, blank=True)
@@ -225,6 +228,7 @@ class Host(models.Model):
                 for g in facts.gpus
             ],
             "gpu_error": facts.gpu_error,
+            "environments": [asdict(e) for e in facts.environments],
             "tf_version": facts.tf_version,
             "agent_version": facts.agent_version,
             "agent_hostname": facts.hostname,

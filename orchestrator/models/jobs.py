@@ -89,6 +89,12 @@ class Job(models.Model):
     env = models.JSONField(
         default=dict, blank=True, help_text="the job's own environment variables, name -> value (contracts/job_env.py)"
     )
+    # Its task environment's name (orchestrator/models/environments.py), set at submission (the cluster's default when
+    # it names none); "": the agents' own interpreter. A name, not a key: an environment deleted or renamed leaves the
+    # job naming what it ran in, and a waiting job naming one no host has any longer is told so.
+    environment = models.CharField(max_length=63, blank=True)
+    # A requirements file (contracts/environments.py): its tasks run in a venv built from it on top of the environment.
+    requirements = models.TextField(blank=True)
 
     workers = models.PositiveIntegerField(default=1)
     ps = models.PositiveIntegerField("parameter servers", default=0)

@@ -16,6 +16,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from contracts.protocol import PROGRAM_CONFIG_ENV, LaunchSpec, ProgramSpec, TaskEventKind
 from worker_agent.supervision.launch import Refused
@@ -29,6 +30,8 @@ class Program:
 
     spec: ProgramSpec
     script: bytes | None = None
+    # The Python it runs in: the task environment's (or its requirements venv's); "" the agent's own.
+    interpreter: str = ""
 
     @property
     def script_name(self) -> str:
@@ -36,9 +39,10 @@ class Program:
 
     def argv(self, folder: Path) -> list[str]:
         """The task's command line (never a shell string); a script is at `folder / script_name`."""
+        python = self.interpreter or sys.executable
         if self.script is not None:
-            return [sys.executable, "-u", str(folder / self.script_name), *self.spec.args]
-        return [sys.executable, "-u", "-m", "worker_agent.runtime", "--program", self.spec.builtin, *self.spec.args]
+            return [python, "-u", str(folder / self.script_name), *self.spec.args]
+        return [python, "-u", "-m", "worker_agent.runtime", "--program", self.spec.builtin, *self.spec.args]
 
     def env(self) -> dict[str, str]:
         if self.script is not None:
@@ -71,6 +75,29 @@ def _script(program: ProgramSpec) -> bytes:
             f"script sha256 mismatch: expected {program.script_sha256!r}, content has {digest}",
         )
     return content
+
+
+class VenvBuilder(Protocol):
+    """Builds a job's requirements venv on top of a base interpreter (worker_agent/environments/venvs.py)."""
+
+    def python(self, base: str, requirements: str) -> str: ...
+
+    def ensure(self, base: str, requirements: str, log_fd: int | None = None) -> tuple[str, bool]: ...
+
+
+def interpreter_for(spec: LaunchSpec, venvs: VenvBuilder | None) -> tuple[str, str]:
+    """(the task environment's interpreter, the one the task runs: its requirements venv's when it has one). A spec
+    naming an environment without its interpreter (deleted since the job was placed) is refused: running the task in
+    the agent's own interpreter instead would be a silent lie."""
+    if spec.environment and not spec.interpreter:
+        gone = f"the job's environment {spec.environment} is no longer registered on its cluster"
+        raise Refused(TaskEventKind.LAUNCH_FAILED, gone)
+    base = spec.interpreter or sys.executable
+    if not spec.requirements:
+        return base, spec.interpreter
+    if venvs is None:
+        raise Refused(TaskEventKind.LAUNCH_FAILED, "this agent builds no requirements venvs")
+    return base, venvs.python(base, spec.requirements)
 
 
 def job_dir(spec: LaunchSpec, workdir: Path) -> Path:

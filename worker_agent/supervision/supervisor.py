@@ -16,6 +16,7 @@ gives the heartbeat the agent's whole truth in one consistent snapshot.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import logging
 import os
@@ -108,6 +109,8 @@ class Supervisor:
         self.output = OutputFiles(self.workdir)
         # Each task's folders, uid and private /tmp (workspace.py): a job_dir outside workdir and shared roots refused.
         self.workspace = Workspace(self.workdir, [Path(p) for p in shared_roots or ()], task_uids)
+        # Requirements venvs (worker_agent/environments/venvs.py, set by the agent): None builds none.
+        self.venvs: programs.VenvBuilder | None = None
 
     # --- public API -------------------------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> None:
@@ -271,7 +274,8 @@ class Supervisor:
             self.workspace.leave(child.spec.job_id, child.uid)
 
     def _start(self, spec: LaunchSpec, child: _Child) -> tuple[subprocess.Popen[bytes], MetricsPipe]:
-        program = programs.load(spec.program)
+        base, python = programs.interpreter_for(spec, self.venvs)
+        program = dataclasses.replace(programs.load(spec.program), interpreter=python)
         if spec.port is not None:
             check_port(spec.port)
         prepared = self.workspace.prepare(spec, program)
@@ -296,6 +300,8 @@ class Supervisor:
             # Files, not pipes: the task's prints never block on, or die with, this agent (output.py).
             output = self.output.create(spec.task_id, spec.attempt)
             child.logs.open()
+            if spec.requirements and self.venvs is not None:  # its build's lines are the task's first output
+                self.venvs.ensure(base, spec.requirements, output["stdout"])
             # Through the launcher (root): a fixed environment, the task's on stdin (workspace.Prepared).
             with prepared.process_start() as (env, stdin):
                 proc = subprocess.Popen(

@@ -1,0 +1,7 @@
+"""Task environments on the control plane: which hosts can run which environment (availability.py), what a job's
+submission is refused for, telling the agents the cluster's environments (orders.py), and staff's admin page
+(admin.py). The model is orchestrator/models/environments.py; the rules both sides share, contracts/environments.py.
+
+May import: contracts, orchestrator.models, orchestrator.broker_sends, orchestrator.identity. Imported by
+orchestrator.control (placement, submission), orchestrator.agents (the hello) and the admin.
+"""

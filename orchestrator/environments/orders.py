@@ -1,0 +1,52 @@
+"""Telling agents their cluster's task environments: a signed AGENT_ENVIRONMENTS order (contracts/environments.py)
+to every host of the cluster once staff save or delete one, and to a host when its agent says hello (so an agent
+that was down, or is new, learns them). The agent keeps the list in its workdir, probes each interpreter and reports
+the results on its next heartbeat (worker_agent/environments/).
+
+A lost order costs until the agent's next hello or the next change; a repeated one re-probes nothing (the agent
+caches each probe per interpreter file). An agent of protocol 3 has no such order: it is sent none, and placement
+puts no job that names an environment on its host (it reports none).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+
+from contracts.environments import AGENT_ENVIRONMENTS, environments_body
+from contracts.protocol import agent_queue
+from contracts.signing import sign_order
+from orchestrator import broker_sends
+from orchestrator.broker_sends import BROKER_ERRORS
+from orchestrator.identity.keys import control_private_key
+from orchestrator.models import Host
+from orchestrator.models.environments import cluster_environments
+
+log = logging.getLogger(__name__)
+
+FIRST_PROTOCOL = 4  # the first agent protocol that has the order
+
+
+def tell_cluster_after_commit(cluster_id: int) -> None:
+    """Every host of the cluster gets the cluster's environments once the current transaction commits."""
+    transaction.on_commit(lambda: tell(list(Host.objects.filter(cluster_id=cluster_id))))
+
+
+def tell_host_after_commit(host: Host) -> None:
+    transaction.on_commit(lambda: tell([host]))
+
+
+def tell(hosts: list[Host]) -> None:
+    """Send each host its cluster's environments now (a broker that does not take one is logged)."""
+    lists: dict[int, dict] = {}
+    for host in hosts:
+        if (getattr(host, "agent_protocol", None) or FIRST_PROTOCOL) < FIRST_PROTOCOL:
+            continue
+        if host.cluster_id not in lists:
+            lists[host.cluster_id] = environments_body(cluster_environments(host.cluster_id))
+        message = sign_order(control_private_key(), host.name, AGENT_ENVIRONMENTS, lists[host.cluster_id])
+        try:
+            broker_sends.send(AGENT_ENVIRONMENTS, [message], agent_queue(host.name))
+        except BROKER_ERRORS as exc:
+            log.warning("could not tell %s its environments (its next hello does): %r", host.name, exc)

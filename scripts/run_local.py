@@ -362,11 +362,10 @@ class Stack:
         self.say("Migrating the database ...")
         self.manage("migrate", "--noinput")
         admin_line = self.manage("ensure_admin").strip()
-        cluster = json.loads(
-            self.manage(
-                "local_cluster", "--hosts", os.environ.get("LOCAL_HOSTS", "2"), "--shared-dir", str(self.var / "shared")
-            )
-        )
+        # The cluster's default task environment is the venv `make install` made (its TensorFlow), by the venv's own
+        # path: resolving the link would name the system Python, which has none.
+        setup = ["--hosts", os.environ.get("LOCAL_HOSTS", "2"), "--shared-dir", str(self.var / "shared")]
+        cluster = json.loads(self.manage("local_cluster", *setup, "--environment", str(Path(PY).absolute())))
 
         self.start("web", [PY, "-m", "daphne", "-b", bind, "-p", str(port), "config.asgi:application"], childless=True)
         self.start(

@@ -420,9 +420,12 @@ class Stack:
 
 def exit_with_parent() -> None:
     """Stop (SIGTERM: the same orderly stop as Ctrl-C) when the parent dies, `make` SIGKILLed included: `make run`
-    passes --exit-with-parent. Not by default: a run started from a shell that then exits (nohup) keeps running."""
+    passes --exit-with-parent. Not by default: a run started from a shell that then exits (nohup) keeps running.
+
+    The parent is whichever this process has when it gets here (make may be PID 1, in a container): one that died
+    during this interpreter's start-up, before that, goes unnoticed, and the run goes on as it did before this."""
     parent = os.getppid()
-    if sys.platform == "linux" and (parent == 1 or not tether.bind_to_parent(parent, signal.SIGTERM)):
+    if sys.platform == "linux" and not tether.bind_to_parent(parent, signal.SIGTERM):
         raise SystemExit("the process that started this one is gone: not starting")
 
 

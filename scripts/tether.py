@@ -37,7 +37,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -75,7 +75,7 @@ def exec_program(argv: Sequence[str]) -> None:
     os.execvp(argv[0], list(argv))  # noqa: S606 - an argv, no shell: what make run starts
 
 
-def spawn(name: str, argv: Sequence[str], mask: set[signal.Signals]) -> int:
+def spawn(name: str, argv: Sequence[str], mask: Iterable[int]) -> int:
     """PROGRAM in a child of this (single-threaded) process, dying by SIGKILL with it, its signal mask restored."""
     me = os.getpid()
     pid = os.fork()

@@ -3,8 +3,8 @@ probe's line (worker_agent/runtime/probe.py).
 
 The CPU-only and no-TensorFlow lines were recorded here (2-core machine, no GPU) from the product's venv, the
 TensorFlow 2.15 environment of scripts/task_envs.sh and a Python without TensorFlow; the CUDA builds' lines are
-written in the probe's format with the values TensorFlow's build info gives for its CUDA wheels (2.15.1: CUDA 12.2,
-cuDNN 8; 2.21: CUDA 12.5, cuDNN 9), since no GPU machine runs this suite.
+written in the probe's format with the values of TensorFlow 2.15's CUDA wheel (CUDA 12.2, cuDNN 8), since no GPU
+machine runs this suite.
 """
 
 from __future__ import annotations

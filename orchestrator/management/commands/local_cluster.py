@@ -10,14 +10,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from contracts.environments import interpreter_problem
 from orchestrator.identity import tokens
 from orchestrator.identity.keys import control_public_key
-from orchestrator.models import Cluster, Host
+from orchestrator.models import Cluster, Host, TaskEnvironment
 
 FIRST_PORT = 23000
+DEFAULT_ENVIRONMENT = "local-venv"
 PORTS_PER_HOST = 100
 
 
@@ -40,6 +42,12 @@ class Command(BaseCommand):
             "(DIR/<host>/control.pub): one folder per host, so each agent can be given its own alone",
         )
         parser.add_argument("--shared-dir", default="", help="the cluster's shared folder for checkpoints/artifacts")
+        parser.add_argument(
+            "--environment",
+            default="",
+            help="register this interpreter (an absolute path, e.g. the venv's bin/python) as the cluster's default "
+            f"task environment, named {DEFAULT_ENVIRONMENT!r}; blank: none (tasks run in the agents' interpreter)",
+        )
 
     @transaction.atomic
     def handle(
@@ -51,6 +59,7 @@ class Command(BaseCommand):
         address_is_name: bool,
         token_dir: Path | None,
         shared_dir: str,
+        environment: str,
         **options: Any,
     ) -> None:
         the_cluster, _ = Cluster.objects.get_or_create(
@@ -60,6 +69,8 @@ class Command(BaseCommand):
             # Every local agent sees this machine's disk, so checkpoints survive a restart on another local host.
             the_cluster.shared_dir = shared_dir
             the_cluster.save(update_fields=["shared_dir"])
+        if environment:
+            self._default_environment(the_cluster, environment)
         out = []
         for number in range(1, hosts + 1):
             low = first_port + (number - 1) * PORTS_PER_HOST
@@ -86,3 +97,18 @@ class Command(BaseCommand):
             out.append({"host": host.name, "token": token, "port_range": f"{host.port_min}-{host.port_max}"})
         # The public key every agent pins to check the orders it is sent.
         self.stdout.write(json.dumps({"cluster_id": the_cluster.pk, "control_key": control_public_key(), "hosts": out}))
+
+    @staticmethod
+    def _default_environment(cluster: Cluster, interpreter: str) -> None:
+        """The cluster's default task environment is `interpreter` (its agents probe it on their hello)."""
+        problem = interpreter_problem(interpreter)
+        if problem:
+            raise CommandError(f"--environment: {problem}")
+        TaskEnvironment.objects.filter(cluster=cluster, is_default=True).exclude(name=DEFAULT_ENVIRONMENT).update(
+            is_default=False
+        )
+        TaskEnvironment.objects.update_or_create(
+            cluster=cluster,
+            name=DEFAULT_ENVIRONMENT,
+            defaults={"interpreter": interpreter, "is_default": True, "labels": "the quick start's own venv"},
+        )

@@ -73,7 +73,11 @@ def assert_each_task_names_its_own_host(cluster: NetnsCluster, tasks: list[dict[
 def assert_points_lines_and_model_arrived(cluster: NetnsCluster, job: Job, chief: dict[str, Any]) -> None:
     """What the agents inside the namespaces sent reached the control plane: every task's metric points (through
     Redis) and the chief's log lines; the saved model went to the object store by presigned URL."""
-    for task in Task.objects.using(DB).filter(job=job, attempt=job.attempt).exclude(type="ps"):
+    # Those that run the training loop report points: every MultiWorkerMirrored worker, a ParameterServer's chief.
+    trainers = Task.objects.using(DB).filter(job=job, attempt=job.attempt).exclude(type="ps")
+    if job.strategy == "parameter_server":
+        trainers = trainers.filter(type="chief")
+    for task in trainers:
         wait_until(
             lambda task=task: MetricPoint.objects.using(DB).filter(task=task, phase="epoch_end", name="loss").exists(),
             60,
@@ -109,8 +113,16 @@ def test_multi_worker_mirrored_across_two_hosts_with_their_own_addresses(netns_c
 def test_parameter_server_with_chief_workers_and_ps_across_hosts(netns_cluster) -> None:
     cluster = netns_cluster(4)
     config = {"epochs": 2, "per_replica_batch": 32, "steps_per_epoch": 20}
+    # Each ps would write its variables at the chief's checkpoint path on its own disk: these hosts share no folder.
+    refused = cluster.user.post(
+        f"{cluster.plane.web_url}/api/jobs/",
+        json={"name": "ps", "strategy": "parameter_server", "builtin": "digits_mlp", "builtin_config": config,
+              "workers": 2, "ps": 1, "devices_per_worker": 1},
+        timeout=30,
+    )  # fmt: skip
+    assert refused.status_code == 400 and "no shared folder" in refused.json()["builtin_config.checkpoint"][0]
 
-    job_id = submit(cluster, "parameter_server", config, workers=2, ps=1, devices_per_worker=1)
+    job_id = submit(cluster, "parameter_server", {**config, "checkpoint": False}, workers=2, ps=1, devices_per_worker=1)
     job = wait_for_job(cluster, job_id)
 
     assert job.state == "succeeded", why(cluster, job)
@@ -120,6 +132,10 @@ def test_parameter_server_with_chief_workers_and_ps_across_hosts(netns_cluster) 
     assert_each_task_names_its_own_host(cluster, tasks)
     chief = next(t for t in tasks if t["type"] == "chief")
     assert_points_lines_and_model_arrived(cluster, job, chief)
+    for task in tasks:  # the servers' own lines, from inside their namespaces, name the address they served on
+        if task["type"] != "chief":
+            serving = f"serving on {task['address']}:{task['port']}"
+            wait_until(lambda task=task, serving=serving: serving in log_text(task["id"]), 60, what=serving)
 
 
 def test_a_host_whose_cable_is_pulled_goes_offline_and_the_gang_restarts_on_the_hosts_left(netns_cluster) -> None:

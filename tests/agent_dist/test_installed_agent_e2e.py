@@ -1,7 +1,8 @@
 """The agent as an admin installs it: a fresh virtualenv with only `pip install ./agent` (no Django, no TensorFlow)
-joins a live control plane with the command the admin's page shows, runs from the configuration it wrote, and runs a
-job. The job's program needs no TensorFlow: the agent's venv has none, and the task runs in the agent's interpreter
-(a job naming a task environment with TensorFlow is the environments' tests' business)."""
+joins a live control plane with the command the admin's page shows, runs from the configuration it wrote, and runs
+jobs: a script that needs no TensorFlow in the agent's own interpreter, and a built-in TensorFlow program in the
+cluster's task environment `main` (the product's venv, as `make run` registers it), whose TensorFlow the installed
+agent probed."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from rest_framework.test import APIClient
 
 from contracts.signing import WIRE_VERSION
 from orchestrator.identity import tokens
 from orchestrator.identity.broker_users import agent_server_url
 from orchestrator.identity.keys import control_public_key
-from orchestrator.models import Host, HostStatus
+from orchestrator.models import Host, HostStatus, Job, TaskEnvironment
 from tests import factories
 from tests.agent_dist.conftest import agent_env, installed, log_of, submit_script, wait_for_end
 from tests.support.processes import ManagedProcess, wait_until
@@ -42,6 +44,8 @@ def test_a_fresh_venv_with_only_the_agent_joins_and_runs_a_job(
     cluster.shared_dir = str(open_tmp / "shared")
     cluster.save()
     (open_tmp / "shared").mkdir()
+    # Not the default: a job that names none runs in the agent's own interpreter.
+    TaskEnvironment.objects.create(cluster=cluster, name="main", interpreter=str(Path(sys.executable).absolute()))
     host, token = factories.host("dist-1", port_min=27400)
     token_file = open_tmp / "token"
     token_file.touch(mode=0o600)
@@ -89,6 +93,29 @@ def test_a_fresh_venv_with_only_the_agent_joins_and_runs_a_job(
         line = wait_until(lambda: "ran in" in (text := log_of(job)) and text, 30, what="the script's line")
         assert f"ran in {agent_venv}/bin/python" in line  # the installed agent's interpreter ran it
         assert "django: False" in line
+
+        # TensorFlow from the environment the job names: the agent without TensorFlow probed it and runs it there.
+        main = wait_until(
+            lambda: next((e for e in Host.objects.get(pk=host.pk).environments if e["name"] == "main"), None),
+            180,
+            what="dist-1 to report environment main",
+        )
+        assert main["ok"] and main["tensorflow"], main
+        api = APIClient()
+        api.force_authenticate(alice)
+        response = api.post(
+            "/api/jobs/",
+            {"name": "digits in main", "strategy": "mirrored", "workers": 1, "devices_per_worker": 1,
+             "builtin": "synthetic", "builtin_config": {"epochs": 1}, "environment": "main"},
+            format="json",
+        )  # fmt: skip
+        assert response.status_code == 201, response.content
+        job = wait_for_end(response.json()["id"], timeout=300)
+        assert job.state == "succeeded", (job.reason, log_of(job)[-2000:], agent.output()[-3000:])
+        tf_version = wait_until(
+            lambda: Job.objects.get(pk=job.pk).facts.get("tf_version"), 30, what="the job's TensorFlow in its facts"
+        )
+        assert tf_version == main["tensorflow"]
     finally:
         if agent.proc.poll() is None:
             agent.terminate(timeout=20)  # the agent then kills its tasks

@@ -104,12 +104,13 @@ def tethered(argv: list[str], name: str, *, childless: bool, hold_fd: int | None
 class Child:
     def __init__(
         self, name: str, argv: list[str], env: dict[str, str], log_dir: Path, *, nice: int | None = None,
-        childless: bool = False, hold_fd: int | None = None, **options: Any,
+        childless: bool = False, stops_last: bool = False, hold_fd: int | None = None, **options: Any,
     ) -> None:  # fmt: skip
         self.name = name
         self.argv, self.env, self.options = argv, env, options
         self.nice = nice  # its session's CPU nice (session_nice), when given
         self.childless, self.hold_fd = childless, hold_fd  # how it is tethered to this process (tethered())
+        self.stops_last = stops_last  # a server the others talk to (Children.stop_all)
         self.log_path = log_dir / f"{name}.log"
         self.log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 - the child writes to it until stop()
         self.backoff = Backoff()
@@ -226,12 +227,15 @@ class Children:
                 self.say(f"{child.name} restarted (pid {child.proc.pid})")
 
     def stop_all(self) -> None:
+        """The programs first, then the servers they talk to (`stops_last`): an agent stopping kills its tasks and
+        reports their exits, which must still find Redis (stopped together, they were lost: "broker unreachable")."""
         self.stopping = True
-        for child in reversed(self.all):
-            child.signal(signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_S + GUARD_MARGIN_S
-        for child in reversed(self.all):
-            child.stop(deadline)
+        for stage in ([c for c in self.all if not c.stops_last], [c for c in self.all if c.stops_last]):
+            for child in reversed(stage):
+                child.signal(signal.SIGTERM)
+            deadline = time.monotonic() + GRACE_S + GUARD_MARGIN_S
+            for child in reversed(stage):
+                child.stop(deadline)
 
 
 class Stack:
@@ -290,7 +294,7 @@ class Stack:
         if parsed.hostname not in ("127.0.0.1", "localhost", "::1"):
             raise SystemExit(f"No Redis answers at {url}, and it is not on this machine: start it, or unset REDIS_URL")
         server = EmbeddedRedis(self.var / "redis", parsed.port or 6379, password_file=self.var / "redis-password")
-        self.start("redis", server.argv())
+        self.start("redis", server.argv(), stops_last=True)
         url = server.url(parsed.path.lstrip("/") or "0")
         self.env["REDIS_URL"] = url
 
@@ -312,7 +316,7 @@ class Stack:
             self.say(f"{self.var / 'db.sqlite3'} is from an older version and is no longer used (PostgreSQL only now)")
         server = EmbeddedPostgres(self.var)
         server.prepare()
-        self.start("postgres", server.argv(), **server.popen_options())
+        self.start("postgres", server.argv(), stops_last=True, **server.popen_options())
         wait_for(server.answers, 60, "The embedded PostgreSQL", self.logs / "postgres.log")
         server.ensure_database()
         self.env["DATABASE_URL"] = server.url

@@ -307,6 +307,32 @@ def test_a_child_that_exits_is_started_again_after_a_doubling_pause_and_the_othe
     assert crasher.proc.poll() is not None
 
 
+def test_the_servers_stop_after_the_programs_that_talk_to_them(tmp_path):
+    """An agent's last reports (its tasks' exits) must still find Redis: the servers get SIGTERM once the others
+    ended. Each child writes its name when it gets SIGTERM; the program takes its time before it ends."""
+    said = tmp_path / "stopped"
+
+    def child(name: str, pause_s: float) -> list[str]:
+        code = (
+            "import signal, sys, time\n"
+            "def stop(*_):\n"
+            f"    time.sleep({pause_s})\n"
+            f"    open({str(said)!r}, 'a').write({name!r} + '\\n')\n"
+            "    sys.exit(0)\n"
+            "signal.signal(signal.SIGTERM, stop)\n"
+            f"open({str(tmp_path / name)!r}, 'w').close()\n"
+            "time.sleep(600)\n"
+        )
+        return [sys.executable, "-c", code]
+
+    children = Children(tmp_path, lambda _line: None)
+    children.start("redis", child("redis", 0), dict(os.environ), stops_last=True)
+    children.start("agent", child("agent", 1), dict(os.environ))
+    wait_until(lambda: (tmp_path / "redis").exists() and (tmp_path / "agent").exists(), timeout=60, what="both up")
+    children.stop_all()
+    assert said.read_text().split() == ["agent", "redis"]
+
+
 # Autogroups (a session's CPU nice) exist on this kernel, and this user may raise one: root (or CAP_SYS_NICE).
 CAN_RAISE_SESSIONS = os.path.exists("/proc/self/autogroup") and os.geteuid() == 0
 

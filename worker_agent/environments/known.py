@@ -145,7 +145,7 @@ class Environments:
             return []
 
     def _save_known(self) -> None:
-        self.folder.mkdir(mode=0o700, exist_ok=True)
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         atomic.write_json(self.folder / "known.json", environments_body(self._known))
 
     def _load_probes(self) -> dict[str, dict[str, Any]]:
@@ -160,5 +160,5 @@ class Environments:
     def _save_probes(self) -> None:
         while len(self._probes) > MAX_CACHED:
             self._probes.pop(next(iter(self._probes)))
-        self.folder.mkdir(mode=0o700, exist_ok=True)
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         atomic.write_json(self.folder / "probes.json", self._probes)

@@ -70,7 +70,7 @@ def join(
     pinned = _load_key(control_key, "--control-key") if control_key else None
     request = seal(mac_key, host, AGENT_JOIN, {"agent_version": __version__})
     answer = _post_json(base + JOIN_PATH, request)
-    config = _check_answer(answer, host, pinned)
+    config = _check_answer(answer, host, pinned, plain_http=base.startswith("http:"))
     written = {
         "url": base,
         **asdict(config),
@@ -142,7 +142,7 @@ def _detail(raw: bytes) -> str:
     return str(detail)[:500] or raw.decode("utf-8", "replace")[:200]
 
 
-def _check_answer(answer: Any, host: str, pinned: Any) -> JoinConfig:
+def _check_answer(answer: Any, host: str, pinned: Any, *, plain_http: bool = False) -> JoinConfig:
     """The configuration in a signed answer, checked against the pinned control key, or (none pinned) against the
     key the answer itself names: then only TLS vouches for it, which the admin is told."""
     key = pinned
@@ -153,9 +153,10 @@ def _check_answer(answer: Any, host: str, pinned: Any) -> JoinConfig:
             raise Failed("the join answer is not one: no signed configuration in it") from None
         key = _load_key(str(named), "the join answer's control key")
         log.warning(
-            "no --control-key given: trusting the key the control plane sent (%s); pin it with --control-key, as "
+            "no --control-key given: trusting the key the control plane sent (%s)%s; pin it with --control-key, as "
             "the admin page's command does, so that nothing on the way can swap it",
             public_key_text(key),
+            ", over plain http at that" if plain_http else "",
         )
     try:
         order = open_order(answer, key, host, AGENT_JOIN)

@@ -123,7 +123,9 @@ class Environments:
                 log.info("probing task environment %s (%s)", environment.name, environment.interpreter)
                 found = self._probe(environment, self.helper, self.workdir)
                 self.probed += 1
-                if key and not found.get("error", "").endswith("does not exist on this host"):
+                # Only what the interpreter itself answered: a missing file, a closed folder or a time-out may be
+                # mended without the file changing, so they are asked again on the next round.
+                if key and found.get("python"):
                     with self._lock:
                         self._probes[key] = found
                         self._save_probes()

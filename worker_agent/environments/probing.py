@@ -18,6 +18,7 @@ from typing import Any
 from contracts.environments import Environment
 from contracts.protocol import EnvironmentFacts
 from worker_agent.environments import as_task
+from worker_agent.supervision.identity import closed_ancestor
 from worker_agent.supervision.launch import PACKAGE_ROOT
 
 PROBE_TIMEOUT_S = 180.0  # TF's import takes seconds; with CUDA's libraries, on a loaded host, a minute or more
@@ -84,6 +85,9 @@ def probe(environment: Environment, helper: as_task.Helper, workdir: Path) -> di
     """The probe's JSON object, or {"error": why} when it could not be had."""
     if not os.path.isfile(environment.interpreter):
         return {"error": f"{environment.interpreter} does not exist on this host"}
+    closed = closed_ancestor(Path(environment.interpreter)) if helper.uid is not None else None
+    if closed is not None:  # what identity.py's start-up check says of the agent's own interpreter, for this one
+        return {"error": f"task uids cannot run {environment.interpreter}: {closed} is closed to other users"}
     env = as_task.fixed_env(
         workdir, PYTHONPATH=os.pathsep.join(runtime_path(workdir)), HOME="/", TF_CPP_MIN_LOG_LEVEL="2"
     )

@@ -13,12 +13,21 @@ from orchestrator.identity.broker_users import agent_server_url
 from orchestrator.models import Cluster, Host
 
 
+class EnvironmentSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="what a job's `environment` names")
+    labels = serializers.CharField()
+    is_default = serializers.BooleanField(help_text="a job that names none runs in it")
+
+
 class ClusterSerializer(serializers.ModelSerializer):
     host_count = serializers.IntegerField(source="hosts.count", read_only=True)
+    environments = EnvironmentSerializer(
+        many=True, read_only=True, help_text="its task environments (each host's page shows what it found in them)"
+    )
 
     class Meta:
         model = Cluster
-        fields = ["id", "name", "description", "host_count", "created_at"]
+        fields = ["id", "name", "description", "host_count", "environments", "created_at"]
         read_only_fields = ["created_at"]
 
 

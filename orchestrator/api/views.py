@@ -26,7 +26,7 @@ from orchestrator.models import Cluster, Host
 
 
 class ClusterViewSet(viewsets.ModelViewSet):
-    queryset = Cluster.objects.all()
+    queryset = Cluster.objects.prefetch_related("environments")
     serializer_class = ClusterSerializer
     permission_classes = [IsStaffOrReadOnly]
 

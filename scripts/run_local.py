@@ -90,7 +90,10 @@ def tethered(argv: list[str], name: str, *, childless: bool, hold_fd: int | None
     `childless`: a program that starts no process of its own is exec'ed in place (SIGKILL when this process dies).
     Any other gets a guard that stays its parent: SIGTERM, then SIGKILL after GRACE_S to everything below it, however
     it got there (an agent's TF processes run in sessions of their own and ignore SIGTERM; celery -B forks beat;
-    PostgreSQL its backends). `hold_fd`: the var/ lock, kept by a guard until its processes are gone."""
+    PostgreSQL its backends). `hold_fd`: the var/ lock, kept by a guard until its processes are gone.
+
+    Start it from a thread that lives as long as this process (here: the main thread): the kernel sends the
+    parent-death signal when the thread that forked the child ends, not only the process."""
     if sys.platform != "linux":  # prctl is Linux's: elsewhere, started as before, without that guarantee
         return argv
     line = [PY, "-I", str(TETHER), "--parent", str(os.getpid()), "--name", name]

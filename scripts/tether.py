@@ -25,6 +25,9 @@ psutil when a guard ends (the tree walk): it may run as the embedded PostgreSQL'
 `--hold-fd`: a descriptor (the var/ lock of scripts/var_lock.py) a guard keeps open, and does not pass on, for its
 whole life: the folder stays locked until the last guard of a killed `make run` has taken its processes along.
 
+The kernel sends the parent-death signal when the *thread* that forked this process ends: start it from a thread
+that lives as long as its parent (run_local.py: the main thread; bench/stack.py: a spawner thread of its own).
+
 Linux only (prctl); elsewhere PROGRAM is exec'ed with no such guarantee.
 """
 

@@ -1,6 +1,9 @@
 """Hosts with their own addresses (tests/support/netns.py): a control plane in the root namespace, bound to the
 bridge's address, and an agent in each namespace, registered through the REST API with its namespace's address and
-started with the command that registration returns.
+put in service with the commands that registration returns: `tfdash-agent join URL ...` (over the bridge, to the web
+server) and `tfdash-agent run`, from a virtualenv with only `pip install ./agent` in it (tests/agent_dist/conftest.py:
+no Django, no TensorFlow). Its tasks run in the cluster's default task environment `main`, the product's virtualenv,
+whose TensorFlow each agent probes, as `make run` sets it up.
 
 The control plane is this folder's own (web, orchestrator + beat, scheduler, ingest, a Redis with ACLs and the object
 store, every one listening on the bridge's address) against the suite's second test database, `isolated`
@@ -14,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +34,8 @@ from django.contrib.auth import get_user_model
 from django.db import connections
 
 from orchestrator.identity import api_tokens
-from orchestrator.models import Cluster, Host, HostStatus
+from orchestrator.models import Cluster, Host, HostStatus, TaskEnvironment
+from tests.agent_dist.conftest import agent_env, agent_venv  # noqa: F401 - agent_venv: a fixture used here
 from tests.conftest import _artifacts as test_artifacts
 from tests.support.netns import NetnsHost, Network, unavailable_reason
 from tests.support.object_store import ObjectStore, running_store
@@ -154,6 +159,10 @@ def control_plane(
         "TFDASH_WATCHDOG_INTERVAL_S": str(settings.TFDASH_WATCHDOG_INTERVAL_S),
         "TFDASH_ORDER_RESEND_S": str(settings.TFDASH_ORDER_RESEND_S),
         "TFDASH_SCHEDULE_INTERVAL_S": str(settings.TFDASH_SCHEDULE_INTERVAL_S),
+        # What `tfdash-agent join` writes into each agent's configuration: a heartbeat every half second, so a lost
+        # host is noticed in seconds, and (root here, as in CI) each job's tasks under a uid of their own.
+        "TFDASH_AGENT_HEARTBEAT_S": str(AGENT_HEARTBEAT_S),
+        "TFDASH_AGENT_TASK_UIDS": TASK_UIDS,
         "PYTHONUNBUFFERED": "1",
     }
     with running_store(network.gateway) as store:
@@ -166,12 +175,20 @@ def control_plane(
             redis.kill()
 
 
-def agent_argv(registered_command: str) -> list[str]:
-    """How a host's agent is started: the command registration returned (POST /api/clusters/<id>/hosts/,
-    orchestrator/identity/tokens.py `agent_command`), word for word, run with this virtualenv's bin first on PATH
-    (as an operator who activated the agent's environment), plus what only the tests change: a heartbeat every half
-    second, so a lost host is noticed in seconds."""
-    return [*shlex.split(registered_command), "--heartbeat-interval", str(AGENT_HEARTBEAT_S)]
+def agent_argvs(
+    commands: dict[str, str], venv: Path, token_file: Path, config: Path, workdir: Path
+) -> tuple[list[str], list[str]]:
+    """How a host's agent is put in service: the `join` and `run` lines registration returned (POST
+    /api/clusters/<id>/hosts/ `agent_commands`, orchestrator/identity/tokens.py), word for word, but for what differs
+    between these hosts on one filesystem: `tfdash-agent` is the installed virtualenv's, and each host has its own
+    token file, configuration file and work folder (a real host has its own /etc/tfdash-agent)."""
+    join = shlex.split(commands["join"])
+    run = shlex.split(commands["run"])
+    assert join[:2] == ["tfdash-agent", "join"] and run[:2] == ["tfdash-agent", "run"], commands
+    join[join.index("--token-file") + 1] = str(token_file)
+    program = str(venv / "bin" / "tfdash-agent")
+    join_argv = [program, *join[1:], "--config", str(config), "--workdir", str(workdir)]
+    return join_argv, [program, *run[1:], "--config", str(config)]
 
 
 @dataclass
@@ -197,11 +214,14 @@ class NetnsCluster:
 
 @pytest.fixture
 def netns_cluster(
-    control_plane: ControlPlane, network: Network, artifacts_dir: Path
+    control_plane: ControlPlane,
+    network: Network,
+    agent_venv: Path,  # noqa: F811 - the fixture imported above
+    artifacts_dir: Path,
 ) -> Iterator[Callable[[int], NetnsCluster]]:
-    """`make(n)`: a cluster with the object store and no shared folder (hosts share no disk), n hosts of one CPU slot
-    each registered through the API at their namespaces' addresses, an agent in each namespace started with the
-    command the API returned, all online."""
+    """`make(n)`: a cluster with the object store and no shared folder (hosts share no disk) and its default task
+    environment `main`, n hosts of one CPU slot each registered through the API at their namespaces' addresses, an
+    agent in each namespace joined and run with the commands the API returned, all online with `main` probed."""
     made: list[NetnsCluster] = []
     folders: list[Path] = []
 
@@ -221,6 +241,12 @@ def netns_cluster(
             store_endpoint=store.endpoint, store_bucket=store.bucket, store_region="us-east-1", store_path_style=True,
             store_credentials_file=str(store.credentials_file),
         )  # fmt: skip
+        TaskEnvironment.objects.using(DB).create(
+            cluster_id=cluster.cluster_id,
+            name="main",
+            interpreter=str(Path(sys.executable).absolute()),
+            is_default=True,
+        )
         for host in network.hosts[:n]:
             name = f"n{host.index}"
             answer = admin.post(
@@ -232,15 +258,9 @@ def netns_cluster(
             assert answer.status_code == 201, answer.text
             body = answer.json()
             cluster.hosts[name] = host
-            cluster.agents[name] = _start_agent(
-                network, host, name, body["agent_token"], body["agent_command"], folders
-            )
+            cluster.agents[name] = _start_agent(network, host, name, body, agent_venv, folders)
         try:
-            wait_until(
-                lambda: Host.objects.using(DB).filter(status=HostStatus.ONLINE).count() == n,
-                120,
-                what=f"{n} hosts online",
-            )
+            wait_until(lambda: _ready(n), 240, interval=0.5, what=f"{n} hosts online with environment main probed")
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{cluster.agent_said()}") from None
         return cluster
@@ -264,28 +284,27 @@ def netns_cluster(
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _ready(n: int) -> bool:
+    hosts = Host.objects.using(DB).filter(status=HostStatus.ONLINE)
+    return len([h for h in hosts if any(e["name"] == "main" and e["ok"] for e in h.environments)]) == n
+
+
 def _start_agent(
-    network: Network, host: NetnsHost, name: str, token: str, command: str, folders: list[Path]
+    network: Network, host: NetnsHost, name: str, registered: dict[str, Any], venv: Path, folders: list[Path]
 ) -> ManagedProcess:
-    """The agent of `name` in `host`'s namespace, as an operator starts it there: the token in the 0600 file the
-    command names, in the folder it runs from; as root, tasks under uids of their own. Its environment has none of the
-    control plane's settings (database, Redis password, signing key): an agent needs no Django."""
-    workdir = Path(tempfile.mkdtemp(prefix=f"tfdash-netns-{name}-"))
-    workdir.chmod(0o755)  # task uids enter it
-    folders.append(workdir)
-    argv = agent_argv(command)
-    token_file = workdir / argv[argv.index("--token-file") + 1]
+    """The agent of `name` in `host`'s namespace, as an operator puts it in service there: the token in a 0600 file,
+    `join` (which asks the control plane, over the bridge, for the host's configuration and writes it), then `run`.
+    Its environment has none of the control plane's settings (database, Redis password, signing key)."""
+    folder = Path(tempfile.mkdtemp(prefix=f"tfdash-netns-{name}-"))
+    folder.chmod(0o755)  # task uids enter its work folder
+    folders.append(folder)
+    token_file = folder / "token"
     token_file.touch(mode=0o600)
-    token_file.write_text(token)
-    control_plane_only = ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "REDIS_URL", "TFDASH_CONTROL_KEY_FILE")
-    env = {k: v for k, v in os.environ.items() if k not in control_plane_only}
-    env.update(
-        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
-        PYTHONUNBUFFERED="1",
-        TFDASH_AGENT_WORKDIR=str(workdir / "work"),
-        TFDASH_TASK_UIDS=TASK_UIDS,
-    )
-    return network.start(host, f"agent-{name}", argv, env, cwd=workdir)
+    token_file.write_text(registered["agent_token"])
+    join, run = agent_argvs(registered["agent_commands"], venv, token_file, folder / "config.json", folder / "work")
+    joined = subprocess.run(host.command(join), env=agent_env(), capture_output=True, text=True, timeout=120)
+    assert joined.returncode == 0, f"{name}: {shlex.join(join)}\n{joined.stdout}{joined.stderr}"
+    return network.start(host, f"agent-{name}", run, agent_env(), cwd=folder)
 
 
 def _let_the_control_plane_take_the_last_messages(plane: ControlPlane) -> None:

@@ -123,8 +123,12 @@ def reap(child: int, status: int | None) -> int | None:
 def kill_descendants(name: str, child: int, status: int | None) -> int | None:
     """SIGKILL every process below this one until none is left (orphans of the killed become ours, and are killed in
     the next round), reaping them; PROGRAM's wait status once it was reaped."""
-    import psutil
-
+    try:
+        import psutil
+    except ImportError as exc:  # a user that cannot read the venv: its own group at least, this guard included
+        say(name, f"cannot walk the process tree ({exc}): SIGKILL to the group")
+        os.killpg(0, signal.SIGKILL)
+        raise
     me = psutil.Process()
     deadline = time.monotonic() + KILL_DEADLINE_S
     while True:

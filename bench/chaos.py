@@ -198,8 +198,6 @@ class Monkey(threading.Thread):
         try:
             self._run()
         finally:
-            # Measured before this thread ends: what it started again is tethered to it (scripts/tether.py: the
-            # kernel's parent-death signal follows the thread that started a process) and ends with it.
             for thread in self.takeovers:
                 thread.join()
 
@@ -453,6 +451,15 @@ def main() -> int:
         "all; plane: a whole control plane, with --planes 2)",
     )
     parser.add_argument("--planes", type=int, choices=(1, 2), default=1, help="control planes to run (default 1)")
+    parser.add_argument(
+        "--plane-netns",
+        type=lambda text: text.split(","),
+        default=None,
+        help="each control plane's network namespace, comma-separated (made beforehand: tests/support/netns.py)",
+    )
+    parser.add_argument(
+        "--bind", default="127.0.0.1", help="PostgreSQL and Redis listen here too (the namespaces' bridge)"
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, data); kept on a failure")
     args = parser.parse_args()
@@ -465,7 +472,7 @@ def main() -> int:
     truth = var / "shared" / "truth"
     truth.mkdir(mode=0o777)
     os.chmod(truth, 0o777)  # noqa: S103 - task processes write their ground truth here
-    stack = Stack(var, planes=args.planes)
+    stack = Stack(var, planes=args.planes, plane_netns=args.plane_netns, bind=args.bind)
     tally = Tally()
     watch = BookingWatch(tally)
     print(f"[chaos] seed {seed}; stack under {var}", flush=True)
@@ -475,8 +482,9 @@ def main() -> int:
         stack.start_local_cluster(hosts=HOSTS, first_port=_free_port_block())
         _wait_online(len(stack.agents))
         _wait_leases(stack)
-        print(f"[chaos] stack up ({args.planes} control plane(s)); soaking {args.minutes:g} min with a fault every "
-              f"~{args.fault_every:g} s", flush=True)  # fmt: skip
+        where = f" in network namespaces {', '.join(args.plane_netns)}" if args.plane_netns else ""
+        print(f"[chaos] stack up ({args.planes} control plane(s){where}); soaking {args.minutes:g} min with a fault "
+              f"every ~{args.fault_every:g} s", flush=True)  # fmt: skip
 
         workload = Workload(truth, tally, rng)
         victims = args.faults or [*SERVICES, "agent", "task", "task", *(["plane"] if args.planes == 2 else [])]

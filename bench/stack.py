@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import ipaddress
 import json
 import os
 import secrets
@@ -23,6 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -118,7 +120,14 @@ class Stack:
     """Every process of the product, each restartable after a SIGKILL."""
 
     def __init__(
-        self, var: Path, *, scheduler_apart: bool = True, scheduler_nice: int | None = SCHEDULER_NICE, planes: int = 1
+        self,
+        var: Path,
+        *,
+        scheduler_apart: bool = True,
+        scheduler_nice: int | None = SCHEDULER_NICE,
+        planes: int = 1,
+        plane_netns: list[str] | None = None,
+        bind: str = "127.0.0.1",
     ) -> None:
         self.var = var
         # Control planes: 1, or 2 (a second set of every control-plane process, named NAME@b, as on a second machine:
@@ -126,6 +135,12 @@ class Stack:
         if planes not in (1, 2):
             raise ValueError("a stack runs one or two control planes")
         self.planes = planes
+        # Each plane's network namespace (`ip netns exec`, made by the caller: tests/support/netns.py), none by
+        # default; then PostgreSQL and Redis listen on `bind` too (the namespaces' bridge address), where they reach.
+        self.plane_netns = dict(zip(["", "b"], plane_netns or [], strict=False))
+        if self.plane_netns and len(self.plane_netns) != planes:
+            raise ValueError("one network namespace per control plane")
+        self.bind = bind
         # The scheduler's session at this CPU nice, as `make run` starts it (None: as every other process;
         # bench/scale.py --scheduler-equal).
         self.scheduler_nice = scheduler_nice
@@ -135,7 +150,7 @@ class Stack:
         self.logs = var / "log"
         self.logs.mkdir(parents=True)
         self.pg = EmbeddedPostgres(var, port=free_port())
-        self.redis = EmbeddedRedis(var / "redis", free_port(), password_file=var / "redis-password")
+        self.redis = EmbeddedRedis(var / "redis", free_port(), password_file=var / "redis-password", bind=bind)
         self.web_port = free_port()
         self.web_ports = {"": self.web_port, "b": free_port()}
         self.env = {
@@ -143,7 +158,7 @@ class Stack:
             "DJANGO_SETTINGS_MODULE": "config.settings",
             "PYTHONUNBUFFERED": "1",
             "TFDASH_VAR_DIR": str(var),
-            "DATABASE_URL": self.pg.url,
+            "DATABASE_URL": self.pg.url.replace("@127.0.0.1:", f"@{bind}:"),
             "REDIS_URL": self.redis.url("0"),
             "LOG_LEVEL": "INFO",
             # The settings have no built-in key: the soak's stack gets a throwaway one.
@@ -155,6 +170,10 @@ class Stack:
         self.agents: dict[str, dict[str, str]] = {}  # host -> {"token", "port_range"}
         self.control_key = ""  # the public key every agent pins
         self.lock = threading.Lock()
+        # Every child is started from this one thread, which lives as long as the stack: a child is tethered to the
+        # thread that started it (scripts/tether.py: the kernel's parent-death signal follows the parent thread), so
+        # one restarted from a thread that then ended (the chaos monkey's) was stopped with it.
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stack-spawner")
 
     def control_plane(self, plane: str | None = None) -> list[str]:
         """The product's own processes besides the databases and agents, in the order to start them: every plane's,
@@ -177,14 +196,21 @@ class Stack:
 
     def start(self, name: str) -> None:
         argv, env, options = self._command(name)
+        netns = self.plane_netns.get(name.partition("@")[2]) if name in self.control_plane() else None
+        if netns:
+            argv = ["ip", "netns", "exec", netns, *argv]  # execs argv in the namespace: same pid, same group
+        child = self._spawner.submit(Child, name, argv, env, self.logs, **options).result()
         with self.lock:
-            self.children[name] = Child(name, argv, env, self.logs, **options)
+            self.children[name] = child
 
     def _command(self, full_name: str) -> tuple[list[str], dict[str, str], dict[str, Any]]:
         name, _, plane = full_name.partition("@")  # NAME@b: the second control plane's
         node = f"-{plane}" if plane else ""
         if name == "postgres":
-            return self.pg.argv(), self.env, self.pg.popen_options()
+            argv = self.pg.argv()
+            if self.bind != "127.0.0.1":  # loopback and the bridge (pg_hba: start_databases)
+                argv[argv.index("-h") + 1] = f"127.0.0.1,{self.bind}"
+            return argv, self.env, self.pg.popen_options()
         if name == "redis":
             return self.redis.argv(), self.env, {}
         if name == "web":
@@ -264,6 +290,7 @@ class Stack:
             deadline = time.monotonic() + 20
             for child in group:
                 child.stop(deadline)
+        self._spawner.shutdown(wait=False)
 
     def set_up_django(self, *also: str) -> None:
         """Start the databases, then set this process's Django up on them (the stack's database, Redis, settings and
@@ -297,6 +324,11 @@ class Stack:
 
     def start_databases(self) -> None:
         self.pg.prepare()
+        hba = self.pg.data / "pg_hba.conf"
+        line = f"host all all {ipaddress.ip_network(f'{self.bind}/24', strict=False)} scram-sha-256\n"
+        if self.bind != "127.0.0.1" and line not in hba.read_text():  # the namespaces' /24, by password
+            with hba.open("a") as out:
+                out.write(line)
         self.start("postgres")
         wait_for(self.pg.answers, 60, "PostgreSQL", self.logs / "postgres.log")
         self.pg.ensure_database()

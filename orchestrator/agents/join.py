@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.http import HttpRequest
 
 from contracts.join import AGENT_JOIN, JoinConfig
 from contracts.signing import sign_order
+from orchestrator.core.placement import machine_of
 from orchestrator.identity.broker_users import agent_server_url
 from orchestrator.identity.keys import control_private_key, control_public_key
 from orchestrator.models import Host
@@ -29,6 +31,26 @@ def config_for(host: Host, protocol: int) -> JoinConfig:
         heartbeat_interval_s=settings.TFDASH_AGENT_HEARTBEAT_S,
         protocol=protocol,
     )
+
+
+def unreachable_addresses(host: Host) -> str:
+    """Why `host`'s agent could not reach what the control plane would hand it, or "": a loopback address (the broker
+    as `make run` and a one-machine control plane name it, 127.0.0.1; a store endpoint on localhost) handed to a host
+    registered at another machine's address points that agent at its own machine. Its agent would retry forever
+    without a word on the host page; refused at the join instead, with what to set."""
+    if machine_of(host.address) == "loopback":
+        return ""  # a host of the control plane's own machine reaches its loopback
+    server = agent_server_url()
+    if machine_of(urlsplit(server).hostname or "") == "loopback":
+        return (f"host {host.name} is registered at {host.address}, another machine, but the broker address hosts are "
+                f"given, {server}, is this control plane's loopback: set TFDASH_AGENT_SERVER_URL to the address hosts "
+                f"reach Redis at (e.g. redis://tfdash.lab.example:6379/0) and let Redis listen there")  # fmt: skip
+    store = host.cluster.store_endpoint
+    if store and machine_of(urlsplit(store).hostname or "") == "loopback":
+        return (f"host {host.name} is registered at {host.address}, another machine, but cluster "
+                f"{host.cluster.name}'s object store endpoint, {store}, is loopback, so the presigned URLs its agent "
+                f"gets would point at itself: set the endpoint to an address hosts reach")  # fmt: skip
+    return ""
 
 
 def answer(host: Host, protocol: int) -> dict[str, Any]:

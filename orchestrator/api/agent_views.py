@@ -40,6 +40,7 @@ class AgentJoinView(APIView):
         responses={
             200: OpenApiResponse(description="the host's configuration, signed by the control plane"),
             403: OpenApiResponse(description="not a fresh join request sealed by a registered host's key"),
+            409: OpenApiResponse(description="the host is on another machine and would be handed a loopback address"),
         },
     )
     def post(self, request: Request) -> Response:
@@ -53,5 +54,9 @@ class AgentJoinView(APIView):
         auth.remember(accepted)
         host = accepted.host
         body = accepted.message.body if isinstance(accepted.message.body, dict) else {}
+        problem = join.unreachable_addresses(host)
+        if problem:
+            log.warning("host %s cannot join: %s", host.name, problem)
+            return Response({"detail": problem}, status=status.HTTP_409_CONFLICT)
         log.info("host %s joined (agent %s)", host.name, str(body.get("agent_version", "?"))[:50])
         return Response(join.answer(host, accepted.message.protocol))

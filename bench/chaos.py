@@ -37,6 +37,7 @@ import random
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -115,7 +116,7 @@ class Tally:
     agent_kills: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     jobs: dict[int, Kind] = field(default_factory=dict)
     cancelled: set[int] = field(default_factory=set)
-    takeovers: list[dict[str, float | None]] = field(default_factory=list)  # one per plane killed
+    takeovers: list[dict[str, Any]] = field(default_factory=list)  # one per plane killed or cut off
     double_bookings: int = 0
     bookings_sampled: int = 0
 
@@ -208,6 +209,10 @@ class Monkey(threading.Thread):
                 if self.stack.planes == 2:
                     self._kill_a_plane()
                 continue
+            if victim == "partition":
+                if self.stack.planes == 2 and self.stack.plane_netns:
+                    self._cut_a_plane()
+                continue
             if victim == "task":
                 pid = self._a_task_process()
                 if pid is not None:
@@ -248,7 +253,32 @@ class Monkey(threading.Thread):
         for name in self.stack.control_plane(plane):
             self.stack.start(name)
 
-    def _measure(self, killed_at: float, dead: set[int], held: list[str], probe: int, bound_s: float = 180) -> None:
+    def _cut_a_plane(self) -> None:
+        """Cut the acting control plane off the network (its namespace's link down) for longer than a lease, its
+        processes running on, then mend it: the other plane takes over, the cut one must stop acting by itself and
+        stay the standby once back (a holder that lost its lease never acts on it)."""
+        from orchestrator.leases import store
+
+        holders = {h.name: h.holder for h in with_retry("leases", store.read_all) if h.live}
+        plane = "b" if "scheduler-b@" in holders.get(store.SCHEDULER, "") else ""
+        pids = _process_tree_pids([self.stack.children[name].proc.pid for name in self.stack.control_plane(plane)])
+        link = ["ip", "netns", "exec", self.stack.plane_netns[plane], "ip", "link", "set", "eth0"]
+        cut_at = time.time()
+        subprocess.run([*link, "down"], check=True, timeout=30)
+        self.tally.faults["partition"] += 1
+        probe = Workload(self.truth, self.tally, self.rng).submit(KINDS[0])
+        held = [name for name, holder in holders.items() if _pid_of(holder) in pids]
+        self.takeovers.append(
+            threading.Thread(target=self._measure, args=(cut_at, pids, held, probe, "plane cut off"), daemon=True)
+        )
+        self.takeovers[-1].start()
+        self.stopped.wait(self.rng.uniform(25, 30))  # past the lease (15 s) and the other's takeover
+        subprocess.run([*link, "up"], check=True, timeout=30)
+
+    def _measure(
+        self, killed_at: float, dead: set[int], held: list[str], probe: int, what: str = "plane killed",
+        bound_s: float = 180,
+    ) -> None:  # fmt: skip
         from orchestrator.leases import store
         from orchestrator.models import Job
 
@@ -261,9 +291,9 @@ class Monkey(threading.Thread):
             if took["job placed"] is None and placed is not None:
                 took["job placed"] = max(0.0, placed.timestamp() - killed_at)
             time.sleep(0.2)
-        print("[chaos] plane killed: " + ", ".join(f"{name} after {_secs(s)}" for name, s in took.items()) + " (the "
-              "leases it held taken over; a job submitted at the kill placed)", flush=True)  # fmt: skip
-        self.tally.takeovers.append(took)
+        print(f"[chaos] {what}: " + ", ".join(f"{name} after {_secs(s)}" for name, s in took.items()) + " (the "
+              "leases it held taken over; a job submitted then placed)", flush=True)  # fmt: skip
+        self.tally.takeovers.append({"fault": what, **took})
 
     def _a_task_process(self) -> int | None:
         leaders = [p.pid for p in _task_processes(self.stack.var) if _is_leader(p)]
@@ -447,8 +477,8 @@ def main() -> int:
         "--faults",
         type=lambda text: text.split(","),
         default=None,
-        help=f"the parts to kill, comma-separated, of {','.join([*SERVICES, 'agent', 'task', 'plane'])} (default: "
-        "all; plane: a whole control plane, with --planes 2)",
+        help=f"the parts to kill, comma-separated, of {','.join([*SERVICES, 'agent', 'task', 'plane', 'partition'])} "
+        "(default: all; plane: a whole control plane, with --planes 2; partition: its network cut, with --plane-netns)",
     )
     parser.add_argument("--planes", type=int, choices=(1, 2), default=1, help="control planes to run (default 1)")
     parser.add_argument(
@@ -487,7 +517,14 @@ def main() -> int:
               f"every ~{args.fault_every:g} s", flush=True)  # fmt: skip
 
         workload = Workload(truth, tally, rng)
-        victims = args.faults or [*SERVICES, "agent", "task", "task", *(["plane"] if args.planes == 2 else [])]
+        victims = args.faults or [
+            *SERVICES,
+            "agent",
+            "task",
+            "task",
+            *(["plane"] if args.planes == 2 else []),
+            *(["partition"] if args.plane_netns else []),
+        ]
         monkey = Monkey(stack, tally, rng, args.fault_every, victims)
         monkey.truth = truth
         watch.start()
@@ -591,7 +628,9 @@ def _print_table(results: dict[str, Any]) -> None:
         mark = "  <-- must be 0" if key in INVARIANTS and value else ""
         print(f"  {key:<28} {value:>6}{mark}")
     for i, took in enumerate(results.get("takeovers", []), 1):
-        print(f"  plane kill {i}: " + ", ".join(f"{name} after {_secs(s)}" for name, s in took.items()))
+        print(
+            f"  {took['fault']} ({i}): " + ", ".join(f"{k} after {_secs(s)}" for k, s in took.items() if k != "fault")
+        )
 
 
 def _free_port_block(size: int = HOSTS * 100) -> int:

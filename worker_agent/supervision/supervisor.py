@@ -145,10 +145,12 @@ class Supervisor:
         """What runs here, the exits not yet acknowledged and the last event number, as one snapshot: an exit moves
         from `running` to `exits` under the same lock, so no report can miss a task in between."""
         with self._lock:
+            # Listed from its launch (pid 0 while it is prepared: a requirements venv may take minutes to build, and a
+            # task listed nowhere has its launch order sent again) until its exit is recorded (its last output
+            # drains first).
             running = [
-                RunningTask(c.spec.job_id, c.spec.task_id, c.spec.attempt, c.proc.pid)
+                RunningTask(c.spec.job_id, c.spec.task_id, c.spec.attempt, c.proc.pid if c.proc is not None else 0)
                 for c in self._children.values()
-                if c.proc is not None  # still listed while its last output drains: its exit is not recorded yet
             ]
             return TaskReport(running=running, exits=self.ledger.unacknowledged(), events_upto=self.ledger.events_upto)
 

@@ -239,3 +239,15 @@ def test_a_host_whose_environment_cannot_use_its_gpus_is_flagged_and_gets_no_tas
     refused = submit_script(api, cluster, "nowhere", SCRIPT)
     assert refused.status_code == 400
     assert "cannot use the host's GPUs" in str(refused.json()["environment"]), refused.json()
+
+
+def test_a_requirements_file_that_does_not_build_fails_the_job_with_pips_last_lines(api, environments_cluster):
+    cluster = environments_cluster
+    wait_reported(cluster.host_names, "main")
+    response = submit_script(api, cluster, "cannot-build", REQUIREMENTS_SCRIPT,
+                             requirements="no-such-package-tfdash-test==1.0\n", startup_deadline_s="900")  # fmt: skip
+    assert response.status_code == 201, response.content
+    job = wait_for_job(response.json()["id"], timeout=900)
+    assert job.state == "failed"
+    said = f"{job.reason} {[t.detail for t in job.current_tasks()]}"
+    assert "building the job's requirements venv failed" in said and "no-such-package-tfdash-test" in said, said

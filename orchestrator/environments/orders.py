@@ -11,6 +11,7 @@ puts no job that names an environment on its host (it reports none).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.db import transaction
 
@@ -39,7 +40,7 @@ def tell_host_after_commit(host: Host) -> None:
 
 def tell(hosts: list[Host]) -> None:
     """Send each host its cluster's environments now (a broker that does not take one is logged)."""
-    lists: dict[int, dict] = {}
+    lists: dict[int, dict[str, Any]] = {}
     for host in hosts:
         if (getattr(host, "agent_protocol", None) or FIRST_PROTOCOL) < FIRST_PROTOCOL:
             continue

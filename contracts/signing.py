@@ -93,8 +93,8 @@ class UnsupportedProtocol(Refused):
         accepted = f"this control plane accepts protocols {MIN_AGENT_PROTOCOL} to {WIRE_VERSION}"
         if type(self.protocol) is int and self.protocol > WIRE_VERSION:
             return (
-                f"The agent speaks protocol {self.protocol}, newer than this control plane ({accepted}): upgrade the "
-                "control plane first (docs/upgrade.md)."
+                f"The agent speaks protocol {str(self.protocol)[:20]}, newer than this control plane ({accepted}): "
+                "upgrade the control plane first (docs/upgrade.md)."
             )
         return (
             f"The agent speaks protocol {str(self.protocol)[:20]}, too old ({accepted}): its messages are refused "

@@ -123,7 +123,7 @@ def authenticate(
 def _note_protocol(host: Host, protocol: int | None, refusal: str) -> None:
     """Keep the host's row saying which protocol its agent speaks (None: leave it) and why its messages are refused
     (""): a write only when that changes, i.e. when its agent is upgraded or replaced."""
-    fields: dict[str, Any] = {"agent_refusal": refusal}
+    fields: dict[str, Any] = {"agent_refusal": refusal[: Host._meta.get_field("agent_refusal").max_length]}
     if protocol is not None:
         fields["agent_protocol"] = protocol
     if all(getattr(host, field) == value for field, value in fields.items()):

@@ -53,6 +53,13 @@ def test_an_agent_newer_than_the_control_plane_is_told_to_upgrade_the_control_pl
     assert "upgrade the control plane first" in refused.value.explain()
 
 
+def test_what_staff_read_is_bounded_whatever_number_an_agent_claims():
+    with pytest.raises(UnsupportedProtocol) as refused:
+        open_sealed(seal(KEY, "gpu-1", "x", {}, protocol=10**400), KEY, "x", max_age_s=60)
+
+    assert len(refused.value.explain()) < 300
+
+
 def test_the_protocol_is_read_only_after_the_mac_is_checked():
     """A stranger cannot get a host marked as refused: a wrong MAC is a wrong MAC, whatever the protocol says."""
     from contracts.signing import BAD_CREDENTIALS, Refused

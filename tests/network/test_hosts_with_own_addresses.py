@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.models import Host, HostStatus, Job, JobArtifact, MetricPoint, Task
+from orchestrator.models import ACTIVE_TASK_STATES, Host, HostStatus, Job, JobArtifact, MetricPoint, Task
 from tests.network.conftest import DB, NetnsCluster, tasks_of
 from tests.support.processes import wait_until
 
@@ -166,3 +166,21 @@ def test_a_host_whose_cable_is_pulled_goes_offline_and_the_gang_restarts_on_the_
     assert victim not in {t["host"] for t in second}
     assert_each_task_names_its_own_host(cluster, second)
     assert Host.objects.using(DB).get(name=victim).status == HostStatus.OFFLINE
+
+    # The cable back: the host comes back online, and nothing of the attempt that is over runs on it (its worker,
+    # cut off, exited when its peer was gone, or its agent ended it) nor holds its port: its exit was reported.
+    stale = Task.objects.using(DB).get(job_id=job_id, attempt=1, host__name=victim)
+    cluster.plane.network.mend(cluster.hosts[victim])
+    wait_until(
+        lambda: Host.objects.using(DB).get(name=victim).status == HostStatus.ONLINE, 120, what=f"{victim} back online"
+    )
+    wait_until(
+        lambda: stale.pid not in cluster.plane.network.pids(cluster.hosts[victim]),
+        120,
+        what=f"the stale task's process {stale.pid} on {victim} to end (see test-artifacts/netns-agent-{victim}.log)",
+    )
+    wait_until(
+        lambda: Task.objects.using(DB).get(pk=stale.pk).state not in ACTIVE_TASK_STATES,
+        120,
+        what=f"the stale task on {victim} to be over",
+    )

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from orchestrator.models import ACTIVE_TASK_STATES, Host, HostStatus, Job, JobArtifact, MetricPoint, Task
-from tests.network.conftest import DB, NetnsCluster, tasks_of
+from tests.network.conftest import DB, TF_PORTS, NetnsCluster, tasks_of
 from tests.support.processes import wait_until
 
 pytestmark = [
@@ -105,6 +105,9 @@ def test_multi_worker_mirrored_across_two_hosts_with_their_own_addresses(netns_c
     tasks = tasks_of(cluster, job_id)
     assert {(t["type"], t["index"]) for t in tasks} == {("worker", 0), ("worker", 1)}
     assert {t["host"] for t in tasks} == {"n0", "n1"}  # one worker per machine: they talked gRPC over the bridge
+    # Machines of their own have ports of their own: both took the first of their range (on loopback hosts, one
+    # machine, the second would have had to take another).
+    assert [t["port"] for t in tasks] == [TF_PORTS[0]] * 2
     assert_each_task_names_its_own_host(cluster, tasks)
     chief = next(t for t in tasks if t["index"] == 0)
     assert_points_lines_and_model_arrived(cluster, job, chief)

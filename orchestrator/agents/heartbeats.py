@@ -37,6 +37,7 @@ from contracts import broker
 from contracts.protocol import AGENT_HEARTBEAT, HEARTBEAT_GROUP, HostFacts
 from orchestrator import counters, streams
 from orchestrator.agents import reconcile, reports
+from orchestrator.environments import orders as environment_orders
 from orchestrator.identity import auth
 from orchestrator.models import Host, HostStatus
 
@@ -94,6 +95,13 @@ def apply_batch(payloads: list[Any]) -> int:
     for host, facts, sent_at in changed:
         reports.record(host, facts, hello=False, sent_at=sent_at)
 
+    # A host whose environments are not its cluster's (an order lost or stale) is told them again.
+    try:
+        environment_orders.converge([(host, facts) for host, facts, _b, _t in checked])
+    except DatabaseError:
+        raise  # the whole batch is read again
+    except Exception:  # telling is best effort: the batch's beats are applied all the same
+        log.exception("could not tell hosts their task environments")
     task_reports = [(host, report) for host, _f, body, _t in checked if (report := reports.task_report(host, body))]
     rows = reconcile.rows_of(task_reports)
     for host, report in task_reports:

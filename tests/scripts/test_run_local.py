@@ -19,6 +19,7 @@ import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -74,6 +75,10 @@ def quick_start_env(open_tmp, port: int, redis_port: int, pg_port: int) -> dict[
     }
 
 
+def agent_log(var: Path) -> str:
+    return "\n".join(f"{log.name}: {log.read_text()[-2500:]}" for log in sorted((var / "log").glob("agent*.log")))
+
+
 def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
     port, redis_port, pg_port = free_port(), free_port(), free_port()
     env = quick_start_env(open_tmp, port, redis_port, pg_port)
@@ -112,6 +117,22 @@ def test_make_run_brings_up_two_online_hosts_and_stops_everything(open_tmp):
         assert time.monotonic() - up_at < 60
         assert sorted(h["name"] for h in hosts) == ["local-1", "local-2"]
         assert {(h["port_min"], h["port_max"]) for h in hosts} == {(23000, 23099), (23100, 23199)}
+        # Its default task environment is the venv it runs from, and both agents find TensorFlow in it.
+        assert [(e["name"], e["is_default"]) for e in cluster["environments"]] == [("local-venv", True)]
+
+        seen: list[dict] = []
+
+        def probed() -> list[dict] | None:
+            seen[:] = [
+                {"host": h["name"], **e} for h in api.get(hosts_url).json()["results"] for e in h["environments"]
+            ]
+            return seen if len(seen) == 2 and all(e["ok"] and e["tensorflow"] for e in seen) else None
+
+        try:
+            found = wait_until(probed, timeout=300, interval=0.5, what="both agents to probe local-venv")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; they reported: {seen}; agent log: {agent_log(open_tmp / 'var')}") from None
+        assert {e["interpreter"] for e in found} == {str(Path(sys.executable).absolute())}
 
         # Its secrets and its database are the operator's alone.
         var = open_tmp / "var"

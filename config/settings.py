@@ -213,12 +213,12 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Beat sends only while its process holds the `beat` lease (orchestrator/leases/beat.py): two beats never both send.
+CELERY_BEAT_SCHEDULER = "orchestrator.leases.beat:LeasedScheduler"
 # At least once: a message is acknowledged only after its handler returned (its effect committed), and one whose
 # worker died mid-way goes back to the queue. Handlers are idempotent, so a redelivery changes nothing.
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
-# Beat sends only while its process holds the `beat` lease (orchestrator/leases/beat.py): two beats never both send.
-CELERY_BEAT_SCHEDULER = "orchestrator.leases.beat:LeasedScheduler"
 # A message taken by a worker that then vanished comes back after this long (Kombu's default is an hour); a restarted
 # orchestrator takes its own back at once (orchestrator/tasks.py). No handler runs anywhere near this long.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("TFDASH_REDELIVER_AFTER_S", 300)}
@@ -278,10 +278,6 @@ TFDASH_BACKFILL_DEPTH = env_int("TFDASH_BACKFILL_DEPTH", 8, minimum=1)
 # submitted) is taken by one pass at the end of the interval, with every other ask made meanwhile (Volcano schedules
 # every second, Slurm's backfill every 30 s). A pass after a quiet spell begins at once.
 TFDASH_SCHEDULE_INTERVAL_S = env_float("TFDASH_SCHEDULE_INTERVAL_S", 3.0)
-
-# What one user, job or task may hold (orchestrator/limits.py reads them; README "Limits" lists them). Each is a
-# positive number: a deployment that wants more raises it, there is no "unlimited".
-# Queued + running (not yet ended) jobs one user may have; a submission past it is refused, staff included.
 # Leases of the single actors (orchestrator/leases/: one beat and one scheduler act, however many control planes run),
 # Kubernetes' leader-election defaults: a lease lasts 15 s from its last renewal (the database's clock); its holder
 # tries to renew every 2 s and stops acting once 10 s passed without a renewal (before anyone can take it over); a
@@ -296,6 +292,10 @@ if not 0 < TFDASH_LEASE_RETRY_S < TFDASH_LEASE_RENEW_DEADLINE_S < TFDASH_LEASE_S
         "the lease settings must keep 0 < TFDASH_LEASE_RETRY_S < TFDASH_LEASE_RENEW_DEADLINE_S < TFDASH_LEASE_S "
         f"<= 3600 (now {TFDASH_LEASE_RETRY_S}, {TFDASH_LEASE_RENEW_DEADLINE_S}, {TFDASH_LEASE_S})"
     )
+
+# What one user, job or task may hold (orchestrator/limits.py reads them; README "Limits" lists them). Each is a
+# positive number: a deployment that wants more raises it, there is no "unlimited".
+# Queued + running (not yet ended) jobs one user may have; a submission past it is refused, staff included.
 TFDASH_MAX_ACTIVE_JOBS_PER_USER = env_int("TFDASH_MAX_ACTIVE_JOBS_PER_USER", 20, minimum=1)
 # Output one task attempt may store (UTF-8 bytes, a newline per line); later lines are dropped after one marker line.
 TFDASH_MAX_LOG_BYTES_PER_TASK = env_int("TFDASH_MAX_LOG_BYTES_PER_TASK", 64 * 1024 * 1024, minimum=1)

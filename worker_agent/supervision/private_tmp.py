@@ -176,21 +176,42 @@ class PrivateTmp:
         finally:
             os.close(fd)
 
-    def wrap(self, command: list[str], mounts: Mounts, *, uid: int | None, cwd: Path, umask: int | None) -> list[str]:
+    def wrap(
+        self,
+        command: list[str],
+        mounts: Mounts,
+        *,
+        uid: int | None,
+        cwd: Path,
+        umask: int | None,
+        also: Iterable[Path] = (),
+    ) -> list[str]:
         """The command line that starts `command` in a namespace of its own, as `uid` (None: as the agent); start it
-        as TaskStart says, never with the task's environment."""
-        return self._wrap(command, mounts, uid, cwd, umask, self.proc)
+        as TaskStart says, never with the task's environment. `also`: folders this task reads besides the agent's
+        (its task environment's installation), bound back like them where they lie under /tmp."""
+        return self._wrap(command, mounts, uid, cwd, umask, self.proc, also)
 
     def _wrap(
-        self, command: list[str], mounts: Mounts, uid: int | None, cwd: Path, umask: int | None, proc: bool
+        self,
+        command: list[str],
+        mounts: Mounts,
+        uid: int | None,
+        cwd: Path,
+        umask: int | None,
+        proc: bool,
+        also: Iterable[Path] = (),
     ) -> list[str]:
+        keep = self.keep
+        extra = [path for path in _kept(also) if not any(_under(path, cover) for cover in COVERED)]
+        if extra:  # a folder that holds /tmp itself cannot be bound back into it: such an installation stays unseen
+            keep = _kept([*self.keep, *extra])
         spec = {
             "mounts": [
                 [str(mounts.tmp.root), list(mounts.tmp.parts), "/tmp"],  # noqa: S108 - the path it covers
                 [str(mounts.shm.root), list(mounts.shm.parts), str(SHM)],
                 *([[str(mounts.var_tmp.root), list(mounts.var_tmp.parts), str(VAR_TMP)]] if mounts.var_tmp else []),
             ],
-            "keep": [str(path) for path in self.keep],
+            "keep": [str(path) for path in keep],
             "proc": proc,
             "uid": uid,
             "umask": umask,

@@ -13,6 +13,7 @@ import base64
 import binascii
 import hashlib
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,9 @@ class Program:
     script: bytes | None = None
     # The Python it runs in: the task environment's (or its requirements venv's); "" the agent's own.
     interpreter: str = ""
+    # The installations that Python reads (its environment's, and the base a requirements venv's .pth names): a task
+    # in a private /tmp must still see them where they lie under /tmp (private_tmp.py binds them back).
+    installations: tuple[str, ...] = ()
 
     @property
     def script_name(self) -> str:
@@ -98,6 +102,18 @@ def interpreter_for(spec: LaunchSpec, venvs: VenvBuilder | None) -> tuple[str, s
     if venvs is None:
         raise Refused(TaskEventKind.LAUNCH_FAILED, "this agent builds no requirements venvs")
     return base, venvs.python(base, spec.requirements)
+
+
+def installations(*interpreters: str) -> tuple[str, ...]:
+    """The installation folders of these interpreters (a venv's root, and where its link leads): what a task started
+    with one of them reads besides the interpreter itself (its site-packages, its standard library)."""
+    found: list[str] = []
+    for interpreter in filter(None, interpreters):
+        for path in (Path(interpreter), Path(os.path.realpath(interpreter))):
+            prefix = str(path.parent.parent)
+            if prefix not in found:
+                found.append(prefix)
+    return tuple(found)
 
 
 def job_dir(spec: LaunchSpec, workdir: Path) -> Path:

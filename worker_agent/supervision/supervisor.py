@@ -277,7 +277,9 @@ class Supervisor:
 
     def _start(self, spec: LaunchSpec, child: _Child) -> tuple[subprocess.Popen[bytes], MetricsPipe]:
         base, python = programs.interpreter_for(spec, self.venvs)
-        program = dataclasses.replace(programs.load(spec.program), interpreter=python)
+        program = dataclasses.replace(
+            programs.load(spec.program), interpreter=python, installations=programs.installations(base, python)
+        )
         if spec.port is not None:
             check_port(spec.port)
         prepared = self.workspace.prepare(spec, program)

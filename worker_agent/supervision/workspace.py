@@ -198,7 +198,12 @@ class Workspace:
         if mounts is not None and self.private_tmp is not None:
             env["TMPDIR"] = "/tmp"  # noqa: S108 - the task's own /tmp
             argv = self.private_tmp.wrap(
-                argv, mounts, uid=uid, cwd=cwd.path, umask=None if uid is None else identity.TASK_UMASK
+                argv,
+                mounts,
+                uid=uid,
+                cwd=cwd.path,
+                umask=None if uid is None else identity.TASK_UMASK,
+                also=[Path(path) for path in program.installations],
             )
         elif uid is not None:
             # setgid/setgroups/setuid in the child between fork and exec (no shell), and files private by default.

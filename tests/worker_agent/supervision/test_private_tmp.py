@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,3 +117,28 @@ def test_the_same_script_runs_as_one_job_after_another(isolated, sent, open_tmp,
     assert_nothing_left(isolated, [103, 104])
     isolated.kill_all("the agent stops")
     assert not isolated.workspace.private_tmp.shm_root.path.exists()  # its folder in the host's /dev/shm too
+
+
+def test_a_task_environment_under_tmp_is_still_there_for_the_task(isolated, sent, open_tmp):
+    """A task environment installed under /tmp (a checkout there, as a CI clone may be) is bound back into the task's
+    own /tmp, like the agent's folders: without it, the launcher could not find the interpreter ("No such file")."""
+    env = open_tmp / "envs" / "under-tmp"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=120)
+    for folder in (open_tmp / "envs", *env.rglob("*")):
+        if folder.is_dir():
+            folder.chmod(0o755)
+    interpreter = env / "bin" / "python"
+    task = script_spec(
+        b"import sys\nprint('PREFIX', sys.prefix, flush=True)\n",
+        job_id=105,
+        task_id=9105,
+        environment="under-tmp",
+        interpreter=str(interpreter),
+    )
+
+    isolated.launch(task)
+
+    exited = sent.wait_for(task.task_id, TaskEventKind.EXITED, timeout=60)
+    assert exited["exit_code"] == 0, sent.texts(task.task_id, "stderr")
+    assert f"PREFIX {env}" in sent.texts(task.task_id)
+    assert_nothing_left(isolated, [105])

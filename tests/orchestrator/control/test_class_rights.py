@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.apps import apps
 from django.contrib.auth.models import Group
+from django.db import connection
 from rest_framework.test import APIClient
 
 from orchestrator.control import experiments, queue_view, queueing
@@ -218,7 +219,8 @@ def test_migrating_closes_existing_classes_above_the_default_and_keeps_the_other
         PriorityClass.objects.create(name=name, value=value, is_default=default, open_to_all=False)
     migration = importlib.import_module("orchestrator.migrations.0022_priority_class_rights")
 
-    migration.open_what_gives_no_advantage(apps, None)
+    with connection.schema_editor() as editor:  # as `migrate` calls it: on the database being migrated
+        migration.open_what_gives_no_advantage(apps, editor)
 
     opened = dict(PriorityClass.objects.values_list("name", "open_to_all"))
     assert opened == {"urgent": False, "normal": True, "batch": True, "scavenger": True}

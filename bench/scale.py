@@ -88,8 +88,10 @@ def job_mix(count: int, rng: random.Random, gpus: int = 4000) -> list[dict[str, 
                      "devices_per_worker": rng.choice([1, 2])}  # fmt: skip
         else:
             shape = {"strategy": "mirrored", "workers": 1, "devices_per_worker": rng.choice([1, 2, 4, 8])}
+        # No checkpoints: the simulated hosts are separate machines with no shared folder, where a ParameterServer
+        # job's checkpoints are refused (each ps writes at the chief's path on its own disk); nothing trains here.
         jobs.append({"name": f"scale-{i}-{kind}", "max_restarts": 0, "builtin": "digits_mlp",
-                     "builtin_config": {"epochs": 1}, **shape})  # fmt: skip
+                     "builtin_config": {"epochs": 1, "checkpoint": False}, **shape})  # fmt: skip
     return jobs
 
 

@@ -325,6 +325,8 @@ def test_run_again_fills_in_the_form_from_the_job(client, alice, online_hosts):
         "startup_deadline_s": 300,
         "time_limit_s": 86_400,
         "priority": "",
+        "environment": "",  # the cluster's default
+        "requirements": "",
         "program": "script",
         "earlier_script": script.sha256,
     }

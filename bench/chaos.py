@@ -131,8 +131,8 @@ class Workload:
         self.owner = with_retry("user", lambda: get_user_model().objects.get_or_create(username="chaos")[0])
 
     def submit(self, kind: Kind | None = None) -> int:
-        from orchestrator.control import submission
         from orchestrator.models import Cluster
+        from orchestrator.submit import submission
 
         kind = kind or self.rng.choices(KINDS, weights=[k.weight for k in KINDS])[0]
         data: dict[str, Any] = {"name": kind.name, "max_restarts": 2, **kind.shape}
@@ -160,7 +160,7 @@ class Workload:
         )
 
     def cancel_due(self) -> None:
-        from orchestrator.control import lifecycle
+        from orchestrator.jobs import lifecycle
         from orchestrator.models import Job, JobState
 
         for job_id, kind in self.tally.jobs.items():

@@ -91,8 +91,8 @@ def main() -> int:
     failures: list[str] = ["did not finish"]
     with django_in_process("tfdash-event-cost-"):
         from contracts.protocol import TaskEventKind
-        from orchestrator.control import scheduling
         from orchestrator.models import Cluster, Job, JobState, Task, TaskState
+        from orchestrator.scheduler import scheduling
 
         fleet = {entry["name"]: entry["token"] for entry in register_fleet(args.hosts)}
         bring_online(args.hosts)

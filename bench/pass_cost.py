@@ -135,8 +135,8 @@ def add_history(jobs: int) -> None:
 
 
 def timed_pass(cluster_id: int, profiler: cProfile.Profile | None) -> tuple[int, float]:
-    from orchestrator.control import scheduling
     from orchestrator.models import Task
+    from orchestrator.scheduler import scheduling
 
     before = Task.objects.count()
     if profiler is not None:

@@ -286,8 +286,8 @@ def wait_online(count: int, timeout_s: float) -> float:
 def submit_jobs(shapes: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     from django.contrib.auth import get_user_model
 
-    from orchestrator.control import submission
     from orchestrator.models import Cluster
+    from orchestrator.submit import submission
 
     owner = get_user_model().objects.get_or_create(username="scale", defaults={"is_staff": True})[0]
     cluster = Cluster.objects.get(name="scale")
@@ -664,9 +664,9 @@ def main() -> int:
     print(f"[scale] {args.hosts} hosts x 8 GPUs, {args.jobs} jobs; stack under {var}", flush=True)
     try:
         stack.set_up_django("TFDASH_MAX_ACTIVE_JOBS_PER_USER")
-        from orchestrator import counters
         from orchestrator.agents.reports import REPORT_LAG
         from orchestrator.identity.keys import control_public_key
+        from orchestrator.plumbing import counters
 
         fleet = register_fleet(args.hosts, args.packing)
         stack.env["TFDASH_INGEST_PARTITIONS"] = str(args.ingest_partitions)

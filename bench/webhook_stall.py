@@ -57,8 +57,8 @@ def wait(predicate: Any, timeout: float, what: str, interval: float = 0.1) -> An
 
 def run_job(owner: Any, cluster_name: str) -> tuple[float, float]:
     """One job, submitted and waited for: (start latency, end latency) in seconds."""
-    from orchestrator.control import submission
     from orchestrator.models import Cluster, Job, Task
+    from orchestrator.submit import submission
 
     def submit() -> int:
         cluster = Cluster.objects.get(name=cluster_name)

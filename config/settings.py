@@ -267,7 +267,7 @@ TFDASH_ORDER_RESEND_S = env_float("TFDASH_ORDER_RESEND_S", 10.0)
 # not all come in this long (an agent's outbox dropped some in a long broker outage), it is applied with what is in.
 TFDASH_EXIT_LINES_WAIT_S = env_float("TFDASH_EXIT_LINES_WAIT_S", 30.0)
 
-# The scheduler (orchestrator/control/scheduling.py): "backfill" (the default: a reservation for each of the first
+# The scheduler (orchestrator/scheduler/scheduling.py): "backfill" (the default: a reservation for each of the first
 # TFDASH_BACKFILL_DEPTH jobs that do not fit, and jobs behind start when they keep clear of them; priorities,
 # fair share and preemption) or "fifo" (strict first come, first served, no preemption: bench/scale.py compares).
 TFDASH_SCHEDULER_POLICY = env_str("TFDASH_SCHEDULER_POLICY", "backfill")

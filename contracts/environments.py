@@ -30,7 +30,7 @@ MAX_INTERPRETER_CHARS = 4096
 MAX_ENVIRONMENTS = 32  # per cluster: each is probed by every host of it
 MAX_LABELS_CHARS = 200
 
-# Placement tells hosts that have an environment by a label of this form (orchestrator/control/fleet_state.py); a
+# Placement tells hosts that have an environment by a label of this form (orchestrator/scheduler/fleet_state.py); a
 # label a person writes has no ':' (orchestrator/models/validators.py), so the two never meet.
 LABEL_PREFIX = "env:"
 

@@ -30,9 +30,9 @@ from contracts.task_wire import JOB_DIR_ENV, METRICS_FD_ENV, PROGRAM_CONFIG_ENV,
 PROTOCOL_VERSION = WIRE_VERSION
 
 ORCHESTRATOR_QUEUE = "orchestrator"  # the control plane's own Celery queue: no host may write it
-# The control plane's scheduler passes (orchestrator/control/passes.py): consumed by a worker of its own as shipped
-# (`-Q scheduler`, README "How it hangs together"), where a pass shares no process with the hosts' events; one worker
-# may consume both queues instead (`-Q orchestrator,scheduler`).
+# The control plane's scheduler passes (orchestrator/plumbing/pass_requests.py): consumed by a worker of its own as
+# shipped (`-Q scheduler`, README "How it hangs together"), where a pass shares no process with the hosts' events; one
+# worker may consume both queues instead (`-Q orchestrator,scheduler`).
 SCHEDULER_QUEUE = "scheduler"
 # Webhook deliveries (orchestrator/webhooks/outbox.py): a worker of their own (`-Q webhooks`), so that a receiver that
 # answers slowly holds none of the threads that handle the hosts' events, the watchdog or scheduling. Never add it to
@@ -352,7 +352,7 @@ class LaunchSpec:
     user_env: dict[str, str] = field(default_factory=dict)
     # When the cluster has an object store: the task's presigned URLs (contracts/store.py StoreUrls, as a dict).
     store: dict[str, Any] = field(default_factory=dict)
-    # The job's place in its cluster's pool of task uids (orchestrator/control/task_uids.py): an agent with
+    # The job's place in its cluster's pool of task uids (orchestrator/scheduler/task_uids.py): an agent with
     # `--task-uids A-B` runs it as uid A + uid_slot, the same on every host; None (an older control plane): the agent
     # picks (worker_agent/supervision/uid_pool.py).
     uid_slot: int | None = None
@@ -437,8 +437,8 @@ def ingest_partition(host: str, partitions: int) -> int:
 # fill Redis: a day of one host's events, 50 minutes of heartbeats, hours of a busy host's metric traffic.
 STREAM_MAXLEN = {broker.EVENTS: 100_000, broker.HEARTBEATS: 1_000, broker.METRICS: 200_000}  # see SHED_BACKLOG
 # What a stream entry may weigh (its fields' bytes) before anyone parses it: a bigger one is dead-lettered unread
-# (orchestrator/streams.py). An artifact carries a file in base64, so its kind may weigh what the largest signed
-# message may (contracts/signing.py); everything else is small.
+# (orchestrator/plumbing/streams.py). An artifact carries a file in base64, so its kind may weigh what the largest
+# signed message may (contracts/signing.py); everything else is small.
 MAX_ENTRY_BYTES = 1024 * 1024
 MAX_ARTIFACT_ENTRY_BYTES = MAX_SIGNED_CHARS + 64 * 1024
 

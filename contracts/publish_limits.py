@@ -10,7 +10,8 @@ iteration, which Redis kept (append-only) and the ingest loaded, until one of th
   counted per task attempt; the counts ride in the task's reports (contracts/protocol.py TaskMetricsBatch.dropped,
   TaskLogBatch.dropped) and its log gets a "lines dropped: N" line where lines went missing, so the job page and API
   say what was dropped;
-- one read of the hosts' streams (orchestrator/streams.py) stops taking entries once READ_BYTES_BUDGET is reached
+- one read of the hosts' streams (orchestrator/plumbing/streams.py) stops taking entries once READ_BYTES_BUDGET is
+reached
   (one entry within its kind's bound always goes, so a lone artifact is never stuck);
 - the Redis that `make run`, compose and the suite start refuses writes past REDIS_MAXMEMORY_BYTES and evicts nothing
   (`noeviction`: every key it holds is work not yet stored); an agent whose XADD is refused keeps the message in its

@@ -52,7 +52,7 @@ class Bound:
 
 
 # Every numeric key's bounds, once: the checks below, the job form, the REST API and the CLI read them here
-# (orchestrator/control/job_fields.py).
+# (orchestrator/submit/job_fields.py).
 BOUNDS: dict[str, Bound] = {
     "per_replica_batch": Bound(1, MAX_BATCH),
     "epochs": Bound(1, MAX_EPOCHS),

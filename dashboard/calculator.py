@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from contracts import batching
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import RunConfig, train_examples
-from orchestrator.control.job_fields import FIELDS, HYPERPARAMETERS, PROGRAM_FIELDS
+from orchestrator.submit.job_fields import FIELDS, HYPERPARAMETERS, PROGRAM_FIELDS
 
 _SPECS = {f.name: f for f in (*FIELDS, *HYPERPARAMETERS, *PROGRAM_FIELDS)}
 

@@ -1,4 +1,4 @@
-"""The experiment page's table: the summary's numbers (orchestrator/control/experiment_summary.py, what the API
+"""The experiment page's table: the summary's numbers (orchestrator/experiments/summary.py, what the API
 returns too) as text, one row per variant, the best value of each column marked where the variants differ."""
 
 from __future__ import annotations

@@ -10,16 +10,18 @@ from contracts import job_env
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import PROGRAM_KEYS
 from contracts.strategies import STRATEGY_HINTS
-from orchestrator.control import class_rights, experiments, fleet_state, job_fields, submission
-from orchestrator.control.job_fields import JobField
+from orchestrator.experiments import actions as experiments
 from orchestrator.models import Cluster, ExperimentMode, Job, ProgramKind, Script, Strategy
+from orchestrator.scheduler import class_rights, fleet_state
+from orchestrator.submit import job_fields, submission
+from orchestrator.submit.job_fields import JobField
 
 SCRIPT = "script"  # the Program choice for a script of the user's own; the others are the builtin programs
 PROGRAM_CHOICES = [*((name, name) for name in BUILTIN_PROGRAMS), (SCRIPT, "My script")]
 
 
 def _form_field(spec: JobField) -> forms.Field:
-    """The form's input for one of the job's fields (orchestrator/control/job_fields.py)."""
+    """The form's input for one of the job's fields (orchestrator/submit/job_fields.py)."""
     common: dict[str, Any] = {"label": spec.label, "help_text": spec.help, "initial": spec.default}
     if spec.kind is bool:
         return forms.BooleanField(required=False, **common)

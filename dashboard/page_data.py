@@ -17,9 +17,9 @@ from contracts.host_samples import readable_gpus
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import RunConfig, train_examples
 from orchestrator import limits
-from orchestrator.control import fleet_state, scheduling
 from orchestrator.metrics import drops
 from orchestrator.models import Cluster, Host, HostSample, HostStatus, Job, Task
+from orchestrator.scheduler import fleet_state, scheduling
 
 # A sample older than this many heartbeat timeouts is not "live" load any more (the agent stopped sampling).
 SAMPLE_FRESH_TIMEOUTS = 2.0

@@ -9,8 +9,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from orchestrator.control import class_rights, queue_view
 from orchestrator.models import Cluster, Job, PriorityClass
+from orchestrator.scheduler import class_rights, queue_view
 
 
 def queue(request: HttpRequest, cluster_id: int) -> HttpResponse:

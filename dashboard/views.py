@@ -30,9 +30,10 @@ from dashboard.forms import (
     initial_from,
     shape_for,
 )
-from orchestrator import counters
-from orchestrator.control import experiment_summary, experiments, lifecycle, submission
 from orchestrator.core.verdict import ENDED
+from orchestrator.experiments import actions as experiments
+from orchestrator.experiments import summary as experiment_summary
+from orchestrator.jobs import lifecycle
 from orchestrator.metrics import log_reader
 from orchestrator.metrics import stream as metrics_stream
 from orchestrator.models import (
@@ -46,6 +47,8 @@ from orchestrator.models import (
     Strategy,
     Task,
 )
+from orchestrator.plumbing import counters
+from orchestrator.submit import submission
 
 
 def _clusters_with_hosts() -> list[Cluster]:

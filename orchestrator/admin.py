@@ -18,13 +18,14 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from orchestrator import counters, storage
 from orchestrator.agents.join import control_plane_url
-from orchestrator.control import class_rights
 from orchestrator.environments import admin as environments_admin  # registers the environments' admin page
 from orchestrator.identity import tokens
 from orchestrator.metrics import stream as metrics_stream
 from orchestrator.models import ApiToken, Cluster, Host, HostStatus, Job, PriorityClass, Quota, Task
+from orchestrator.objectstore import store as storage
+from orchestrator.plumbing import counters
+from orchestrator.scheduler import class_rights
 
 
 def _show_token_once(request: HttpRequest, host: Host, token: str) -> None:

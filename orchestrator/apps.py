@@ -20,7 +20,7 @@ class OrchestratorConfig(AppConfig):
         from orchestrator.models import Host, Job, Task  # noqa: PLC0415
 
         # Every saved change of a job or a task reaches the job's open pages (after commit); bulk updates of task
-        # states (orchestrator/control/lifecycle.py) say so themselves.
+        # states (orchestrator/jobs/lifecycle.py) say so themselves.
         post_save.connect(lambda instance, using, **_: live.job_changed(instance.pk, using), sender=Job, weak=False)
         post_save.connect(
             lambda instance, using, **_: live.job_changed(instance.job_id, using), sender=Task, weak=False

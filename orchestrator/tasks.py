@@ -1,5 +1,5 @@
 """Celery entry points on the `orchestrator` queue, the one place they are defined. Thin: each hands its payload to
-the module that owns the logic; domain code asks for a scheduler pass by name (orchestrator/control/passes.py).
+the module that owns the logic; domain code asks for a scheduler pass by name (orchestrator/plumbing/pass_requests.py).
 
 At least once, applied once: messages are acknowledged after the handler returns (settings: acks_late,
 reject_on_worker_lost); a handler that meets a database or broker outage is retried with backoff; every handler is
@@ -23,16 +23,19 @@ from django.db import close_old_connections
 from config.celery import app
 from contracts.protocol import AGENT_HELLO, ORCHESTRATOR_QUEUE, SCHEDULER_QUEUE, TASK_EVENT
 from kombu_redis import transport
-from orchestrator import counters
 from orchestrator.agents import events, heartbeats, liveness, relay, reports
-from orchestrator.control import dispatch, experiments, lifecycle, passes, scheduling
-from orchestrator.control.scheduling import WAITING_STATES
+from orchestrator.experiments import actions as experiments
 from orchestrator.identity import broker_users
+from orchestrator.jobs import dispatch, lifecycle
 from orchestrator.leases.queue_gate import may_schedule
 from orchestrator.metrics import rollups as point_rollups
+from orchestrator.metrics.retention import thin_host_samples
 from orchestrator.models import Job
-from orchestrator.outages import TRANSIENT
-from orchestrator.retention import thin_host_samples
+from orchestrator.plumbing import counters
+from orchestrator.plumbing import pass_requests as passes
+from orchestrator.plumbing.outages import TRANSIENT
+from orchestrator.scheduler import scheduling
+from orchestrator.scheduler.scheduling import WAITING_STATES
 from orchestrator.webhooks import outbox as webhook_outbox
 
 log = logging.getLogger(__name__)
@@ -95,7 +98,7 @@ def task_events(payloads: Any) -> None:
 
 @entry(dispatch.LAUNCH)
 def launch(task_ids: Any) -> None:
-    """The launch orders of tasks a scheduler pass placed (orchestrator/control/dispatch.py)."""
+    """The launch orders of tasks a scheduler pass placed (orchestrator/jobs/dispatch.py)."""
     if not isinstance(task_ids, list) or not all(type(i) is int for i in task_ids):
         log.warning("ignored a launch message that is not a list of task ids")
         return
@@ -115,7 +118,7 @@ def schedule(cluster_id: int) -> None:
 def watchdog() -> None:
     """Every tick: the hosts' broker users converge (every few seconds), silent hosts go offline, jobs past their
     start-up deadline fail, queued jobs get another look (capacity may have come back without any event this process
-    saw): a pass is asked for, which joins any already due (orchestrator/control/passes.py)."""
+    saw): a pass is asked for, which joins any already due (orchestrator/plumbing/pass_requests.py)."""
     broker_users.sync_now_and_then()
     liveness.mark_silent_hosts_offline()
     lifecycle.check_startup_deadlines()

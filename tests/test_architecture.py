@@ -131,8 +131,8 @@ def test_the_agent_imports_no_django_and_the_orchestrator_no_agent_code() -> Non
 
 
 def _package_of(module: str) -> str:
-    """The package a module belongs to for the layering rule: `orchestrator.control.dispatch` ->
-    `orchestrator.control`; a module directly under a top-level package is its own (`orchestrator.tasks`)."""
+    """The package a module belongs to for the layering rule: `orchestrator.jobs.dispatch` ->
+    `orchestrator.jobs`; a module directly under a top-level package is its own (`orchestrator.tasks`)."""
     parts = module.split(".")
     return ".".join(parts[:2])
 

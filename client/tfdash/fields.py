@@ -1,5 +1,5 @@
 """The job's fields as the CLI offers them: options, bounds and defaults read from `job_fields.json`, which
-scripts/gen_client_fields.py writes from the server's one definition (orchestrator/control/job_fields.py and
+scripts/gen_client_fields.py writes from the server's one definition (orchestrator/submit/job_fields.py and
 contracts/). The CLI checks a value against the same bound the form and the API use, before anything is sent; the
 server checks again and has the last word (a newer server's bounds win: its message comes back on the option)."""
 

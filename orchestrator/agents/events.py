@@ -21,15 +21,15 @@ from django.conf import settings
 from django.db import transaction
 
 from contracts.protocol import TASK_EVENT, TaskEvent, TaskEventKind
-from orchestrator import counters
-from orchestrator.compiled_reads import CompiledRead
-from orchestrator.compiled_writes import save_fields
-from orchestrator.control.lifecycle import SAVES_EVENT_SEQ, apply_event
 from orchestrator.identity import auth, foreign
 from orchestrator.identity.auth import Accepted, authenticated_body, remember
+from orchestrator.jobs.lifecycle import SAVES_EVENT_SEQ, apply_event
 from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task
 from orchestrator.models.row_locks import tasks_locked
-from orchestrator.outages import TRANSIENT
+from orchestrator.plumbing import counters
+from orchestrator.plumbing.compiled_reads import CompiledRead
+from orchestrator.plumbing.compiled_writes import save_fields
+from orchestrator.plumbing.outages import TRANSIENT
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def _apply_job(job_id: int, group: list[tuple[Accepted, TaskEvent]]) -> int:
     return applied
 
 
-# Events whose handling writes no row but its task's and its job's (orchestrator/control/lifecycle.py apply_event).
+# Events whose handling writes no row but its task's and its job's (orchestrator/jobs/lifecycle.py apply_event).
 _OWN_ROWS_ONLY = frozenset({TaskEventKind.STARTED, TaskEventKind.LISTENING})
 
 
@@ -236,7 +236,8 @@ def _lock_job(job_id: int) -> None:
     _JOB_LOCKED([job_id])
 
 
-# Compiled once (orchestrator/compiled_reads.py), as the tasks' read below: every event's transaction takes this lock.
+# Compiled once (orchestrator/plumbing/compiled_reads.py), as the tasks' read below: every event's transaction takes
+# this lock.
 _JOB_LOCKED = CompiledRead(lambda ids: Job.objects.select_for_update().filter(pk__in=ids).order_by().only("pk"))
 
 
@@ -245,8 +246,8 @@ def _locked(task_id: int) -> Task | None:
     return _locked_group([task_id]).get(task_id)
 
 
-# Compiled once per count of ids (orchestrator/compiled_reads.py): every event reads its tasks by it, and compiling
-# its 100-odd columns was more of an exit's CPU than running it (bench/event_cost.py).
+# Compiled once per count of ids (orchestrator/plumbing/compiled_reads.py): every event reads its tasks by it, and
+# compiling its 100-odd columns was more of an exit's CPU than running it (bench/event_cost.py).
 _TASKS_LOCKED = CompiledRead(lambda ids: tasks_locked(Task.objects.select_related("job", "host").filter(pk__in=ids)))
 
 

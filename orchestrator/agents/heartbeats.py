@@ -9,12 +9,12 @@ thirds of a core (bench/scale.py). Read a few hundred at a time, a batch costs:
   (orchestrator/agents/reconcile.py); only a host whose report disagrees costs statements of its own;
 - one round trip for the report lags, one to remember the nonces, one to acknowledge and delete the entries.
 
-Every orchestrator worker runs one reader (orchestrator/streams.py, a thread started with the worker: `start_reader`),
-each a consumer of its own name in the group, so adding orchestrator workers adds readers. An entry is acknowledged
-after its batch was applied; one read but never acknowledged (the worker died) is read again by its consumer when it
-comes back, or claimed by another reader once it has sat idle for a while. Either way it is by then stale and
-dropped: a heartbeat is worth something only while it is fresh, and the next one from the same host follows within
-seconds.
+Every orchestrator worker runs one reader (orchestrator/plumbing/streams.py, a thread started with the worker:
+`start_reader`), each a consumer of its own name in the group, so adding orchestrator workers adds readers. An entry is
+acknowledged after its batch was applied; one read but never acknowledged (the worker died) is read again by its
+consumer when it comes back, or claimed by another reader once it has sat idle for a while. Either way it is by then
+stale and dropped: a heartbeat is worth something only while it is fresh, and the next one from the same host follows
+within seconds.
 
 The watchdog judges no host while a heartbeat has waited unapplied for long (`unapplied_age_s`: no reader reads, or
 one is stuck holding a batch): the silence could then be this side's, not the host's.
@@ -35,11 +35,11 @@ from django.utils import timezone
 
 from contracts import broker
 from contracts.protocol import AGENT_HEARTBEAT, HEARTBEAT_GROUP, HostFacts
-from orchestrator import counters, streams
 from orchestrator.agents import reconcile, reports
 from orchestrator.environments import orders as environment_orders
 from orchestrator.identity import auth
 from orchestrator.models import Host, HostStatus
+from orchestrator.plumbing import counters, streams
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ import redis
 from django.conf import settings
 from django.utils import timezone
 
-from orchestrator import counters
 from orchestrator.agents import heartbeats
 from orchestrator.agents.reports import REPORT_LAG
-from orchestrator.control import lifecycle
+from orchestrator.jobs import lifecycle
 from orchestrator.models import Host
+from orchestrator.plumbing import counters
 
 log = logging.getLogger(__name__)
 

@@ -35,13 +35,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from contracts.protocol import RecordedExit, TaskReport
-from orchestrator import counters
 from orchestrator.agents import events
-from orchestrator.compiled_writes import save_fields
-from orchestrator.control import dispatch, lifecycle
 from orchestrator.identity import foreign
+from orchestrator.jobs import dispatch, lifecycle
 from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task, TaskState
 from orchestrator.models.row_locks import tasks_locked
+from orchestrator.plumbing import counters
+from orchestrator.plumbing.compiled_writes import save_fields
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """The hosts' hello and task events onto the orchestrator's own queue: every orchestrator worker reads every host's
-EVENTS stream (orchestrator/streams.py) and hands the entries to their Celery handlers (orchestrator/tasks.py), which
-apply each at least once and exactly once (acknowledged after it ran, retried through outages, its nonce remembered).
-Task events go in batches of up to `events.MAX_BATCH`, in the order read, so a gang's events are applied under one
-lock of its job (orchestrator/agents/events.py); a hello goes alone.
+EVENTS stream (orchestrator/plumbing/streams.py) and hands the entries to their Celery handlers (orchestrator/tasks.py),
+which apply each at least once and exactly once (acknowledged after it ran, retried through outages, its nonce
+remembered). Task events go in batches of up to `events.MAX_BATCH`, in the order read, so a gang's events are applied
+under one lock of its job (orchestrator/agents/events.py); a hello goes alone.
 
 Hosts may not write the orchestrator queue (contracts/broker.py): a host's credential could then call any
 orchestrator task with any arguments. Only a sealed hello or task event of the stream's own host is handed on, after
@@ -21,9 +21,9 @@ import redis
 from config.celery import app
 from contracts import broker
 from contracts.protocol import AGENT_HELLO, EVENTS_GROUP, ORCHESTRATOR_QUEUE, TASK_EVENT
-from orchestrator import broker_sends, counters, streams
 from orchestrator.agents import events
 from orchestrator.identity import auth
+from orchestrator.plumbing import broker_sends, counters, streams
 
 RELAYED = (AGENT_HELLO, TASK_EVENT)
 READ_COUNT = 500

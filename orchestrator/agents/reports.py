@@ -10,12 +10,12 @@ from django.conf import settings
 from django.utils import timezone
 
 from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, HostFacts, TaskReport, parse_facts, parse_task_report
-from orchestrator import counters
 from orchestrator.agents import reconcile
-from orchestrator.control import passes
 from orchestrator.environments import orders as environment_orders
 from orchestrator.identity.auth import MALFORMED, REFUSED, STALE, authenticate, remember
 from orchestrator.models import Host, HostStatus
+from orchestrator.plumbing import counters
+from orchestrator.plumbing import pass_requests as passes
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,10 @@ from rest_framework import serializers
 from contracts.limits import MAX_DEVICES_PER_WORKER, MAX_PS, MAX_WORKERS
 from contracts.strategies import Strategy
 from orchestrator.api.job_serializers import _JobInput, _serializer_field
-from orchestrator.control import experiment_summary, experiments, job_fields, submission
+from orchestrator.experiments import actions as experiments
+from orchestrator.experiments import summary as experiment_summary
 from orchestrator.models import Experiment, ExperimentMode, Job
+from orchestrator.submit import job_fields, submission
 
 
 class VariantSerializer(serializers.Serializer):

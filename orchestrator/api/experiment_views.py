@@ -16,7 +16,7 @@ from orchestrator.api.experiment_serializers import (
     ExperimentInputSerializer,
     ExperimentSerializer,
 )
-from orchestrator.control import experiments
+from orchestrator.experiments import actions as experiments
 from orchestrator.models import Experiment, Job
 
 

@@ -8,10 +8,10 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from orchestrator import limits
-from orchestrator.control import job_fields, submission
-from orchestrator.control.job_fields import JobField
 from orchestrator.metrics import drops
 from orchestrator.models import Cluster, Job, Task
+from orchestrator.submit import job_fields, submission
+from orchestrator.submit.job_fields import JobField
 
 
 @extend_schema_field(serializers.ListField(child=serializers.CharField()))
@@ -105,7 +105,7 @@ class _JobInput(serializers.Serializer):
 
 
 def _serializer_field(spec: JobField) -> serializers.Field:
-    """The API's input for one of the job's fields (orchestrator/control/job_fields.py); every field but the name
+    """The API's input for one of the job's fields (orchestrator/submit/job_fields.py); every field but the name
     has its default."""
     common: dict[str, Any] = {"help_text": spec.help or None}
     if not spec.required:

@@ -19,7 +19,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from contracts.names import ARTIFACT_NAME_PATTERN
-from orchestrator import storage
 from orchestrator.api.job_serializers import (
     ArtifactSerializer,
     HostSamplesSerializer,
@@ -31,11 +30,14 @@ from orchestrator.api.job_serializers import (
     PrioritySerializer,
     TaskSerializer,
 )
-from orchestrator.control import lifecycle, queue_view, submission
+from orchestrator.jobs import lifecycle
 from orchestrator.metrics import history, log_reader
 from orchestrator.metrics import hosts as host_load
 from orchestrator.metrics import tensorboard as tensorboard_export
 from orchestrator.models import Job, JobArtifact, MetricPoint, Task
+from orchestrator.objectstore import store as storage
+from orchestrator.scheduler import queue_view
+from orchestrator.submit import submission
 
 log = logging.getLogger(__name__)
 

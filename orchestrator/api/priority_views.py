@@ -1,4 +1,4 @@
-"""GET /api/priority-classes/: every priority class and who may use it (orchestrator/control/class_rights.py), the
+"""GET /api/priority-classes/: every priority class and who may use it (orchestrator/scheduler/class_rights.py), the
 rules the queue page shows, for scripts and `tfdash queue`."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from orchestrator.control import class_rights
+from orchestrator.scheduler import class_rights
 
 
 class PriorityClassRuleSerializer(serializers.Serializer):

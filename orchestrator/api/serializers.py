@@ -130,7 +130,7 @@ class HostCreatedSerializer(HostSerializer):
 
 
 class QueueRowSerializer(serializers.Serializer):
-    """One waiting job in a cluster's queue (orchestrator/control/queue_view.py): name and reason only for its owner
+    """One waiting job in a cluster's queue (orchestrator/scheduler/queue_view.py): name and reason only for its owner
     and staff."""
 
     position = serializers.IntegerField()

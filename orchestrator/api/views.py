@@ -20,9 +20,9 @@ from orchestrator.api.serializers import (
     HostSerializer,
     QueueRowSerializer,
 )
-from orchestrator.control import queue_view
 from orchestrator.identity import tokens
 from orchestrator.models import Cluster, Host
+from orchestrator.scheduler import queue_view
 
 
 class ClusterViewSet(viewsets.ModelViewSet):

@@ -1,7 +1,7 @@
 """Choosing whom to preempt for a gang that does not fit: the fewest devices and the least work lost.
 
 Plain Python. A candidate is a running job the waiting one may preempt (a lower preemptible class, or a borrower of
-quota the waiting job's owner is entitled to: orchestrator/control/queueing.py says which). Greedy, then pruned:
+quota the waiting job's owner is entitled to: orchestrator/scheduler/queueing.py says which). Greedy, then pruned:
 candidates are taken cheapest first (fewest devices, then most recent checkpoint: least work to redo) until the
 gang fits on what they would free; then every chosen one that is not needed after all is given back.
 """

@@ -3,7 +3,7 @@ the derived figures (scaling efficiency, time to a target accuracy) and one para
 variant was faster to what quality on this cluster and whether that fits TensorFlow's decision table
 (contracts.strategies.STRATEGY_HINTS).
 
-orchestrator/control/experiment_summary.py fills `VariantResult`s from the database; the page and the API both show
+orchestrator/experiments/summary.py fills `VariantResult`s from the database; the page and the API both show
 what this module computes, so they cannot disagree.
 """
 

@@ -2,6 +2,6 @@
 submission is refused for, telling the agents the cluster's environments (orders.py), and staff's admin page
 (admin.py). The model is orchestrator/models/environments.py; the rules both sides share, contracts/environments.py.
 
-May import: contracts, orchestrator.models, orchestrator.broker_sends, orchestrator.identity. Imported by
-orchestrator.control (placement, submission), orchestrator.agents (the hello) and the admin.
+May import: contracts, orchestrator.models, orchestrator.plumbing, orchestrator.identity. Imported by
+orchestrator.scheduler and orchestrator.submit, orchestrator.agents (the hello) and the admin.
 """

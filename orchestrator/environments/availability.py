@@ -1,5 +1,5 @@
 """Which hosts can run which task environment, from what their agents reported (Host.environments): one rule for
-placement (orchestrator/control/fleet_state.py: a host has the label `env:<name>` of each environment it can run),
+placement (orchestrator/scheduler/fleet_state.py: a host has the label `env:<name>` of each environment it can run),
 submission (a job naming an environment no host can run is refused, saying why) and the host's page.
 
 A host can run an environment when its agent's probe of it is ok, of the interpreter registered now, and, on a host

@@ -19,11 +19,11 @@ from django.db import transaction
 from contracts.environments import AGENT_ENVIRONMENTS, environments_body
 from contracts.protocol import HostFacts, agent_queue
 from contracts.signing import sign_order
-from orchestrator import broker_sends
-from orchestrator.broker_sends import BROKER_ERRORS
 from orchestrator.identity.keys import control_private_key
 from orchestrator.models import Host, TaskEnvironment
 from orchestrator.models.environments import cluster_environments
+from orchestrator.plumbing import broker_sends
+from orchestrator.plumbing.broker_sends import BROKER_ERRORS
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ import redis
 from django.conf import settings
 
 from contracts import signing
-from orchestrator import counters
 from orchestrator.identity import tokens
 from orchestrator.models import Host
+from orchestrator.plumbing import counters
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

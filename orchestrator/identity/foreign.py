@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 
-from orchestrator import counters
 from orchestrator.models import Host, Task
+from orchestrator.plumbing import counters
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ control planes run (Kubernetes' leader election by Lease, for kube-scheduler and
 - queue_gate.py: a consumer step: a worker of the `scheduler` queue consumes it only while it holds the `scheduler`
   lease; `may_schedule()` is the pass's own check.
 
-What the scheduler lease adds to the pass's lock of its cluster row (orchestrator/control/scheduling.py), which alone
+What the scheduler lease adds to the pass's lock of its cluster row (orchestrator/scheduler/scheduling.py), which alone
 already keeps two passes from placing at once: a standby that would take half the passes and find the cluster held
 (its pass then ends doing nothing, and the ask is covered by the other's), or run passes that interleave with the
 holder's, now takes none; one process places, in queue order, and the other is a warm spare. The row lock stays the

@@ -19,11 +19,13 @@ from contracts.limits import MAX_ARTIFACT_BYTES
 from contracts.names import artifact_name_problem
 from contracts.protocol import TASK_ARTIFACT, TaskArtifact
 from contracts.store import ARTIFACT_SLOTS, MAX_STORE_ARTIFACT_BYTES, artifact_key
-from orchestrator import counters, limits, storage
+from orchestrator import limits
 from orchestrator.identity.stream_marks import Appended
 from orchestrator.metrics import live
 from orchestrator.metrics.lookups import task_of
 from orchestrator.models import Job, JobArtifact, Task
+from orchestrator.objectstore import store as storage
+from orchestrator.plumbing import counters
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,6 @@ from contracts.protocol import (
     TaskMetricsBatch,
 )
 from contracts.strategies import speaks_for_job
-from orchestrator import counters
 from orchestrator.identity import auth
 from orchestrator.identity.stream_marks import Appended, appended_entries
 from orchestrator.metrics import drops, hosts, live, log_store
@@ -53,6 +52,7 @@ from orchestrator.metrics.points import (
 )
 from orchestrator.models import Host, HostSample, Job, Task, TaskLogLine
 from orchestrator.models.row_locks import lock_rows
+from orchestrator.plumbing import counters
 
 # A verified report: its name, the host that sealed it, when (the agent's clock), its body (not checked yet).
 Part = tuple[str, Host, float, Any]

@@ -10,11 +10,11 @@ import logging
 import time
 from typing import Any, NamedTuple, TypeVar
 
-from orchestrator import counters
-from orchestrator.compiled_reads import CompiledRead
 from orchestrator.identity import auth, foreign, tokens
 from orchestrator.identity.stream_marks import Appended
 from orchestrator.models import Host, Task
+from orchestrator.plumbing import counters
+from orchestrator.plumbing.compiled_reads import CompiledRead
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -78,8 +78,9 @@ class _Lookups:
         self.tasks.clear()
 
 
-# Compiled once (orchestrator/compiled_reads.py): every host's entry is read again every HOST_CACHE_S, 100 reads a
-# second at 500 hosts, and compiling the query was most of each (`.first()` also sorted a unique name's one row).
+# Compiled once (orchestrator/plumbing/compiled_reads.py): every host's entry is read again every HOST_CACHE_S, 100
+# reads a second at 500 hosts, and compiling the query was most of each (`.first()` also sorted a unique name's one
+# row).
 _HOST_NAMED = CompiledRead(lambda names: Host.objects.filter(name__in=names).order_by())
 
 lookups = _Lookups()

@@ -10,11 +10,12 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from contracts.names import METRIC_NAME
-from orchestrator import counters, limits
+from orchestrator import limits
 from orchestrator.metrics import live
 from orchestrator.metrics.lookups import DROPPED
 from orchestrator.models import Job, MetricPoint, Task
 from orchestrator.models.jobs import number_points
+from orchestrator.plumbing import counters
 
 MAX_EVENTS_PER_BATCH = 5000
 # A point before it is stored: (job, task, phase, name, step, epoch, value, ts), the columns of POINT_COLUMNS after id.

@@ -1,5 +1,5 @@
 """The ingest: the reader of every host's METRICS stream (metric points, log lines, host samples, artifacts), storing
-them in bulk (orchestrator/metrics/ingest.py) on the shared stream reader (orchestrator/streams.py).
+them in bulk (orchestrator/metrics/ingest.py) on the shared stream reader (orchestrator/plumbing/streams.py).
 
 At-least-once, stored once: an entry is acknowledged (and deleted) only after its rows are committed, and storing is
 idempotent, so a crash between commit and acknowledgement costs a re-read, never a duplicate or a loss. On start the
@@ -30,8 +30,8 @@ from django.conf import settings
 
 from contracts import broker
 from contracts.protocol import METRICS_GROUP, ingest_partition
-from orchestrator import counters, streams
 from orchestrator.metrics import ingest
+from orchestrator.plumbing import counters, streams
 
 READ_COUNT = 500
 # Entries another consumer read and left this long (it died, or the partitions changed) are taken over.

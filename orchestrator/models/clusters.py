@@ -49,7 +49,7 @@ class Cluster(models.Model):
         help_text="A folder every host mounts at the same path (NFS, ...). Jobs keep checkpoints there, so a job "
         "restarted on other hosts resumes. Blank: each agent uses its own work folder (resume only on the same host).",
     )
-    # Time limits (orchestrator/control/limits_clock.py): a job that names none gets the default, none may ask for
+    # Time limits (orchestrator/jobs/lifecycle.py): a job that names none gets the default, none may ask for
     # more than the maximum; at the limit (and when preempted) its tasks get SIGTERM, then SIGKILL after the grace.
     default_time_limit_s = models.PositiveIntegerField("default time limit (s)", default=86_400)
     max_time_limit_s = models.PositiveIntegerField("maximum time limit (s)", default=7 * 86_400)
@@ -67,8 +67,8 @@ class Cluster(models.Model):
         help_text="pack for a fleet shared by jobs of mixed widths: small tasks fill used hosts, whole hosts stay "
         "free for 8-device workers",
     )  # fmt: skip
-    # The cluster's object store (S3-compatible, orchestrator/storage.py): checkpoints and artifacts follow the job
-    # there through presigned URLs. The credentials stay on the control plane, in a file named here, never here.
+    # The cluster's object store (S3-compatible, orchestrator/objectstore/store.py): checkpoints and artifacts follow
+    # the job there through presigned URLs. The credentials stay on the control plane, in a file named here, never here.
     store_endpoint = models.URLField(
         "object store endpoint",
         max_length=500,
@@ -158,14 +158,15 @@ class Host(models.Model):
     # Reported by the agent; never edited by hand.
     status = models.CharField(max_length=16, choices=HostStatus.choices, default=HostStatus.UNKNOWN)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
-    # Retention (orchestrator/retention.py): this host's samples older than this (wall seconds) are thinned already.
+    # Retention (orchestrator/metrics/retention.py): this host's samples older than this (wall seconds) are thinned
+    # already.
     samples_thinned_to = models.FloatField(default=0.0)
     cpu_count = models.PositiveIntegerField(null=True, blank=True)
     memory_total_mb = models.PositiveBigIntegerField(null=True, blank=True)
     gpus = models.JSONField(default=list, blank=True)
     gpu_error = models.CharField(max_length=500, blank=True)
     # The task environments its agent probed (contracts/protocol.py EnvironmentFacts, as dicts): placement reads which
-    # are ok (orchestrator/control/fleet_state.py), the host's page shows them.
+    # are ok (orchestrator/scheduler/fleet_state.py), the host's page shows them.
     environments = models.JSONField(default=list, blank=True)
     tf_version = models.CharField(max_length=50, blank=True)
     agent_version = models.CharField(max_length=50, blank=True)
@@ -173,7 +174,7 @@ class Host(models.Model):
     agent_pid = models.PositiveIntegerField(null=True, blank=True)
     agent_started_at = models.DateTimeField(null=True, blank=True)
     # The wire protocol its agent speaks (contracts/signing.py), from its last accepted message: orders to it are
-    # signed in it and carry only what it knows (orchestrator/control/dispatch.py). Null: no message yet.
+    # signed in it and carry only what it knows (orchestrator/jobs/dispatch.py). Null: no message yet.
     agent_protocol = models.PositiveSmallIntegerField(null=True, blank=True)
     # Why its agent's messages are refused though genuine (an agent too old, or newer than this control plane:
     # contracts/signing.py UnsupportedProtocol); cleared by its next accepted message. The host's page shows it.

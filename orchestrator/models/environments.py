@@ -1,6 +1,6 @@
 """Task environments: the Python installations with TensorFlow on a cluster's hosts that staff register under a
 name (contracts/environments.py says what one is). A job names one; each host's agent reports how its probe of each
-went (Host.environments), and placement uses only the hosts where it is ok (orchestrator/control/fleet_state.py).
+went (Host.environments), and placement uses only the hosts where it is ok (orchestrator/scheduler/fleet_state.py).
 
 A cluster with none registered runs every job in the agents' own interpreter, as before environments existed; once
 it has some, exactly one is its default, which a job that names none gets.

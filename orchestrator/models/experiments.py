@@ -1,6 +1,6 @@
 """Compare-strategies experiments: one program and hyperparameters run under two or more strategy/shape variants,
 each run an ordinary Job (Job.experiment, Job.variant). The experiment's state derives from its jobs
-(orchestrator/control/experiments.py); only the choices the person made and a cancellation are stored here."""
+(orchestrator/experiments/actions.py); only the choices the person made and a cancellation are stored here."""
 
 from __future__ import annotations
 

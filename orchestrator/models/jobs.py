@@ -29,12 +29,12 @@ class JobState(models.TextChoices):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
-    # Its time limit came: its tasks got SIGTERM, the cluster's grace period, then SIGKILL (orchestrator/control/
-    # limits_clock.py). Final.
+    # Its time limit came: its tasks got SIGTERM, the cluster's grace period, then SIGKILL (orchestrator/jobs/
+    # lifecycle.py, the watchdog). Final.
     TIMED_OUT = "timed_out", "timed out"
     # A job of a higher priority class (or a user reclaiming quota) needed its devices: its gang is being stopped and
-    # it goes back to the queue with its place kept, to resume from its checkpoint (orchestrator/control/preemption.py).
-    # Not a failure: it uses up no restart.
+    # it goes back to the queue with its place kept, to resume from its checkpoint
+    # (orchestrator/scheduler/preemption.py). Not a failure: it uses up no restart.
     PREEMPTED = "preempted"
 
 
@@ -114,7 +114,7 @@ class Job(models.Model):
         default=True, help_text="TF_USE_LEGACY_KERAS=1: tf.keras is tf_keras, whose fit works with every strategy"
     )
     startup_deadline_s = models.PositiveIntegerField(default=120)
-    # Scheduling (orchestrator/control/scheduling.py). The limit is set at submission (the cluster's default when none
+    # Scheduling (orchestrator/scheduler/scheduling.py). The limit is set at submission (the cluster's default when none
     # is given) and counts from each placement: backfill reserves from running gangs' placements plus their limits.
     time_limit_s = models.PositiveIntegerField(
         default=86_400, help_text="its run (each placement) is stopped after this long: state timed out"
@@ -132,7 +132,7 @@ class Job(models.Model):
     preemptions = models.PositiveIntegerField(default=0)
     # Started beyond its owner's quota (on idle devices): a user under quota may reclaim them by preemption.
     borrowing = models.BooleanField(default=False)
-    # Its place in its cluster's pool of task uids (orchestrator/control/task_uids.py): every host runs its tasks as
+    # Its place in its cluster's pool of task uids (orchestrator/scheduler/task_uids.py): every host runs its tasks as
     # the same uid (--task-uids' first + this), and no other job of the cluster has it while a task of this one is
     # active. Given at placement; None before, or after another job took it once this one had no active task.
     task_uid_slot = models.PositiveIntegerField(null=True, blank=True)
@@ -161,7 +161,7 @@ class Job(models.Model):
     artifact_refusal = models.TextField(blank=True, help_text="why the latest artifact was refused")
     # The task whose end failed the job; its log tail is read at display time, so late log lines still show.
     failed_task = models.ForeignKey("Task", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
-    # A run of a compare-strategies experiment (orchestrator/control/experiments.py), and which of its variants.
+    # A run of a compare-strategies experiment (orchestrator/experiments/actions.py), and which of its variants.
     experiment = models.ForeignKey(
         "orchestrator.Experiment", on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
     )
@@ -182,13 +182,13 @@ class Job(models.Model):
             models.Index(fields=["-created_at", "-id"], name="job_newest_first"),
         ]
         constraints = [
-            # Never two runs of one variant of an experiment, whatever races (orchestrator/control/experiments.py).
+            # Never two runs of one variant of an experiment, whatever races (orchestrator/experiments/actions.py).
             models.UniqueConstraint(
                 fields=["experiment", "variant"],
                 condition=models.Q(experiment__isnull=False),
                 name="one_job_per_experiment_variant",
             ),
-            # One job per uid slot of a cluster, whatever races (orchestrator/control/task_uids.py).
+            # One job per uid slot of a cluster, whatever races (orchestrator/scheduler/task_uids.py).
             models.UniqueConstraint(
                 fields=["cluster", "task_uid_slot"],
                 condition=models.Q(task_uid_slot__isnull=False),
@@ -208,7 +208,7 @@ class Job(models.Model):
 
     @property
     def priority(self) -> str:
-        """The priority class's name, as the job's fields name it (orchestrator/control/job_fields.py)."""
+        """The priority class's name, as the job's fields name it (orchestrator/submit/job_fields.py)."""
         return self.priority_class.name if self.priority_class_id else ""
 
     @property

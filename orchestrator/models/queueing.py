@@ -1,9 +1,9 @@
 """What a shared fleet's queue is made of besides jobs: priority classes, quotas, and each job's story.
 
-Staff define priority classes and quotas in the admin; the scheduler (orchestrator/control/scheduling.py) orders the
+Staff define priority classes and quotas in the admin; the scheduler (orchestrator/scheduler/scheduling.py) orders the
 queue by class, then fair share, then submission, and may preempt lower preemptible classes or borrowers. Who may
 submit at a class is the class's own (open to all, or its users and groups: Slurm's QOS per account); the rule that
-reads it is orchestrator/control/class_rights.py.
+reads it is orchestrator/scheduler/class_rights.py.
 """
 
 from __future__ import annotations

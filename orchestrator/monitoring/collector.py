@@ -24,14 +24,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from contracts import broker
-from orchestrator import counters, streams
 from orchestrator.agents import reconcile
 from orchestrator.agents.reports import REPORT_LAG
-from orchestrator.control import scheduling
 from orchestrator.identity import auth, foreign
 from orchestrator.leases import store as leases
 from orchestrator.metrics import stream as metrics_stream
 from orchestrator.models import Cluster, Host, HostStatus, Job, JobState
+from orchestrator.plumbing import counters, streams
+from orchestrator.scheduler import scheduling
 
 log = logging.getLogger(__name__)
 

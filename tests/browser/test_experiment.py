@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import expect
 
 from dashboard.experiment_page import COLUMNS
-from orchestrator.control.experiments import state_of
+from orchestrator.experiments.actions import state_of
 from orchestrator.models import Experiment, Job
 from tests.browser.conftest import Orm, WebServer
 from tests.browser.test_job_e2e import make_user, start_cluster, watch_errors

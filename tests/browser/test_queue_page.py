@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
-from orchestrator.control import scheduling
 from orchestrator.models import Host, Job, PriorityClass
+from orchestrator.scheduler import scheduling
 from tests import factories
 from tests.browser.conftest import Orm, WebServer
 from tests.browser.test_job_live import WAIT_MS, sign_in

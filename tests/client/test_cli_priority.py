@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Group
 
-from orchestrator.control import queueing
 from orchestrator.models import Host, Job, PriorityClass
+from orchestrator.scheduler import queueing
 from tests import factories
 from tests.client.test_cli_e2e import PASSWORD, PROGRAMS, laptop, tfdash_bin  # noqa: F401  (fixtures, reused)
 

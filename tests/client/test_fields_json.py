@@ -9,7 +9,7 @@ import pytest
 from tfdash import fields
 
 from contracts.run_config import BOUNDS
-from orchestrator.control import job_fields
+from orchestrator.submit import job_fields
 from scripts import gen_client_fields
 
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.test import Client
 
-from orchestrator.control.experiment_summary import summarize
+from orchestrator.experiments.summary import summarize
 from orchestrator.models import Experiment, Host, Job, MetricPoint, Task
 from tests import factories
 
@@ -87,7 +87,7 @@ def test_the_form_starts_an_experiment_and_its_page_shows_what_the_api_returns(a
     assert experiment.template["builtin_config"]["epochs"] == 2
     (baseline,) = experiment.jobs.all()
     finish(baseline, examples_per_s=1000.0, accuracy=(0.5, 0.85))
-    from orchestrator.control import experiments
+    from orchestrator.experiments import actions as experiments
 
     (mirrored_id,) = experiments.advance_all()
     finish(Job.objects.get(pk=mirrored_id), examples_per_s=1500.0, accuracy=(0.82, 0.9))

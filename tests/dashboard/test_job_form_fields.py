@@ -15,7 +15,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from contracts import batching
 from contracts.run_config import SCRIPT_ENV, script_env
 from dashboard.forms import JobForm
-from orchestrator.control import dispatch
+from orchestrator.jobs import dispatch
 from orchestrator.models import Host, Job, Script, Task
 from tests import factories
 

@@ -292,7 +292,7 @@ async def test_a_burst_longer_than_the_tail_sends_its_last_lines_and_the_next_li
 
 
 async def test_a_cancel_reaches_the_page_as_the_jobs_and_its_tasks_new_state(alice):
-    from orchestrator.control import lifecycle
+    from orchestrator.jobs import lifecycle
 
     _host, _token, job, _task = await sync_to_async(make_job)(alice)
     socket, _connected, _ = await connect(alice, job.pk)

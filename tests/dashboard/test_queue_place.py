@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from orchestrator.control import fleet_state, scheduling
 from orchestrator.models import Job, JobState
+from orchestrator.scheduler import fleet_state, scheduling
 from tests import factories
 
 pytestmark = pytest.mark.django_db

@@ -25,8 +25,8 @@ from config.celery import app
 from contracts import broker
 from contracts.protocol import MAX_ENTRY_BYTES, ORCHESTRATOR_QUEUE, TASK_EVENT, agent_queue
 from kombu_redis import transport
-from orchestrator import counters, streams
 from orchestrator.models import Host, HostStatus, Job, TaskLogLine
+from orchestrator.plumbing import counters, streams
 from orchestrator.tasks import BROKER_MESSAGES_DROPPED
 from tests import factories
 from tests.support.processes import wait_until
@@ -162,8 +162,9 @@ def test_junk_on_every_queue_and_stream_the_control_plane_reads_stops_nobody(
     for queue in (ORCHESTRATOR_QUEUE, agent_queue(host.name)):
         for junk in [*JUNK, huge]:
             client.lpush(queue, junk)
-    # And the host's own streams, which the orchestrator's readers and the ingest read (orchestrator/streams.py):
-    # not JSON, the wrong shape, a name no reader knows, another host's envelope, over the bound.
+    # And the host's own streams, which the orchestrator's readers and the ingest read
+    # (orchestrator/plumbing/streams.py): not JSON, the wrong shape, a name no reader knows, another host's envelope,
+    # over the bound.
     other = sealed("junk-other", "tfa_x", TASK_EVENT, {})
     stream_junk = [
         {"name": TASK_EVENT, "envelope": "{not json"},

@@ -17,7 +17,7 @@ import yaml
 from contracts import broker
 from contracts.protocol import TASK_METRICS
 from contracts.publish_limits import READ_BYTES_BUDGET, REDIS_MAXMEMORY_BYTES, REDIS_MAXMEMORY_POLICY
-from orchestrator import streams
+from orchestrator.plumbing import streams
 from tests.support.processes import wait_until
 
 KIND = broker.METRICS

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from orchestrator import storage
+from orchestrator.objectstore import store as storage
 from tests import factories
 
 pytestmark = pytest.mark.django_db

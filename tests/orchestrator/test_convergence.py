@@ -13,8 +13,10 @@ import pytest
 from django.db import transaction
 
 from contracts.protocol import AGENT_KILL
-from orchestrator.control import dispatch, lifecycle, scheduling, submission
+from orchestrator.jobs import dispatch, lifecycle
 from orchestrator.models import Host, HostStatus, Job, JobState, Task, TaskState
+from orchestrator.scheduler import scheduling
+from orchestrator.submit import submission
 from tests import factories
 from tests.support.processes import wait_until
 from tests.worker_agent.recording import gone

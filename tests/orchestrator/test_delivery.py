@@ -35,8 +35,8 @@ from contracts.protocol import (
     TaskEventKind,
     agent_queue,
 )
-from orchestrator.control import dispatch
 from orchestrator.identity import tokens
+from orchestrator.jobs import dispatch
 from orchestrator.models import Cluster, Host, HostStatus, Job, JobState, Script, Task, TaskState
 from tests.orchestrator.test_redis_restart import (  # noqa: F401 - the fixtures are used by name
     DB,

@@ -18,7 +18,7 @@ import pytest
 
 from contracts import store as keys
 from contracts.store import Manifest, StoreUrls, store_urls_from
-from orchestrator import storage
+from orchestrator.objectstore import store as storage
 from worker_agent.folders import Place
 from worker_agent.supervision import store_sync
 from worker_agent.supervision.store_sync import CheckpointUploader, StoreError

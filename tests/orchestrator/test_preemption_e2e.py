@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from rest_framework.test import APIClient
 
-from orchestrator.control import queueing
 from orchestrator.models import Host, Job, JobEvent, PriorityClass, Task
+from orchestrator.scheduler import queueing
 from tests.orchestrator.test_faults_e2e import epochs_done
 from tests.orchestrator.test_jobs_e2e import log_text, wait_for_job
 from tests.support.processes import wait_until

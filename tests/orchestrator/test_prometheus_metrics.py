@@ -15,10 +15,10 @@ from rest_framework.test import APIClient
 
 from contracts import broker
 from contracts.protocol import TASK_METRICS
-from orchestrator import counters
 from orchestrator.agents.reports import REPORT_LAG
-from orchestrator.control import scheduling
 from orchestrator.models import Host, Job, JobState, Task
+from orchestrator.plumbing import counters
+from orchestrator.scheduler import scheduling
 from tests import factories
 from tests.orchestrator.metrics.conftest import HOST, consumer
 from tests.support.wire import sealed

@@ -15,8 +15,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from contracts.protocol import TASK_LOGS, TASK_METRICS
-from orchestrator.control import dispatch, lifecycle
 from orchestrator.identity import tokens
+from orchestrator.jobs import dispatch, lifecycle
 from orchestrator.metrics import ingest
 from orchestrator.models import Job, JobState, Task, TaskState
 from tests import factories

@@ -14,8 +14,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection, connections
 
-from orchestrator.control import passes
 from orchestrator.models import Cluster, Job, JobState
+from orchestrator.plumbing import pass_requests as passes
 from tests.support.processes import ManagedProcess, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -42,10 +42,10 @@ from contracts.protocol import (
     agent_queue,
 )
 from contracts.signing import agent_mac_key, sign_order
-from orchestrator import counters
 from orchestrator.identity import auth
 from orchestrator.identity.keys import control_private_key
 from orchestrator.models import Host, HostStatus, JobState
+from orchestrator.plumbing import counters
 from tests import factories
 from tests.orchestrator.test_convergence import final, placed_now
 from tests.support.processes import ManagedProcess, wait_until

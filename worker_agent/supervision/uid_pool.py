@@ -3,7 +3,7 @@ rule that a uid goes to another job only when it is empty (the rule itself and t
 
 Which uid a job gets is the control plane's word when its launch order names a uid slot (`LaunchSpec.uid_slot`):
 the uid is `low + slot` on every host, and the control plane gives each job of a cluster a slot of its own while any
-task of it is active (orchestrator/control/task_uids.py). So one job's tasks on several hosts share one uid (they can
+task of it is active (orchestrator/scheduler/task_uids.py). So one job's tasks on several hosts share one uid (they can
 all write the job's shared folder) and two live jobs of a cluster never share one, whichever hosts run them. A slot
 beyond this host's range, or a uid this host still holds for another job, is refused with the reason. An order with
 no slot (an older control plane) gets a uid chosen here, as before: the owner of the job's existing folder, else

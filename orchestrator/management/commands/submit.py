@@ -11,9 +11,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from orchestrator.control import job_fields, submission
-from orchestrator.control.job_fields import JobField
 from orchestrator.models import Cluster
+from orchestrator.submit import job_fields, submission
+from orchestrator.submit.job_fields import JobField
 
 
 class Command(BaseCommand):
@@ -64,7 +64,7 @@ class Command(BaseCommand):
 
 
 def _add_argument(parser: CommandParser, spec: JobField) -> None:
-    """`--<field>` for one of the job's fields (orchestrator/control/job_fields.py), with its bounds and default."""
+    """`--<field>` for one of the job's fields (orchestrator/submit/job_fields.py), with its bounds and default."""
     flag = "--" + spec.name.replace("_", "-")
     if spec.name == "name":
         parser.add_argument(flag, help="job name (default: the script's name)")

@@ -13,7 +13,7 @@ from django.conf import settings
 from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, AGENT_LAUNCH, HostFacts, HostReport, agent_queue
 from contracts.signing import WIRE_VERSION, agent_mac_key, seal
 from orchestrator.agents import heartbeats, reports
-from orchestrator.control import dispatch
+from orchestrator.jobs import dispatch
 from orchestrator.models import Host, HostStatus
 from tests import factories
 

@@ -11,10 +11,10 @@ import pytest
 from django.db import OperationalError
 
 from contracts.protocol import AGENT_HEARTBEAT, TASK_EVENT, HostFacts, HostReport, TaskEvent, TaskEventKind
-from orchestrator import counters
 from orchestrator.agents import events, reports
 from orchestrator.identity import auth, keys, tokens
 from orchestrator.models import Host, Job, Task
+from orchestrator.plumbing import counters
 from tests import factories
 from tests.support.wire import sealed
 

@@ -12,11 +12,11 @@ import pytest
 from django.db import OperationalError
 
 from contracts.protocol import TASK_EVENT, TaskEvent, TaskEventKind
-from orchestrator import counters
 from orchestrator.agents import events
-from orchestrator.control import lifecycle
 from orchestrator.identity import auth
+from orchestrator.jobs import lifecycle
 from orchestrator.models import Host, Job, JobState, Task, TaskState
+from orchestrator.plumbing import counters
 from tests import factories
 from tests.support.wire import sealed
 

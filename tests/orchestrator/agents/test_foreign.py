@@ -29,11 +29,11 @@ from contracts.protocol import (
     TaskReport,
     agent_queue,
 )
-from orchestrator import counters
 from orchestrator.agents import events, heartbeats, reconcile, reports
 from orchestrator.identity import foreign
 from orchestrator.metrics import lookups
 from orchestrator.models import Host, HostStatus, Job, JobState, Task, TaskState
+from orchestrator.plumbing import counters
 from tests import factories
 from tests.support.wire import sealed
 

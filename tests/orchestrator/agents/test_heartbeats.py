@@ -22,10 +22,10 @@ from contracts.protocol import (
     RunningTask,
     TaskReport,
 )
-from orchestrator import counters
 from orchestrator.agents import heartbeats, reconcile
 from orchestrator.identity import auth
 from orchestrator.models import Host, HostStatus, Job, JobState, Task, TaskState
+from orchestrator.plumbing import counters
 from tests import factories
 from tests.support.processes import wait_until
 from tests.support.wire import sealed

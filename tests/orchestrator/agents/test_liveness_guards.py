@@ -10,10 +10,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from contracts import broker
-from orchestrator import counters
 from orchestrator.agents import heartbeats, liveness, reports
 from orchestrator.identity import tokens
 from orchestrator.models import Cluster, Host, HostStatus
+from orchestrator.plumbing import counters
 
 pytestmark = pytest.mark.django_db
 

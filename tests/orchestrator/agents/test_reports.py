@@ -7,9 +7,9 @@ import time
 import pytest
 
 from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, HostFacts, HostReport
-from orchestrator import counters
 from orchestrator.agents import heartbeats, reports
 from orchestrator.models import Host, HostStatus
+from orchestrator.plumbing import counters
 from tests import factories
 from tests.support.wire import sealed
 
@@ -45,7 +45,7 @@ def test_a_host_claiming_a_million_gpus_is_refused_before_any_list_is_built():
 def test_a_liar_keeps_the_capacity_it_had_and_handling_the_lie_allocates_nothing_of_its_size():
     import tracemalloc
 
-    from orchestrator.control.fleet_state import host_states
+    from orchestrator.scheduler.fleet_state import host_states
 
     host, token = factories.host("liar-2")
     honest = HostReport(facts=HostFacts(cpu_count=2, memory_total_mb=4096)).to_body()

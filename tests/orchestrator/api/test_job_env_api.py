@@ -9,7 +9,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
-from orchestrator.control import dispatch
+from orchestrator.jobs import dispatch
 from orchestrator.models import Host, Job, Task, TaskLogLine
 from tests import factories
 

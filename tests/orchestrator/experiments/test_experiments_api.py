@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from orchestrator.control import experiments
+from orchestrator.experiments import actions as experiments
 from orchestrator.models import Experiment, Host, Job
 from tests import factories
 

@@ -10,9 +10,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from contracts.protocol import TASK_ARTIFACT
-from orchestrator import counters
 from orchestrator.metrics import artifacts, ingest
 from orchestrator.models import JobArtifact
+from orchestrator.plumbing import counters
 from tests.orchestrator.metrics.conftest import envelope
 from tests.support.wire import sealed
 

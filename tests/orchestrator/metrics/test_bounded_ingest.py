@@ -13,9 +13,9 @@ import psutil
 import pytest
 
 from contracts.protocol import TASK_ARTIFACT, TASK_METRICS
-from orchestrator import counters
 from orchestrator.metrics.stream import DEAD_LETTERED, DEAD_LETTERS
 from orchestrator.models import MetricPoint
+from orchestrator.plumbing import counters
 from tests.orchestrator.metrics.conftest import envelope
 from tests.support.processes import ManagedProcess, wait_until
 

@@ -9,10 +9,10 @@ import pytest
 
 from contracts.bundles import HOST_REPORTS
 from contracts.protocol import HOST_SAMPLES, TASK_ARTIFACT, TASK_LOGS, TASK_METRICS
-from orchestrator import counters
 from orchestrator.identity import auth
 from orchestrator.metrics import ingest
 from orchestrator.models import HostSample, MetricPoint, Task, TaskLogLine
+from orchestrator.plumbing import counters
 from tests import factories
 from tests.orchestrator.metrics.conftest import envelope
 

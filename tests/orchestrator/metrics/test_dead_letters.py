@@ -16,12 +16,12 @@ import redis
 from django.db import OperationalError
 
 from contracts.protocol import HOST_SAMPLES, METRICS_GROUP, TASK_LOGS, TASK_METRICS
-from orchestrator import counters
 from orchestrator.identity import auth
 from orchestrator.metrics import ingest
 from orchestrator.metrics.stream import DEAD_LETTERED, DEAD_LETTERS
 from orchestrator.models import MetricPoint, Task, TaskLogLine
-from orchestrator.streams import DEAD_FIELD_BYTES
+from orchestrator.plumbing import counters
+from orchestrator.plumbing.streams import DEAD_FIELD_BYTES
 from tests import factories
 from tests.orchestrator.metrics.conftest import consumer, envelope
 from tests.support.processes import wait_until

@@ -14,9 +14,9 @@ from django.utils import timezone
 from contracts.host_samples import MAX_GPU_PROCESSES
 from contracts.limits import MAX_HOST_GPUS
 from contracts.protocol import HOST_SAMPLES
-from orchestrator import counters
 from orchestrator.metrics import ingest
 from orchestrator.models import Host, HostSample, Task
+from orchestrator.plumbing import counters
 from tests.orchestrator.metrics.conftest import envelope
 
 pytestmark = pytest.mark.django_db

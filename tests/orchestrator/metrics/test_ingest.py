@@ -8,10 +8,10 @@ import pytest
 from rest_framework.test import APIClient
 
 from contracts.protocol import TASK_METRICS
-from orchestrator import counters
 from orchestrator.api import job_views
 from orchestrator.metrics import ingest
 from orchestrator.models import Job, MetricPoint, Task
+from orchestrator.plumbing import counters
 from tests.orchestrator.metrics.conftest import envelope
 from tests.support.streaming import streamed
 from tests.support.wire import sealed

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from orchestrator.control import lifecycle, scheduling
+from orchestrator.jobs import lifecycle
 from orchestrator.metrics import live
 from orchestrator.models import Job, JobState, Task
+from orchestrator.scheduler import scheduling
 from tests import factories
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,10 +13,10 @@ from celery import Celery
 from contracts import broker
 from contracts.protocol import METRICS_GROUP, TASK_METRICS
 from contracts.signing import agent_mac_key
-from orchestrator import counters
 from orchestrator.identity import auth
 from orchestrator.metrics.stream import DEAD_LETTERED, DEAD_LETTERS
 from orchestrator.models import MetricPoint
+from orchestrator.plumbing import counters
 from tests.orchestrator.metrics.conftest import consumer
 from tests.support.processes import wait_until
 from tests.support.wire import broker_user, sealed

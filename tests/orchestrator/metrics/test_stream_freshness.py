@@ -18,9 +18,9 @@ from django.conf import settings as django_settings
 from contracts import broker
 from contracts.protocol import TASK_METRICS
 from contracts.signing import agent_mac_key
-from orchestrator import counters
 from orchestrator.identity import auth
 from orchestrator.models import Job, MetricPoint, Task
+from orchestrator.plumbing import counters
 from tests.orchestrator.metrics.conftest import consumer
 from tests.support.processes import wait_until
 from tests.support.redis_server import RedisServer

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from orchestrator.control import lifecycle
+from orchestrator.jobs import lifecycle
 from orchestrator.models import Job, JobStateChange, Webhook, WebhookDelivery
 from orchestrator.webhooks import hooks, outbox
 from tests import factories

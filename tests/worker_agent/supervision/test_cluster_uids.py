@@ -1,5 +1,5 @@
 """On an agent, a job's uid is the one its launch order's slot names (the control plane's pool per cluster:
-orchestrator/control/task_uids.py), the same on every host, so two live jobs of a cluster never share a uid whichever
+orchestrator/scheduler/task_uids.py), the same on every host, so two live jobs of a cluster never share a uid whichever
 hosts run them, and one job's tasks on several hosts share one (issue 42). As root (CI runs as root)."""
 
 from __future__ import annotations

@@ -1,0 +1,138 @@
+"""Preemption in a scheduler pass: the first reserved job that may preempt stops the cheapest set of jobs that frees
+what it needs (orchestrator/core/preemption.py chooses), instead of waiting for its reservation.
+
+Who may be preempted by a waiting job W: a running job of a lower class that is preemptible (staff mark classes so),
+or, when W's owner is within their quota, a job that started beyond its own owner's quota (it borrowed idle devices:
+Kueue's reclaim). A victim's gang gets SIGTERM, the cluster's grace, then SIGKILL; it goes back to the queue with its
+place kept and resumes from its last checkpoint; it uses up none of its restarts (lifecycle.preempt).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.db.models import Max, Q
+
+from orchestrator.core import backfill, preemption
+from orchestrator.core.placement import JobShape, Placement, place
+from orchestrator.jobs import lifecycle
+from orchestrator.models import Cluster, Job, JobState, MetricPoint
+from orchestrator.scheduler import fleet_state, queueing
+
+log = logging.getLogger(__name__)
+
+PREEMPTING = "preempting {victims} ({why}); it starts once their tasks have stopped"
+
+
+def consider(
+    cluster: Cluster,
+    waiting: list[queueing.Queued],
+    planner: backfill.Planner,
+    share: queueing.Shares,
+    needs: dict[int, int],
+    shape_of: Callable[[queueing.Queued], JobShape],
+    classes: tuple[dict[int, tuple[int, bool]], int],
+) -> list[int]:
+    """Preempt for the reserved jobs that may, in queue order, each from what the earlier ones left (their victims'
+    devices count as free, what they will take as used); returns the ids of the jobs preempted."""
+    reserved = planner.outcome.reservations
+    # A job whose reservation is due about when gangs being stopped now are gone (an earlier preemption, a job's end:
+    # their devices count free after fleet_state.release_margin) waits for them: preempting more for it would stop
+    # jobs for nothing.
+    due = planner.now + fleet_state.release_margin(cluster) + cluster.stop_grace_s
+    preemptors = [job for job in waiting if job.pk in reserved and reserved[job.pk].start > due]
+    if not preemptors:
+        return []
+    classes_by_id, default_value = classes
+    # Only jobs some preemptor may stop are read (every pass asks, and on a busy fleet most running jobs are of the
+    # default class): a preemptible class below the highest preemptor's, or devices borrowed beyond a quota.
+    highest = max(_value(job, classes_by_id, default_value) for job in preemptors)
+    lower = [pk for pk, (value, preemptible) in classes_by_id.items() if preemptible and value < highest]
+    running = Job.objects.filter(cluster=cluster, state__in=(JobState.STARTING, JobState.RUNNING), ending="")
+    rows = list(
+        running.filter(Q(priority_class_id__in=lower) | Q(borrowing=True)).values_list(
+            "pk", "priority_class_id", "borrowing", "owner_id", "placed_at"
+        )
+    )
+    if not rows:
+        return []
+    gangs = {gang.job_id: gang for gang in planner.running}
+    since: dict[int, float] | None = None
+    states = planner.states
+    preempted: list[int] = []
+    for job in preemptors:
+        why = _eligible(job, rows, classes_by_id, default_value, share, needs, taken=set(preempted))
+        if not why:
+            continue
+        if since is None:
+            since = _work_at_risk(rows, planner.now)
+        candidates = [preemption.Candidate(pk, gangs[pk].devices, since[pk]) for pk in why if pk in gangs]
+        shape = shape_of(job)
+        victims = preemption.choose_victims(shape, states, candidates, planner.packing)
+        if not victims:
+            continue
+        for victim in sorted(victims):  # their rows locked in id order (orchestrator/models/row_locks.py)
+            lifecycle.preempt(victim, by=job.pk, why=why[victim])
+        preempted += victims
+        freed: dict[str, frozenset[int]] = {}
+        for victim in victims:
+            for host, ids in gangs[victim].devices.items():
+                freed[host] = freed.get(host, frozenset()) | ids
+        states = backfill.free(states, freed)
+        where = place(shape, states, packing=planner.packing)
+        if isinstance(where, Placement):
+            states = planner.take(states, where)  # the next preemptor must not count on these
+        share.use(job.owner_id, needs[job.pk])
+        reasons = sorted({why[v] for v in victims})
+        job.reason = PREEMPTING.format(victims=", ".join(f"#{v}" for v in victims), why="; ".join(reasons))
+        Job.objects.filter(pk=job.pk).update(reason=job.reason)
+        log.info("job %s preempts %s", job.pk, victims)
+    return preempted
+
+
+def _eligible(
+    job: queueing.Queued,
+    rows: list[tuple[int, int | None, bool, int, Any]],
+    classes: dict[int, tuple[int, bool]],
+    default_value: int,
+    share: queueing.Shares,
+    needs: dict[int, int],
+    *,
+    taken: set[int],
+) -> dict[int, str]:
+    """The running jobs `job` may preempt, and why."""
+    value = _value(job, classes, default_value)
+    reclaims = not share.over(job.owner_id, needs[job.pk])
+    why: dict[int, str] = {}
+    for pk, class_id, borrowing, owner_id, _placed in rows:
+        if pk in taken:
+            continue
+        victim_value, preemptible = (
+            classes.get(class_id, (default_value, False)) if class_id else (default_value, False)
+        )
+        if preemptible and victim_value < value:
+            why[pk] = "a lower priority class"
+        elif borrowing and reclaims and share.account_of.get(owner_id) != share.account_of[job.owner_id]:
+            why[pk] = "devices borrowed beyond its owner's quota"
+    return why
+
+
+def _work_at_risk(rows: list[tuple[int, int | None, bool, int, Any]], now: float) -> dict[int, float]:
+    """Seconds each running job would redo if stopped now: since its last epoch end (its checkpoint), or its start."""
+    ids = [row[0] for row in rows]
+    checkpoints = dict(
+        MetricPoint.objects.filter(job_id__in=ids, phase="epoch_end")
+        .values("job_id")
+        .annotate(latest=Max("ts"))
+        .values_list("job_id", "latest")
+    )
+    return {
+        pk: now - max(checkpoints.get(pk) or 0.0, placed_at.timestamp() if placed_at else 0.0)
+        for pk, _class, _borrowing, _owner, placed_at in rows
+    }
+
+
+def _value(job: queueing.Queued, classes: dict[int, tuple[int, bool]], default_value: int) -> int:
+    return classes[job.priority_class_id][0] if job.priority_class_id in classes else default_value

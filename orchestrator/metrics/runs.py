@@ -1,7 +1,7 @@
 """What a finished (or running) job measured, read from its stored rows and metric points: per epoch its wall time,
 elapsed time since the job's first task start and epoch-end metrics; the job's training throughput. One definition,
-read by the side-by-side comparison of jobs (dashboard/compare.py) and by experiments (orchestrator/control/
-experiment_summary.py).
+read by the side-by-side comparison of jobs (dashboard/compare.py) and by experiments (orchestrator/experiments/
+summary.py).
 
 Whose numbers: epoch-end metrics are those of the task that speaks for the job
 (`contracts.strategies.speaks_for_job`: the chief of a ParameterServer job, worker 0 otherwise; the same task whose

@@ -31,8 +31,8 @@ from tests.support.processes import wait_until
 from tests.worker_agent.recording import Recorder, gone
 from worker_agent.folders import Roots
 from worker_agent.supervision import programs
-from worker_agent.supervision import supervisor as supervisor_module
-from worker_agent.supervision.supervisor import READER_JOIN_S
+from worker_agent.supervision import task_run
+from worker_agent.supervision.task_run import READER_JOIN_S
 
 _task_ids = itertools.count(5000)
 
@@ -354,7 +354,7 @@ def test_a_grandchild_holding_the_metrics_pipe_does_not_delay_the_exit(superviso
 def test_a_process_that_escaped_the_group_with_the_pipe_delays_the_exit_only_boundedly(
     supervisor, sent, monkeypatch, caplog
 ):
-    monkeypatch.setattr(supervisor_module, "READER_JOIN_S", 0.5)
+    monkeypatch.setattr(task_run, "READER_JOIN_S", 0.5)
     spec = script_spec(GRANDCHILD, "--escape")
 
     with caplog.at_level(logging.WARNING, logger="worker_agent.supervision.metrics_pipe"):

@@ -60,7 +60,7 @@ def test_it_lists_running_tasks_and_drops_a_second_launch_of_the_same_attempt(su
     started = sent.wait_for(spec.task_id, TaskEventKind.STARTED)
     before = len(sent.of(spec.task_id))
 
-    with caplog.at_level(logging.INFO, logger="worker_agent.supervision.supervisor"):
+    with caplog.at_level(logging.INFO, logger="worker_agent.supervision.task_start"):
         supervisor.launch(spec)  # sent again by the orchestrator, or redelivered: applied once
 
     assert "dropping a repeated launch" in caplog.text

@@ -1,22 +1,23 @@
-"""The orchestrator's Celery app: placement, dispatch, heartbeats and the watchdog run on the `orchestrator` queue."""
+"""The orchestrator's Celery app, wired (`celery -A config.celery`): placement, dispatch, heartbeats and the watchdog
+run on the `orchestrator` queue. The app object itself is orchestrator/plumbing/celery_app.py's, which the domain
+imports; this module, on top, adds what needs the domain: the tasks' modules, the consumer steps and the signals."""
 
 from __future__ import annotations
 
-import gc
 import os
 from typing import Any
 
-from celery import Celery, signals
+from celery import signals
 
 from celery_steps.wakeup import keep_consumer_awake
-from contracts.protocol import ORCHESTRATOR_QUEUE
 from orchestrator.leases.queue_gate import SchedulerLeaseGate
+from orchestrator.plumbing.celery_app import app
+from orchestrator.plumbing.gc_pause import freeze_startup_heap
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-app = Celery("tfdash")
-app.config_from_object("django.conf:settings", namespace="CELERY")
-app.conf.task_default_queue = ORCHESTRATOR_QUEUE
+__all__ = ["app", "freeze_startup_heap"]
+
 app.autodiscover_tasks(["orchestrator"])
 # The worker runs a thread pool (--pool threads): without this its consumer takes new messages only every 10 s once its
 # prefetch count is reached (celery_steps/wakeup.py).
@@ -35,15 +36,6 @@ def _require_control_key(sender: Any = None, **kwargs: Any) -> None:
 
 
 signals.import_modules.connect(_require_control_key, sender=app, weak=False)
-
-
-def freeze_startup_heap(sender: Any = None, **kwargs: Any) -> None:
-    """Leave what start-up made (Django, the models, every module: some 160,000 objects) out of the garbage
-    collector's full collections (`gc.freeze`, as CPython's documentation advises for long-lived servers): a pass
-    or an event batch that allocates a few thousand tuples set off collections that walked all of them, which was
-    half the time of a scheduler pass's fleet read (bench/pass_cost.py). The collector still runs on what is made
-    after this."""
-    gc.freeze()
 
 
 signals.worker_ready.connect(freeze_startup_heap, weak=False)

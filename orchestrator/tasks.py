@@ -20,7 +20,6 @@ from celery.signals import worker_ready, worker_shutting_down
 from django.conf import settings
 from django.db import close_old_connections
 
-from config.celery import app
 from contracts.protocol import AGENT_HELLO, ORCHESTRATOR_QUEUE, SCHEDULER_QUEUE, TASK_EVENT
 from kombu_redis import transport
 from orchestrator.agents import events, heartbeats, liveness, relay, reports
@@ -33,6 +32,7 @@ from orchestrator.metrics.retention import thin_host_samples
 from orchestrator.models import Job
 from orchestrator.plumbing import counters
 from orchestrator.plumbing import pass_requests as passes
+from orchestrator.plumbing.celery_app import app
 from orchestrator.plumbing.outages import TRANSIENT
 from orchestrator.scheduler import scheduling
 from orchestrator.scheduler.scheduling import WAITING_STATES

@@ -18,12 +18,12 @@ from typing import Any
 
 import redis
 
-from config.celery import app
 from contracts import broker
 from contracts.protocol import AGENT_HELLO, EVENTS_GROUP, ORCHESTRATOR_QUEUE, TASK_EVENT
 from orchestrator.agents import events
 from orchestrator.identity import auth
 from orchestrator.plumbing import broker_sends, counters, streams
+from orchestrator.plumbing.celery_app import app
 
 RELAYED = (AGENT_HELLO, TASK_EVENT)
 READ_COUNT = 500

@@ -19,7 +19,6 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from config.celery import app
 from contracts.protocol import (
     AGENT_ACK_EXITS,
     AGENT_KILL,
@@ -41,6 +40,7 @@ from orchestrator.models.row_locks import lock_tasks
 from orchestrator.objectstore import store as storage
 from orchestrator.plumbing import broker_sends
 from orchestrator.plumbing.broker_sends import BROKER_ERRORS
+from orchestrator.plumbing.celery_app import app
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import kombu.exceptions
 import kombu.pools
 import redis
 
-from config.celery import app
+from orchestrator.plumbing.celery_app import app
 
 log = logging.getLogger(__name__)
 

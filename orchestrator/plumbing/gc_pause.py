@@ -35,3 +35,12 @@ def paused() -> Iterator[None]:
             _pauses -= 1
             if _pauses == 0 and _was_enabled:
                 gc.enable()
+
+
+def freeze_startup_heap(sender: object = None, **kwargs: object) -> None:
+    """Leave what start-up made (Django, the models, every module: some 160,000 objects) out of the garbage
+    collector's full collections (`gc.freeze`, as CPython's documentation advises for long-lived servers): a pass
+    or an event batch that allocates a few thousand tuples set off collections that walked all of them, which was
+    half the time of a scheduler pass's fleet read (bench/pass_cost.py). The collector still runs on what is made
+    after this. A receiver of Celery's `worker_ready` (config/celery.py) and called by the metrics ingest."""
+    gc.freeze()

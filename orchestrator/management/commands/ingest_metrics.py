@@ -12,8 +12,8 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from config.celery import freeze_startup_heap
 from orchestrator.metrics.stream import MetricsConsumer
+from orchestrator.plumbing.gc_pause import freeze_startup_heap
 
 log = logging.getLogger(__name__)
 

@@ -29,3 +29,9 @@ $(VENV)/.installed: pyproject.toml scripts/install.sh
 # that install them without a checkout: `pip install dist/tfdash_agent-*.whl`.
 dist: $(VENV)/.installed
 	$(PY) -m pip wheel --no-deps --wheel-dir dist ./agent ./client
+
+# The docs site (Sphinx + MyST + furo, docs/conf.py) into build/docs/, strict: any warning (a broken link or anchor, a
+# page in no toctree) fails it, as tests/test_docs.py does in the suite. Open build/docs/index.html.
+.PHONY: docs
+docs: $(VENV)/.installed
+	$(PY) -m sphinx -W --keep-going -n -b html docs build/docs

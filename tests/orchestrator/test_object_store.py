@@ -20,8 +20,9 @@ from contracts import store as keys
 from contracts.store import Manifest, StoreUrls, store_urls_from
 from orchestrator.objectstore import store as storage
 from worker_agent.folders import Place
-from worker_agent.supervision import store_sync
-from worker_agent.supervision.store_sync import CheckpointUploader, StoreError
+from worker_agent.supervision import checkpoint_restore
+from worker_agent.supervision.checkpoint_upload import CheckpointUploader
+from worker_agent.supervision.store_http import StoreError, http_put
 
 
 def fake_task(store: Any, job_id: int, task_id: int, *, index: int = 0, attempt: int = 1) -> Any:
@@ -131,15 +132,15 @@ def test_a_checkpoint_round_trips_through_the_alternating_slots(object_store, tm
     (tmp_path / "host1" / "checkpoints" / "chief" / "ckpt-2_temp").mkdir()  # a save under way: not named yet
     assert uploader.poll() is True
     assert uploader.poll() is False  # nothing new
-    first = store_sync.read_manifest(urls)
+    first = checkpoint_restore.read_manifest(urls)
     checkpoint_folder(tmp_path / "host1", 2, b"two" * 1000)
     assert uploader.poll() is True
-    second = store_sync.read_manifest(urls)
+    second = checkpoint_restore.read_manifest(urls)
 
     assert first is not None and second is not None
     assert (first.slot, first.epoch, second.slot, second.epoch) == ("a", 1, "b", 2)
     target = Place(Path("/"), (tmp_path / "host2").resolve().parts[1:])
-    restored = store_sync.restore(urls, target, None, tmp_path / "scratch2")
+    restored = checkpoint_restore.restore(urls, target, None, tmp_path / "scratch2")
     assert restored == second
     chief = tmp_path / "host2" / "checkpoints" / "chief"
     # What the index names only: not the save that was under way (ckpt-2_temp/ then), nor older leftovers.
@@ -163,19 +164,19 @@ def test_a_half_written_checkpoint_is_never_restored(object_store, tmp_path):
     conn.send(b"x" * 50_000)
     conn.close()
     # And a complete tar in slot b whose manifest was never written (the agent died between the two PUTs).
-    store_sync.http_put(urls.slot_put["b"], b"not the checkpoint", 18)
+    http_put(urls.slot_put["b"], b"not the checkpoint", 18)
 
     target = Place(Path("/"), (tmp_path / "host2").resolve().parts[1:])
-    restored = store_sync.restore(urls, target, None, tmp_path / "scratch2")
+    restored = checkpoint_restore.restore(urls, target, None, tmp_path / "scratch2")
     assert restored is not None and (restored.slot, restored.epoch) == ("a", 1)
     data = tmp_path / "host2" / "checkpoints" / "chief" / "ckpt-1.data-00000-of-00001"
     assert data.read_bytes() == b"good" * 1000
 
     # A manifest naming a slot whose bytes are not the ones it describes: refused, the folder left as it was.
     bogus = Manifest("b", "0" * 64, 18, 2, 0.0).to_bytes()
-    store_sync.http_put(urls.manifest_put, bogus, len(bogus))
+    http_put(urls.manifest_put, bogus, len(bogus))
     with pytest.raises(StoreError, match="does not match its manifest"):
-        store_sync.restore(urls, target, None, tmp_path / "scratch3")
+        checkpoint_restore.restore(urls, target, None, tmp_path / "scratch3")
     assert data.read_bytes() == b"good" * 1000
 
 
@@ -185,7 +186,7 @@ def test_a_no_manifest_store_leaves_the_folder_alone(object_store, tmp_path):
     (tmp_path / "job" / "checkpoints" / "mine").write_text("local")
     target = Place(Path("/"), (tmp_path / "job").resolve().parts[1:])
 
-    assert store_sync.restore(urls, target, None, tmp_path / "scratch") is None
+    assert checkpoint_restore.restore(urls, target, None, tmp_path / "scratch") is None
     assert (tmp_path / "job" / "checkpoints" / "mine").read_text() == "local"
 
 
@@ -214,7 +215,7 @@ def test_a_checkpoint_tar_with_anything_but_plain_files_and_folders_is_refused(t
     fd = os.open(into, os.O_RDONLY | os.O_DIRECTORY)
     try:
         with pytest.raises(StoreError):
-            store_sync.extract_plain(archive, fd)
+            checkpoint_restore.extract_plain(archive, fd)
     finally:
         os.close(fd)
     assert list(into.iterdir()) == []
@@ -233,7 +234,7 @@ def test_a_link_in_the_checkpoint_folder_is_never_followed_into_the_upload(objec
 
     assert uploader.poll() is True
     target = Place(Path("/"), (tmp_path / "host2").resolve().parts[1:])
-    store_sync.restore(urls, target, None, tmp_path / "scratch2")
+    checkpoint_restore.restore(urls, target, None, tmp_path / "scratch2")
 
     restored = tmp_path / "host2" / "checkpoints" / "chief"
     assert sorted(p.name for p in restored.iterdir()) == ["checkpoint", "ckpt-1.index"]

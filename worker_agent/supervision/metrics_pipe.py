@@ -38,9 +38,8 @@ from contracts.protocol import (
 )
 from contracts.store import ARTIFACT_SLOTS, MAX_STORE_ARTIFACT_BYTES
 from worker_agent.folders import Outside, Roots, open_file, read_fd
-from worker_agent.supervision import store_sync
 from worker_agent.supervision.publish_budget import PipeBudget
-from worker_agent.supervision.store_sync import ArtifactSlots
+from worker_agent.supervision.store_http import ArtifactSlots, StoreError, http_put
 
 log = logging.getLogger(__name__)
 
@@ -328,8 +327,8 @@ class MetricsPipe:
                 return
             slot, url = taken
             try:
-                digest = store_sync.http_put(url, handle, size)
-            except store_sync.StoreError as exc:
+                digest = http_put(url, handle, size)
+            except StoreError as exc:
                 self._drop(f"artifact {name!r}: upload failed: {exc}")
                 return
         artifact = TaskArtifact(self.task_id, self.attempt, name, digest, "", size=size, slot=slot)

@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from contracts.protocol import TASK_EVENT, LaunchSpec, RecordedExit, TaskEvent, TaskEventKind
-from worker_agent.supervision import identity, programs, records, store_sync
+from worker_agent.supervision import identity, programs, records
+from worker_agent.supervision.checkpoint_restore import Restores
+from worker_agent.supervision.checkpoint_upload import CheckpointUploader
 from worker_agent.supervision.ledger import Ledger
 from worker_agent.supervision.metrics_pipe import MetricsPipe, SendFn
 from worker_agent.supervision.output import LogLine, OutputFiles, TaskLogs
+from worker_agent.supervision.store_http import ArtifactSlots
 from worker_agent.supervision.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -45,8 +48,8 @@ class Child:
     flusher: threading.Thread | None = None
     watcher: threading.Thread | None = None
     tensorboard: Path | None = None  # the task's TFDASH_TENSORBOARD_DIR, packed as an artifact when it ends
-    uploader: store_sync.CheckpointUploader | None = None  # the authoritative task's, on a cluster with a store
-    slots: store_sync.ArtifactSlots | None = None  # its artifact keys in the store
+    uploader: CheckpointUploader | None = None  # the authoritative task's, on a cluster with a store
+    slots: ArtifactSlots | None = None  # its artifact keys in the store
 
 
 class SupervisorState:
@@ -64,7 +67,7 @@ class SupervisorState:
         self._children: dict[Key, Child] = {}
         self._tails: OrderedDict[int, deque[LogLine]] = OrderedDict()
         self._closing = False
-        self._restores = store_sync.Restores()
+        self._restores = Restores()
         self.records = records.TaskRecords(self.workdir)
         self.ledger = Ledger(self.workdir)
         self.output = OutputFiles(self.workdir)

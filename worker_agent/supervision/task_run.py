@@ -21,9 +21,10 @@ from typing import Any
 
 from contracts import broker
 from contracts.protocol import TASK_ARTIFACT, RecordedExit, TaskArtifact, TaskEventKind
-from worker_agent.supervision import store_sync, tensorboard_dir
+from worker_agent.supervision import tensorboard_dir
 from worker_agent.supervision.metrics_pipe import MetricsPipe
 from worker_agent.supervision.processes import killpg, tree_listens_on, wait_for_exit
+from worker_agent.supervision.store_http import http_put
 from worker_agent.supervision.supervisor_state import Child, Key, SupervisorState
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ class TaskRunning(SupervisorState):
             name, digest = tensorboard_dir.artifact_name(spec), hashlib.sha256(content).hexdigest()
             taken = child.slots.take() if child.slots else None
             if taken is not None:  # on a cluster with an object store: there, not through the broker
-                store_sync.http_put(taken[1], content, len(content))
+                http_put(taken[1], content, len(content))
                 artifact = TaskArtifact(spec.task_id, spec.attempt, name, digest, "", size=len(content), slot=taken[0])
             else:
                 artifact = TaskArtifact(

@@ -16,10 +16,12 @@ import tarfile
 
 from contracts.protocol import METRICS_FD_ENV, LaunchSpec, TaskEventKind
 from contracts.store import StoreUrls, store_urls_from
-from worker_agent.supervision import programs, store_sync
+from worker_agent.supervision import programs
+from worker_agent.supervision.checkpoint_upload import CheckpointUploader
 from worker_agent.supervision.launch import Refused, check_port
 from worker_agent.supervision.metrics_pipe import MetricsPipe
 from worker_agent.supervision.output import TaskLogs
+from worker_agent.supervision.store_http import ArtifactSlots, StoreError
 from worker_agent.supervision.supervisor_state import Child, SupervisorState
 from worker_agent.supervision.workspace import Prepared
 
@@ -75,7 +77,7 @@ class TaskStarting(SupervisorState):
         # With a shared folder the checkpoints are there for every host already: only artifacts use the store.
         follows = urls is not None and not spec.job_dir and prepared.job_place is not None
         named = self._restore(spec, urls, prepared) if follows and urls is not None else None
-        child.slots = store_sync.ArtifactSlots(urls.artifact_put) if urls is not None else None
+        child.slots = ArtifactSlots(urls.artifact_put) if urls is not None else None
         metrics = MetricsPipe(
             spec.task_id,
             spec.attempt,
@@ -118,20 +120,20 @@ class TaskStarting(SupervisorState):
         metrics.child_started()
         if follows and urls is not None and urls.uploads_checkpoints and prepared.job_place is not None:
             label = f"task {spec.task_id} attempt {spec.attempt}"
-            child.uploader = store_sync.CheckpointUploader(
+            child.uploader = CheckpointUploader(
                 urls, prepared.job_place, prepared.uid, self.workdir / STORE_SCRATCH, label, named
             )
             child.uploader.start()
         return proc, metrics
 
     def _restore(self, spec: LaunchSpec, urls: StoreUrls, prepared: Prepared) -> str | None:
-        """The store's last checkpoint unpacked into the job's folder here (store_sync.Restores); refused when the
-        store has one that cannot be had: starting over would then overwrite it with an earlier one."""
+        """The store's last checkpoint unpacked into the job's folder here (checkpoint_restore.Restores); refused when
+        the store has one that cannot be had: starting over would then overwrite it with an earlier one."""
         assert prepared.job_place is not None
         scratch = self.workdir / STORE_SCRATCH
         try:
             return self._restores.once(spec.job_id, spec.attempt, urls, prepared.job_place, prepared.uid, scratch)
-        except (store_sync.StoreError, OSError, tarfile.TarError) as exc:
+        except (StoreError, OSError, tarfile.TarError) as exc:
             raise Refused(
                 TaskEventKind.LAUNCH_FAILED, f"could not restore the job's checkpoint from the object store: {exc}"
             ) from None

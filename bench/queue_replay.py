@@ -34,8 +34,12 @@ sys.path.insert(0, str(ROOT))
 
 from scale import DURATION, drawn_limit, job_mix, true_run_time  # noqa: E402 - bench/scale.py (a script's folder is on its path)
 
-from orchestrator.core import backfill, placement  # noqa: E402
-from orchestrator.core.placement import HostState, JobShape, Packing, Placement, Strategy  # noqa: E402
+from contracts.strategies import Strategy  # noqa: E402
+from orchestrator.core import backfill, backfill_terms, placement  # noqa: E402
+from orchestrator.core.assignment import Packing  # noqa: E402
+from orchestrator.core.hosts import HostState  # noqa: E402
+from orchestrator.core.placement import Placement  # noqa: E402
+from orchestrator.core.shapes import JobShape  # noqa: E402
 
 DEPTHS = {"fifo": 1, "backfill": 8, "easy": 1}
 
@@ -103,7 +107,7 @@ def replay(
     running: dict[int, tuple[float, Placement]] = {}  # job id -> (limit's end, placement)
     started: dict[int, float] = {}
     first_reserved: dict[int, float] = {}
-    reservations: dict[int, backfill.Reservation] = {}
+    reservations: dict[int, backfill_terms.Reservation] = {}
     ran: list[tuple[float, float, int]] = []  # (process start, process end, devices): utilization counts these
     queue_empty_at: float | None = None
     last_pass = float("-inf")
@@ -111,12 +115,12 @@ def replay(
         last_pass = now
         planner = backfill.Planner(
             states,
-            [backfill.Running(pk, end, backfill.devices_of(where)) for pk, (end, where) in running.items()],
+            [backfill_terms.Running(pk, end, backfill_terms.devices_of(where)) for pk, (end, where) in running.items()],
             now=now, depth=DEPTHS[policy], take=placement.take, previous=reservations, packing=packing,
         )  # fmt: skip
         waiting = []
         for n, (job_id, shape, runs, limit) in enumerate(queue):
-            where = planner.offer(backfill.Waiting(job_id, shape, float(limit) + lag.margin))
+            where = planner.offer(backfill_terms.Waiting(job_id, shape, float(limit) + lag.margin))
             if isinstance(where, Placement):
                 started[job_id] = now
                 running[job_id] = (now + limit + lag.margin, where)

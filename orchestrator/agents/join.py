@@ -11,7 +11,7 @@ from django.http import HttpRequest
 
 from contracts.join import AGENT_JOIN, JoinConfig
 from contracts.signing import sign_order
-from orchestrator.core.placement import machine_of
+from orchestrator.core.hosts import machine_of
 from orchestrator.identity.broker_users import agent_server_url
 from orchestrator.identity.keys import control_private_key, control_public_key
 from orchestrator.models import Host

@@ -1,5 +1,7 @@
 """Backfill over reservations (Slurm's backfill, conservative to a depth): which waiting gangs start now, and when the
-others will at the latest. Plain Python, no Django: scheduling.py turns rows into these and writes the outcome back.
+others will at the latest. Plain Python, no Django: orchestrator/scheduler/scheduling.py turns rows into these and
+writes the outcome back. The plan's terms (running gangs, waiting jobs, reservations) are in
+orchestrator/core/backfill_terms.py, the lookups a pass keeps in orchestrator/core/backfill_lookups.py.
 
 Time comes from time limits: a running gang's devices are free at the latest when its placement's limit (plus the stop
 grace) runs out, since the watchdog stops it there. Walking the queue in its order, a job
@@ -16,96 +18,28 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
-from typing import NamedTuple
 
-from orchestrator.core.placement import (
-    HostState,
-    JobShape,
-    Packing,
-    Placement,
-    Unplaceable,
-    device_tasks,
-    devices_needed,
-    fit_count,
-    place,
+from orchestrator.core.assignment import Packing
+from orchestrator.core.backfill_lookups import ENDS_AT, PassLookups
+from orchestrator.core.backfill_terms import (
+    Devices,
+    Outcome,
+    Reservation,
+    Running,
+    Waiting,
+    block,
+    devices_of,
+    free,
+    frozen,
 )
-
-Devices = dict[str, frozenset[int]]  # host name -> device ids
-
-
-@dataclass(frozen=True)
-class Running:
-    """A gang holding devices now, and when it will have let them go at the latest."""
-
-    job_id: int
-    ends_at: float
-    devices: Devices
+from orchestrator.core.hosts import HostState
+from orchestrator.core.placement import Placement, Unplaceable, place
+from orchestrator.core.shapes import JobShape, device_tasks, devices_needed, fit_count
 
 
-class Waiting(NamedTuple):
-    """A job a pass offers (a tuple: a pass makes one per waiting job, thousands)."""
-
-    job_id: int
-    shape: JobShape
-    limit_s: float
-
-
-@dataclass(frozen=True)
-class Reservation:
-    job_id: int
-    start: float
-    end: float
-    devices: Devices
-
-
-@dataclass
-class Outcome:
-    started: list[tuple[Waiting, Placement]] = field(default_factory=list)
-    reservations: dict[int, Reservation] = field(default_factory=dict)
-    # Jobs that fit nowhere now and got no reservation (beyond the depth, or no release makes room): why not.
-    unplaced: dict[int, Unplaceable | None] = field(default_factory=dict)
-    # Jobs that cannot run on these hosts even idle (the cluster shrank since they were accepted).
-    never: dict[int, Unplaceable] = field(default_factory=dict)
-    # Jobs left waiting as they were: this pass neither started them nor planned their start (Planner.finish).
-    deferred: list[int] = field(default_factory=list)
-
-
-def devices_of(where: Placement) -> Devices:
-    held: dict[str, set[int]] = {}
-    for task in where.tasks:
-        held.setdefault(task.host, set()).update(task.devices)
-    return {host: frozenset(ids) for host, ids in held.items()}
-
-
-def _block(states: Sequence[HostState], blocked: Devices) -> Sequence[HostState]:
-    """Host states with `blocked` devices marked used (reserved for someone else over this window)."""
-    if not blocked:
-        return states
-    return [state.with_used((), blocked[state.name]) if state.name in blocked else state for state in states]
-
-
-def free(states: Sequence[HostState], freed: Devices) -> list[HostState]:
-    if not freed:
-        return list(states)
-    return [state.with_free(freed[state.name]) if state.name in freed else state for state in states]
-
-
-def _merge(into: dict[str, set[int]], more: Devices) -> None:
-    for host, ids in more.items():
-        into.setdefault(host, set()).update(ids)
-
-
-def _frozen(held: dict[str, set[int]]) -> Devices:
-    return {host: frozenset(ids) for host, ids in held.items()}
-
-
-def _free_count(states: Sequence[HostState]) -> int:
-    return sum(len(state.free_devices) for state in states if state.online)
-
-
-class Planner:
+class Planner(PassLookups):
     """One pass's plan. `take` marks a started job's ports and devices used in the states (placement.take: the
     states, the placement and, optionally, each host's index in the states)."""
 
@@ -152,62 +86,6 @@ class Planner:
         # _overlapping_now's reservation starts and prefixes, until a reservation is made
         self._overlaps_now: tuple[list[float], list[tuple[int, ...]]] | None = None
         self._blocked_hosts: dict[tuple[str, frozenset[int]], tuple[HostState, HostState]] = {}  # _block_now's
-
-    @property
-    def running(self) -> list[Running]:
-        if self._running is None:
-            source = self._running_source() if callable(self._running_source) else self._running_source
-            self._running = sorted([*source, *self._started], key=_ENDS_AT)
-        return self._running
-
-    def _count_free_now(self) -> int:
-        """Free devices on online hosts now, reservations aside: a bound that rules most misfits out cheaply."""
-        if self._free_now is None:
-            self._free_now = _free_count(self.states)
-        return self._free_now
-
-    def _never(self, shape: JobShape) -> Unplaceable | None:
-        """Why the shape fits not even the idle cluster (None: it does). Asked of every job that does not fit now, so
-        kept across passes for as long as the hosts' fixed facts (names, addresses, ports, devices, labels) are the
-        same."""
-        if self._fleet is None:
-            self._fleet = hash(tuple(state.fixed for state in self.states))
-        key = (self._fleet, shape)
-        if key not in _IDLE_VERDICTS:
-            if len(_IDLE_VERDICTS) > 4096:
-                _IDLE_VERDICTS.clear()
-            result = place(shape, [state.idle for state in self.states])
-            _IDLE_VERDICTS[key] = result if isinstance(result, Unplaceable) and result.permanent else None
-        return _IDLE_VERDICTS[key]
-
-    def _held_over(self, start: float, end: float) -> Devices:
-        """What reservations hold during [start, end)."""
-        return self._held_by(self._overlapping(start, end))
-
-    def _overlapping_now(self, end: float) -> tuple[int, ...]:
-        """The jobs whose reservations overlap a run from now to `end`: asked of every job the count does not rule
-        out. Every reservation ends after now, so they are the ones that start before `end`: a prefix of the
-        reservations by start, kept (with the starts) until a reservation is made."""
-        if self._overlaps_now is None:
-            ahead = sorted((r.start, r.job_id) for r in self.outcome.reservations.values() if self.now < r.end)
-            self._overlaps_now = ([start for start, _job in ahead], [tuple(job for _s, job in ahead[:n])
-                                                                      for n in range(len(ahead) + 1)])  # fmt: skip
-        starts, prefixes = self._overlaps_now
-        return prefixes[bisect.bisect_left(starts, end)]
-
-    def _overlapping(self, start: float, end: float) -> tuple[int, ...]:
-        """The jobs whose reservations overlap [start, end)."""
-        return tuple(r.job_id for r in self.outcome.reservations.values() if r.start < end and start < r.end)
-
-    def _held_by(self, reserved: tuple[int, ...]) -> Devices:
-        """The devices these jobs' reservations hold, merged. A pass makes a job's reservation once, so the ids name
-        the same devices all pass long: merged once per set of ids (a pass asks for a few sets, thousands of times)."""
-        if reserved not in self._held_cache:
-            held: dict[str, set[int]] = {}
-            for job_id in reserved:
-                _merge(held, self.outcome.reservations[job_id].devices)
-            self._held_cache[reserved] = _frozen(held)
-        return self._held_cache[reserved]
 
     def offer(self, job: Waiting) -> Placement | None:
         """Start `job` now if it may (the placement), else leave it waiting (None). Its reservation is made only
@@ -299,33 +177,9 @@ class Planner:
             self._misfits[seen] = result
         return result
 
-    def _block_now(self, reserved: tuple[int, ...]) -> list[HostState]:
-        """The states now, with the devices these reservations hold marked used."""
-        held = self._held_by(reserved)
-        return [self._blocked_host(state, held[state.name]) if state.name in held else state for state in self.states]
-
-    def _blocked_host(self, state: HostState, ids: frozenset[int]) -> HostState:
-        """A host's state with `ids` marked used, kept for as long as its state and those devices are the same: sets of
-        reservations share hosts, and every set asked after a start would otherwise copy every host it holds."""
-        kept = self._blocked_hosts.get((state.name, ids))
-        if kept is None or kept[0] is not state:
-            kept = self._blocked_hosts[(state.name, ids)] = (state, state.with_used((), ids))
-        return kept[1]
-
-    def _states_by_name(self) -> dict[str, HostState]:
-        if self._by_name is None:
-            self._by_name = {state.name: state for state in self.states}
-        return self._by_name
-
-    def _positions(self) -> dict[str, int]:
-        """Each host's place in `states` (`take` keeps the order)."""
-        if self._position is None:
-            self._position = {state.name: i for i, state in enumerate(self.states)}
-        return self._position
-
     def _fits_by_count(self, shape: JobShape, reserved: tuple[int, ...]) -> bool:
         """Whether a label-free shape may fit now by the online hosts' free device counts, the devices these
-        reservations hold taken out (placement.fits_free_counts; a placement then says for sure). What the held
+        reservations hold taken out (shapes.fits_free_counts; a placement then says for sure). What the held
         devices take off the count is kept per (devices per task, reservations) until a job starts: most of a busy
         queue asks it of the same few, and a wide reservation spans dozens of hosts."""
         d = shape.devices_per_worker
@@ -340,12 +194,6 @@ class Planner:
                     loss += fit_count(d, free) - fit_count(d, free - len(ids.intersection(state.free_devices)))
             self._held_loss[key] = loss
         return self._fit_sum(d) - self._held_loss[key] >= device_tasks(shape)
-
-    def _fit_sum(self, d: int) -> int:
-        """The sum of `fit_count(d, ·)` over the online hosts' free devices now (kept up to date by _started_now)."""
-        if d not in self._fit_sums:
-            self._fit_sums[d] = sum(fit_count(d, len(s.free_devices)) for s in self.states if s.online)
-        return self._fit_sums[d]
 
     def _reserve_pending(self, *, afresh: bool = False) -> None:
         for job, why in self._pending:
@@ -397,7 +245,7 @@ class Planner:
         if self._running is None:
             self._started.append(gang)
         else:
-            bisect.insort(self._running, gang, key=_ENDS_AT)  # after equal ends, as a stable sort would put it
+            bisect.insort(self._running, gang, key=ENDS_AT)  # after equal ends, as a stable sort would put it
 
     def _still_holds(self, reservation: Reservation) -> bool:
         """Whether a reservation made earlier can still be kept: it starts in the future, each of its devices is free
@@ -428,7 +276,7 @@ class Planner:
     def _reserve(self, job: Waiting) -> Reservation | None:
         """The earliest release time at which the gang fits, and where. Walks the releases in time order keeping, per
         host its labels allow, the devices freed and the count of free ones: a full placement is tried only at times
-        when those counts hold the gang (minus what reservations hold then; placement.fits_free_counts), at most
+        when those counts hold the gang (minus what reservations hold then; shapes.fits_free_counts), at most
         RESERVE_TRIES times."""
         running = self.running
         shape = job.shape
@@ -464,7 +312,7 @@ class Planner:
             if COUNT_FIRST and room < want:
                 continue
             tries += 1
-            states = _block(free(self.states, _frozen(freed)), held)
+            states = block(free(self.states, frozen(freed)), held)
             result = place(shape, states, fits_empty=True, packing=self.packing, counted=COUNT_FIRST, ordered=True)
             if isinstance(result, Placement):
                 return Reservation(job.job_id, at, at + job.limit_s, devices_of(result))
@@ -481,12 +329,10 @@ class _ShapeFacts:
     never: Unplaceable | None = None
 
 
-# Count free devices before trying a placement (placement.fits_free_counts): exact, so it changes no plan, only its
+# Count free devices before trying a placement (shapes.fits_free_counts): exact, so it changes no plan, only its
 # cost (tests/orchestrator/core/test_backfill.py turns it off to show that).
 COUNT_FIRST = True
 # Placements a reservation may try (each a full placement over the fleet): a gang that fits nowhere at that many
 # release times gets no estimate this pass rather than making the pass slow.
 RESERVE_TRIES = 40
-_ENDS_AT = attrgetter("ends_at")
 _NAME = attrgetter("name")
-_IDLE_VERDICTS: dict[tuple[int, JobShape], Unplaceable | None] = {}

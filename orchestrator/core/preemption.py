@@ -11,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from orchestrator.core.backfill import Devices, free
-from orchestrator.core.placement import HostState, JobShape, Packing, Placement, devices_needed, place
+from orchestrator.core.assignment import Packing
+from orchestrator.core.backfill_terms import Devices, free
+from orchestrator.core.hosts import HostState
+from orchestrator.core.placement import Placement, place
+from orchestrator.core.shapes import JobShape, devices_needed
 
 # A preemption stops at most this many jobs (the cheapest first): each try is a placement over the fleet.
 MAX_VICTIMS = 64

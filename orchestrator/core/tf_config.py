@@ -10,7 +10,8 @@ import json
 from typing import Any
 
 from contracts.strategies import ROLE_ORDER, Strategy, is_single_process
-from orchestrator.core.placement import Placement, TaskPlacement
+from orchestrator.core.assignment import TaskPlacement
+from orchestrator.core.placement import Placement
 
 
 def cluster_spec(placement: Placement) -> dict[str, list[str]]:

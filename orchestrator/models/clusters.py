@@ -56,7 +56,7 @@ class Cluster(models.Model):
     stop_grace_s = models.PositiveIntegerField(
         "stop grace (s)", default=3, help_text="between SIGTERM and SIGKILL when a task is stopped (TF ignores SIGTERM)"
     )
-    # Which host a device-holding task takes (orchestrator/core/placement.py Packing): spread keeps a gang's workers
+    # Which host a device-holding task takes (orchestrator/core/assignment.py Packing): spread keeps a gang's workers
     # apart; pack (best fit) keeps whole hosts free for wide workers, which a fleet shared by jobs of mixed widths
     # needs (README "Sizing": utilization while jobs wait).
     packing = models.CharField(

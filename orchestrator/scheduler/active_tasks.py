@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from django.db import connection
 
-from orchestrator.core import backfill
+from orchestrator.core import backfill_terms
 from orchestrator.models import ACTIVE_TASK_STATES, Job, Task, TaskState
 
 
@@ -36,7 +36,7 @@ Active = tuple[Facts, bool, int]
 class Held(NamedTuple):
     ports: dict[int, list[int]]  # host id -> ports of its active tasks
     devices: dict[int, list[int]]  # host id -> devices of its active tasks
-    gangs: list[backfill.Running]
+    gangs: list[backfill_terms.Running]
     usage: dict[int, int]  # owner id -> devices
 
 
@@ -77,7 +77,7 @@ def tally(tasks: list[Active], names: dict[int, str], now: float, grace: float) 
         end = soonest if stopping or placed_at is None else max(soonest, placed_at + limit + grace)
         if end > ends.get(job_id, float("-inf")):
             ends[job_id] = end
-    gangs = [backfill.Running(job_id, end, held.get(job_id, {})) for job_id, end in ends.items()]
+    gangs = [backfill_terms.Running(job_id, end, held.get(job_id, {})) for job_id, end in ends.items()]
     return Held(ports, devices, gangs, dict(usage))
 
 

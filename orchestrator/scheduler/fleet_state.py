@@ -14,7 +14,8 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from orchestrator.core import backfill, placement
+from orchestrator.core import backfill_terms
+from orchestrator.core.hosts import HostState
 from orchestrator.environments import availability
 from orchestrator.models import Cluster, Host, HostPortBlock, HostStatus, TaskEnvironment, clusters
 from orchestrator.scheduler import active_tasks
@@ -96,7 +97,7 @@ _HOSTS_SQL = f"""
 """  # noqa: S608 - a table name from the model, the value a parameter
 
 
-def host_states(hosts: Iterable[PlacementHost | Host], *, empty: bool = False) -> list[placement.HostState]:
+def host_states(hosts: Iterable[PlacementHost | Host], *, empty: bool = False) -> list[HostState]:
     """What placement needs to know of each host now (or, with `empty`, as if every host were up and idle)."""
     registered: dict[int, dict[str, str]] = {}  # per cluster, read once
     plain: list[PlacementHost] = []
@@ -118,9 +119,9 @@ def host_states(hosts: Iterable[PlacementHost | Host], *, empty: bool = False) -
 class Fleet(NamedTuple):
     """A cluster as a scheduler pass plans on it, from one read of its hosts and active tasks."""
 
-    states: list[placement.HostState]
+    states: list[HostState]
     host_ids: dict[str, int]  # host name -> pk (placements name hosts; task rows point at them)
-    gangs: list[backfill.Running]  # every gang holding devices, and when it lets them go at the latest
+    gangs: list[backfill_terms.Running]  # every gang holding devices, and when it lets them go at the latest
     usage: dict[int, int]  # devices each owner's active tasks hold (fair share)
 
 
@@ -139,7 +140,7 @@ def read(cluster: Cluster, now: datetime) -> Fleet:
 # Per cluster, in this process: each host's state as the last pass read it, and what it was made from. A host whose
 # row and use did not change gets the same state again, with what placement computed of it (its free devices, its
 # machine, its fixed facts) kept: most hosts, between two passes.
-_kept: dict[int, dict[int, tuple[tuple[Any, ...], placement.HostState]]] = {}
+_kept: dict[int, dict[int, tuple[tuple[Any, ...], HostState]]] = {}
 
 
 def release_margin(cluster: Cluster) -> float:
@@ -159,8 +160,8 @@ def _states(
     hosts: list[PlacementHost],
     held: active_tasks.Held,
     blocked: list[tuple[int, int]],
-    kept: dict[int, tuple[tuple[Any, ...], placement.HostState]] | None = None,
-) -> list[placement.HostState]:
+    kept: dict[int, tuple[tuple[Any, ...], HostState]] | None = None,
+) -> list[HostState]:
     excluded: dict[int, list[int]] = defaultdict(list)
     for host_id, port in blocked:
         excluded[host_id].append(port)
@@ -185,9 +186,9 @@ def _state(
     excluded: Iterable[int],
     *,
     online: bool,
-) -> placement.HostState:
+) -> HostState:
     device_ids, gpu = host_device_ids(host)
-    return placement.HostState(
+    return HostState(
         name=host.name,
         address=host.address,
         port_min=host.port_min,

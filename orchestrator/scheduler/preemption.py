@@ -15,8 +15,9 @@ from typing import Any
 
 from django.db.models import Max, Q
 
-from orchestrator.core import backfill, preemption
-from orchestrator.core.placement import JobShape, Placement, place
+from orchestrator.core import backfill, backfill_terms, preemption
+from orchestrator.core.placement import Placement, place
+from orchestrator.core.shapes import JobShape
 from orchestrator.jobs import lifecycle
 from orchestrator.models import Cluster, Job, JobState, MetricPoint
 from orchestrator.scheduler import fleet_state, queueing
@@ -80,7 +81,7 @@ def consider(
         for victim in victims:
             for host, ids in gangs[victim].devices.items():
                 freed[host] = freed.get(host, frozenset()) | ids
-        states = backfill.free(states, freed)
+        states = backfill_terms.free(states, freed)
         where = place(shape, states, packing=planner.packing)
         if isinstance(where, Placement):
             states = planner.take(states, where)  # the next preemptor must not count on these

@@ -20,7 +20,11 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from contracts.strategies import Strategy
 from orchestrator.core import backfill, placement, tf_config
+from orchestrator.core.assignment import Packing
+from orchestrator.core.backfill_terms import Outcome, Reservation, Waiting
+from orchestrator.core.shapes import JobShape, devices_needed
 from orchestrator.environments import availability
 from orchestrator.jobs import dispatch, lifecycle
 from orchestrator.metrics import live
@@ -39,19 +43,19 @@ from orchestrator.scheduler import fleet_state, preemption, queueing, task_rows,
 log = logging.getLogger(__name__)
 
 
-def job_shape(job: Job | queueing.Queued) -> placement.JobShape:
+def job_shape(job: Job | queueing.Queued) -> JobShape:
     return _shape(job.strategy, job.workers, job.ps, job.devices_per_worker, job.labels, job.environment)
 
 
 @lru_cache(maxsize=4096)
 def _shape(
     strategy: str, workers: int, ps: int, devices_per_worker: int, labels: str, environment: str = ""
-) -> placement.JobShape:
+) -> JobShape:
     # Asked of every waiting job, every pass: a queue has a few dozen shapes. A named task environment is a label of
     # the hosts that can run it (orchestrator/environments/availability.py); "" (the agents' own interpreter) any.
     plain = frozenset(parse_labels(labels)) if labels else frozenset()
-    return placement.JobShape(
-        strategy=placement.Strategy(strategy),
+    return JobShape(
+        strategy=Strategy(strategy),
         workers=workers,
         ps=ps,
         devices_per_worker=devices_per_worker,
@@ -59,8 +63,8 @@ def _shape(
     )
 
 
-def packing_of(cluster: Cluster) -> placement.Packing:
-    return placement.Packing(cluster.packing)
+def packing_of(cluster: Cluster) -> Packing:
+    return Packing(cluster.packing)
 
 
 def plan(job: Job) -> placement.Placement | placement.Unplaceable:
@@ -75,7 +79,7 @@ def plan_on_empty_cluster(job: Job) -> placement.Placement | placement.Unplaceab
 
 
 def tf_configs(job: Job, where: placement.Placement) -> dict[tuple[str, int], dict | None]:
-    return tf_config.tf_configs_for(where, placement.Strategy(job.strategy))
+    return tf_config.tf_configs_for(where, Strategy(job.strategy))
 
 
 WAITING_STATES = queueing.WAITING_STATES
@@ -138,7 +142,7 @@ def _plan_pass(
     classes, default_value = queueing.class_values()
     share = queueing.shares(cluster, (job.owner_id for job in waiting), fleet.usage)
     shapes = {job.pk: job_shape(job) for job in waiting}
-    needs = {pk: placement.devices_needed(shape) for pk, shape in shapes.items()}
+    needs = {pk: devices_needed(shape) for pk, shape in shapes.items()}
     queueing.sort_queue(waiting, classes, default_value, share, lambda job: needs[job.pk])
     planner = backfill.Planner(
         fleet.states,
@@ -163,7 +167,7 @@ def _plan_pass(
             if fifo:
                 break
             continue
-        outcome = planner.offer(backfill.Waiting(job.pk, shapes[job.pk], job.time_limit_s + grace))
+        outcome = planner.offer(Waiting(job.pk, shapes[job.pk], job.time_limit_s + grace))
         if isinstance(outcome, placement.Placement):
             job.borrowing = share.over(job.owner_id, needs[job.pk])
             share.use(job.owner_id, needs[job.pk])
@@ -194,7 +198,7 @@ def _plan_pass(
 # head of the queue); in between, a pass plans only what it must to decide (Planner.offer).
 PLAN_EVERY_S = 5.0
 _planned_at: dict[int, float] = {}  # cluster id -> monotonic time of its last full plan, in this process
-_reserved: dict[int, dict[int, backfill.Reservation]] = {}  # cluster id -> its last pass's reservations (this process)
+_reserved: dict[int, dict[int, Reservation]] = {}  # cluster id -> its last pass's reservations (this process)
 
 
 def _plan_all_due(cluster_id: int, waiting: list[queueing.Queued]) -> bool:
@@ -217,7 +221,7 @@ WAITING_UNRESERVED = (
 
 
 def placement_needs(job: Job | queueing.Queued) -> int:
-    return placement.devices_needed(job_shape(job))
+    return devices_needed(job_shape(job))
 
 
 def _still_stopping(jobs: list[queueing.Queued]) -> set[int]:
@@ -237,7 +241,7 @@ def _never(job_id: int, cluster: Cluster, why: placement.Unplaceable) -> None:
     job.save(update_fields=["state", "finished_at", "reason"])
 
 
-def _tell_reservations(reservations: dict[int, backfill.Reservation], needs: dict[int, int]) -> None:
+def _tell_reservations(reservations: dict[int, Reservation], needs: dict[int, int]) -> None:
     """A reserved job stores when it starts at the latest and where (the queue view and its page show them)."""
     told = Job.objects.filter(pk__in=list(reservations)).values_list("pk", *_TOLD_FIELDS)
     depth = {job_id: n for n, job_id in enumerate(reservations)}  # made in queue order: 0 is the queue's head
@@ -281,7 +285,7 @@ def _tell_waiting(
     jobs: dict[int, queueing.Queued],
     reasons: dict[int, str],
     placed: list[tuple[queueing.Queued, placement.Placement]],
-    outcome: backfill.Outcome,
+    outcome: Outcome,
 ) -> None:
     """Every other waiting job says why it waits, one UPDATE per distinct reason (most share one), of the rows whose
     reason changes only: no live hint is sent for a reason alone (the job's state did not change). Which rows change
@@ -357,7 +361,7 @@ def _start(
         )
         job.state = JobState.STARTING
         job.placed_at = now
-        configs = tf_config.tf_config_texts(where, placement.Strategy(job.strategy))
+        configs = tf_config.tf_config_texts(where, Strategy(job.strategy))
         gang_restarts = job.restarts - relaunched[job.pk].total()
         rows += [
             {

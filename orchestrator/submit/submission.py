@@ -20,6 +20,8 @@ from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import ConfigError, parse_config, parse_script_config
 from orchestrator import limits
 from orchestrator.core import placement, tf_config
+from orchestrator.core.hosts import machine_of
+from orchestrator.core.shapes import validate_shape
 from orchestrator.environments import availability
 from orchestrator.models import TERMINAL_JOB_STATES, Cluster, Host, Job, ProgramKind, Script, Strategy
 from orchestrator.models.environments import default_environment
@@ -185,7 +187,7 @@ def validate(job: Job, upload: Upload | None, *, require_program: bool = True) -
         raise JobInvalid(errors)
 
     shape = scheduling.job_shape(job)
-    shape_errors = placement.validate_shape(shape)
+    shape_errors = validate_shape(shape)
     if shape_errors:
         errors += shape_errors
         raise JobInvalid(errors)
@@ -204,7 +206,7 @@ def ps_checkpoint_problem(job: Job, checkpoints: bool) -> str:
     if job.strategy != Strategy.PARAMETER_SERVER or not checkpoints or job.cluster.shared_dir:
         return ""
     addresses = Host.objects.filter(cluster_id=job.cluster_id).values_list("address", flat=True)
-    if len({placement.machine_of(address) for address in addresses}) <= 1:
+    if len({machine_of(address) for address in addresses}) <= 1:
         return ""  # one machine (the local cluster's loopback hosts): its tasks see the same disk
     return (
         f"A ParameterServer job's checkpoints are written by every ps task at the chief's path, so they need a folder "

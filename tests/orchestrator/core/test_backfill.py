@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.core import backfill, placement
-from orchestrator.core.placement import HostState, JobShape, Placement, Strategy, place
+from contracts.strategies import Strategy
+from orchestrator.core import backfill, backfill_terms, placement
+from orchestrator.core.hosts import HostState
+from orchestrator.core.placement import Placement, place
 from orchestrator.core.preemption import Candidate, choose_victims
+from orchestrator.core.shapes import JobShape
 
 MWMS = Strategy.MULTI_WORKER_MIRRORED
 
@@ -27,8 +30,8 @@ def host(name: str, devices: int = 4) -> HostState:
     )
 
 
-def release(states: list[HostState], devices: backfill.Devices) -> list[HostState]:
-    return backfill.free(states, devices)
+def release(states: list[HostState], devices: backfill_terms.Devices) -> list[HostState]:
+    return backfill_terms.free(states, devices)
 
 
 @dataclass
@@ -50,18 +53,18 @@ def simulate(jobs: list[Job], hosts: list[HostState], *, fifo: bool) -> tuple[di
     states = list(hosts)
     now = 0.0
     waiting = list(jobs)
-    running: list[tuple[float, float, int, backfill.Devices]] = []  # (true end, limit end, id, devices)
+    running: list[tuple[float, float, int, backfill_terms.Devices]] = []  # (true end, limit end, id, devices)
     started: dict[int, float] = {}
     first_reserved: dict[int, float] = {}
     for _ in range(1000):
-        gangs = [backfill.Running(job_id, limit_end, devices) for _end, limit_end, job_id, devices in running]
+        gangs = [backfill_terms.Running(job_id, limit_end, devices) for _end, limit_end, job_id, devices in running]
         planner = backfill.Planner(states, gangs, now=now, depth=1 if fifo else 8, take=placement.take)
         for job in list(waiting):
-            outcome = planner.offer(backfill.Waiting(job.id, job.shape, job.limit))
+            outcome = planner.offer(backfill_terms.Waiting(job.id, job.shape, job.limit))
             if isinstance(outcome, Placement):
                 started[job.id] = now
                 waiting.remove(job)
-                running.append((now + job.runs, now + job.limit, job.id, backfill.devices_of(outcome)))
+                running.append((now + job.runs, now + job.limit, job.id, backfill_terms.devices_of(outcome)))
             elif fifo:
                 break
         planner.finish(plan_all=True)
@@ -187,4 +190,4 @@ def test_a_victim_that_is_not_needed_after_all_is_given_back() -> None:
         Candidate(21, {"h-b": frozenset(range(4))}, since_checkpoint_s=1),
     ]
     assert choose_victims(shape, states, candidates) == [21]
-    assert isinstance(place(shape, backfill.free(states, {"h-b": frozenset(range(4))})), Placement)
+    assert isinstance(place(shape, backfill_terms.free(states, {"h-b": frozenset(range(4))})), Placement)

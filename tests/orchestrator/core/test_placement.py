@@ -4,20 +4,11 @@ import random
 
 import pytest
 
-from orchestrator.core.placement import (
-    HostState,
-    JobShape,
-    Packing,
-    Placement,
-    Strategy,
-    TaskPlacement,
-    Unplaceable,
-    capacity_summary,
-    fits_free_counts,
-    place,
-    required_tasks,
-    validate_shape,
-)
+from contracts.strategies import Strategy
+from orchestrator.core.assignment import Packing, TaskPlacement
+from orchestrator.core.hosts import HostState, capacity_summary
+from orchestrator.core.placement import Placement, Unplaceable, place
+from orchestrator.core.shapes import JobShape, fits_free_counts, required_tasks, validate_shape
 
 MWMS = Strategy.MULTI_WORKER_MIRRORED
 PS = Strategy.PARAMETER_SERVER

@@ -4,7 +4,9 @@ offline or busy, and is told it can never run when no host has it."""
 
 from __future__ import annotations
 
-from orchestrator.core.placement import JobShape, Placement, Strategy, Unplaceable, place
+from contracts.strategies import Strategy
+from orchestrator.core.placement import Placement, Unplaceable, place
+from orchestrator.core.shapes import JobShape
 from tests.orchestrator.core.test_placement import host
 
 MIRRORED = Strategy.MIRRORED

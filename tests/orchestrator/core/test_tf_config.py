@@ -4,7 +4,11 @@ import json
 
 import pytest
 
-from orchestrator.core.placement import HostState, JobShape, Placement, Strategy, TaskPlacement, place
+from contracts.strategies import Strategy
+from orchestrator.core.assignment import TaskPlacement
+from orchestrator.core.hosts import HostState
+from orchestrator.core.placement import Placement, place
+from orchestrator.core.shapes import JobShape
 from orchestrator.core.tf_config import cluster_spec, task_environment, tf_config_for, tf_config_texts, tf_configs_for
 
 PS = Strategy.PARAMETER_SERVER

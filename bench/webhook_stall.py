@@ -33,6 +33,7 @@ from typing import Any
 from chaos import _free_port_block as free_port_block
 from stack import Stack, with_retry
 
+from orchestrator.core.job_states import TERMINAL_JOB_STATES as FINAL
 from tests.orchestrator.webhooks.receiver import SlowReceiver
 
 RECEIVERS = 10
@@ -42,7 +43,6 @@ print(f"stall-probe start {time.time():.3f}", flush=True)
 time.sleep(0.5)
 print(f"stall-probe end {time.time():.3f}", flush=True)
 """
-FINAL = ("succeeded", "failed", "cancelled", "timed_out")
 
 
 def wait(predicate: Any, timeout: float, what: str, interval: float = 0.1) -> Any:

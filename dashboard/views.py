@@ -30,7 +30,6 @@ from dashboard.forms import (
     initial_from,
     shape_for,
 )
-from orchestrator.core.verdict import ENDED
 from orchestrator.experiments import actions as experiments
 from orchestrator.experiments import summary as experiment_summary
 from orchestrator.jobs import lifecycle
@@ -260,7 +259,7 @@ def _experiment_context(request: HttpRequest, experiment_id: int) -> dict[str, A
         "summary": summary,
         "rows": experiment_rows(summary),
         "jobs": list(experiment.jobs.order_by("pk")),
-        "ended": summary["state"] in ENDED,
+        "ended": summary["state"] in TERMINAL_JOB_STATES,
         "script": experiments.script_of(experiment),
     }
 

@@ -13,11 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from contracts.strategies import STRATEGY_HINTS, STRATEGY_LABELS, Strategy
+from orchestrator.core.job_states import SUCCEEDED, TERMINAL_JOB_STATES
 
 # Two times within this fraction of the faster one are a tie: run-to-run noise on a shared machine is about this large.
 TIE_FRACTION = 0.05
-SUCCEEDED = "succeeded"
-ENDED = ("succeeded", "failed", "cancelled", "timed_out")  # orchestrator.models.TERMINAL_JOB_STATES
 
 
 @dataclass(frozen=True)
@@ -103,7 +102,7 @@ def verdict(results: Sequence[VariantResult], target: float, *, hosts: int, gpus
     table on this cluster (`hosts` that ran the variants; `gpus`: whether their devices are GPUs)."""
     if not results:
         return "This experiment has no variants."
-    unfinished = [r for r in results if r.state not in ENDED]
+    unfinished = [r for r in results if r.state not in TERMINAL_JOB_STATES]
     if unfinished:
         done = len(results) - len(unfinished)
         return f"Still running: {done} of {len(results)} variants have ended; the verdict comes when all have."

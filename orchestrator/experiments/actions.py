@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from contracts.strategies import STRATEGY_LABELS, Strategy
 from orchestrator import limits
-from orchestrator.core.verdict import ENDED, is_baseline
+from orchestrator.core.verdict import is_baseline
 from orchestrator.jobs import lifecycle
 from orchestrator.models import TERMINAL_JOB_STATES, Experiment, ExperimentMode, Job, JobState, Script
 from orchestrator.scheduler import scheduling
@@ -291,7 +291,7 @@ def cancel(experiment_id: int, by: str) -> bool:
     Returns False when it had already ended."""
     with transaction.atomic():
         experiment = Experiment.objects.select_for_update().get(pk=experiment_id)
-        if state_of(experiment) in ENDED:
+        if state_of(experiment) in TERMINAL_JOB_STATES:
             return False
         experiment.cancelled_at = timezone.now()
         experiment.pending = False

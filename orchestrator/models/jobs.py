@@ -10,7 +10,7 @@ from django.db import connection, models, transaction
 from django.urls import reverse
 
 from contracts import strategies
-from orchestrator.core import restarts
+from orchestrator.core import job_states, restarts
 from orchestrator.models.clusters import Cluster, Host
 
 # Django's choices for the names defined once in contracts/strategies.py.
@@ -38,7 +38,9 @@ class JobState(models.TextChoices):
     PREEMPTED = "preempted"
 
 
-TERMINAL_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT)
+# The final states, defined once in orchestrator/core/job_states.py (plain Python reads them there); each must be one of
+# these states (a name that is not raises here, at import).
+TERMINAL_JOB_STATES = tuple(JobState(state) for state in job_states.TERMINAL_JOB_STATES)
 
 
 # Which failures a job is restarted after (up to `max_restarts`): orchestrator/core/restarts.py.

@@ -18,12 +18,9 @@ credential, never travels through the channel layer.
 from __future__ import annotations
 
 import hashlib
-import logging
 from importlib import import_module
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model, load_backend
 from django.contrib.auth.signals import user_logged_out
@@ -34,9 +31,8 @@ from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 
+from orchestrator.metrics import live
 from orchestrator.models import Job
-
-log = logging.getLogger(__name__)
 
 SESSION_ENDED = "session.ended"  # handled by the consumer's `session_ended`: close at once
 ACCESS_CHANGED = "access.changed"  # handled by `access_changed`: check again
@@ -101,18 +97,8 @@ def may_watch(scope: dict[str, Any], job_id: int) -> bool:
 
 def _tell(group: str, kind: str, using: str | None = None) -> None:
     """After commit of the database the change was made in (the sockets read what was committed); a failure is
-    logged, the periodic check still acts."""
-
-    def send() -> None:
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        try:
-            async_to_sync(layer.group_send)(group, {"type": kind})
-        except Exception as exc:  # Redis away: the sockets check again within TFDASH_SOCKET_RECHECK_S
-            log.warning("could not tell the sockets of %s: %r", group, exc)
-
-    transaction.on_commit(send, using=using)
+    logged (Redis away: the sockets check again within TFDASH_SOCKET_RECHECK_S)."""
+    transaction.on_commit(lambda: live.send([(group, {"type": kind})], live.PUBLISH_TIMEOUT_S), using=using)
 
 
 @receiver(user_logged_out, dispatch_uid="tfdash-socket-signed-out")

@@ -1,4 +1,5 @@
-"""Pushing live frames to the browsers watching a job: one function, so every publisher goes through here.
+"""Pushing live frames to the browsers watching a job: one function (`send`), so every publisher goes through here
+(dashboard/access.py's word to a session's or a user's sockets too).
 
 What travels on a job's group: metric batches ("metrics", never one point each), host samples ("hosts"), a task's
 facts ("facts"), and two hints that carry no data: "job.changed" (the job or one of its tasks changed state) and
@@ -51,58 +52,68 @@ def _publisher_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
-def publish(job_id: int, frame: dict[str, Any]) -> None:
+def send(messages: list[tuple[str, dict[str, Any]]], wait_s: float | None) -> None:
+    """The one place anything is sent to the pages' sockets: each (group, message) on this process's publisher loop,
+    all concurrently. Waited for up to `wait_s` seconds, so what one caller sends leaves in the order it sent it; with
+    `wait_s` None not waited for (hints: no order holds between them). A failure is logged, never raised: the rows are
+    stored, and a page that missed a frame catches up when it reconnects."""
     layer = get_channel_layer()
-    if layer is None:
+    if layer is None or not messages:
         return
-    # The consumer's handler is `live_frame` (Channels maps "live.frame" to it).
-    message = {"type": "live.frame", "frame": frame}
-    future = asyncio.run_coroutine_threadsafe(layer.group_send(group_name(job_id), message), _publisher_loop())
+
+    async def send_all() -> list[BaseException]:
+        sends = [layer.group_send(group, message) for group, message in messages]
+        return [r for r in await asyncio.gather(*sends, return_exceptions=True) if isinstance(r, BaseException)]
+
+    future = asyncio.run_coroutine_threadsafe(send_all(), _publisher_loop())
+    if wait_s is None:
+        future.add_done_callback(lambda done: _log_failed(messages, done.result()))
+        return
     try:
-        # Waited for, so frames of one job leave in the order they were stored (pages drop ids below their cursor).
-        future.result(timeout=PUBLISH_TIMEOUT_S)
-    except Exception as exc:  # Redis down or slow: the data is stored; pages catch up from history
+        failed = future.result(timeout=wait_s)
+    except Exception as exc:  # Redis down or slow
         future.cancel()
-        log.warning("could not publish a %s frame for job %s: %r", frame.get("type"), job_id, exc)
+        failed = [exc]
+    _log_failed(messages, failed)
+
+
+def _log_failed(messages: list[tuple[str, dict[str, Any]]], failed: list[BaseException]) -> None:
+    if failed:
+        group, message = messages[0]
+        kind = message.get("frame", message).get("type")
+        log.warning(
+            "could not send %d of %d messages (a %s to %s first): %r",
+            len(failed),
+            len(messages),
+            kind,
+            group,
+            failed[0],
+        )
+
+
+def _frames(frames: list[tuple[int, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    # The consumer's handler is `live_frame` (Channels maps "live.frame" to it).
+    return [(group_name(job_id), {"type": "live.frame", "frame": frame}) for job_id, frame in frames]
+
+
+def publish(job_id: int, frame: dict[str, Any]) -> None:
+    """One frame to the job's pages, waited for, so frames of one job leave in the order they were stored (pages drop
+    ids below their cursor)."""
+    send(_frames([(job_id, frame)]), PUBLISH_TIMEOUT_S)
 
 
 def publish_each(frames: list[tuple[int, dict[str, Any]]]) -> None:
     """`publish` for frames of different jobs (at most one per job: the ingest's points of a batch), sent concurrently
     and waited for together, so the next batch's frames still leave after these (measured: 500 jobs' frames one by one
     were a quarter of the ingest's time at fleet size)."""
-    layer = get_channel_layer()
-    if layer is None or not frames:
-        return
-
-    async def send_all() -> list[Any]:
-        sends = [layer.group_send(group_name(job), {"type": "live.frame", "frame": frame}) for job, frame in frames]
-        return list(await asyncio.gather(*sends, return_exceptions=True))
-
-    future = asyncio.run_coroutine_threadsafe(send_all(), _publisher_loop())
-    try:
-        failed = [r for r in future.result(timeout=PUBLISH_TIMEOUT_S * 5) if isinstance(r, BaseException)]
-    except Exception as exc:  # Redis down or slow: the data is stored; pages catch up from history
-        future.cancel()
-        failed = [exc]
-    if failed:
-        log.warning("could not publish %d of %d frames: %r", len(failed), len(frames), failed[0])
+    send(_frames(frames), PUBLISH_TIMEOUT_S * 5)
 
 
 def publish_many(frames: list[tuple[int, dict[str, Any]]]) -> None:
     """Hints for many jobs at once (a scheduler pass starting 150 jobs), sent concurrently and not waited for: a hint
     carries no data, so no order holds between them, and the pass that sends them need not wait out the round trips.
     A failure is logged when the sends finish."""
-    layer = get_channel_layer()
-    if layer is None or not frames:
-        return
-
-    async def send_all() -> None:
-        sends = [layer.group_send(group_name(job), {"type": "live.frame", "frame": frame}) for job, frame in frames]
-        failed = [r for r in await asyncio.gather(*sends, return_exceptions=True) if isinstance(r, BaseException)]
-        if failed:  # as in publish: the rows are stored, pages catch up
-            log.warning("could not publish %d of %d frames: %r", len(failed), len(frames), failed[0])
-
-    asyncio.run_coroutine_threadsafe(send_all(), _publisher_loop())
+    send(_frames(frames), None)
 
 
 def jobs_changed(job_ids: list[int]) -> None:

@@ -24,6 +24,8 @@ from typing import Any
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from orchestrator.plumbing import after_commit
+
 log = logging.getLogger(__name__)
 
 JOB_CHANGED = "job.changed"
@@ -126,12 +128,12 @@ def jobs_changed(job_ids: list[int]) -> None:
 def job_changed(job_id: int, using: str | None = None) -> None:
     """Tell the job's pages, once the current transaction (on database `using`) commits, that its state or its tasks
     changed."""
-    _hint_after_commit(_Hint(job_id, JOB_CHANGED), using)
+    after_commit.once(_Hint(job_id, JOB_CHANGED), using)
 
 
 def logs_stored(job_id: int, using: str | None = None) -> None:
     """Tell the job's pages, once the current transaction commits, that one of its tasks has new log lines."""
-    _hint_after_commit(_Hint(job_id, LOGS_STORED), using)
+    after_commit.once(_Hint(job_id, LOGS_STORED), using)
 
 
 @dataclass(frozen=True)
@@ -144,13 +146,3 @@ class _Hint:
 
     def __call__(self) -> None:
         publish(self.job_id, {"type": self.kind})
-
-
-def _hint_after_commit(hint: _Hint, using: str | None) -> None:
-    connection = transaction.get_connection(using)
-    # A hint already queued in this transaction covers this change too: it is sent after the same commit. Django
-    # drops a queued callback with the savepoint it was queued in when that savepoint rolls back, so a hint is never
-    # skipped for one that will not be sent.
-    if connection.in_atomic_block and any(hint == queued for _sids, queued, _robust in connection.run_on_commit):
-        return
-    transaction.on_commit(hint, using=using)

@@ -11,10 +11,9 @@ from functools import lru_cache
 
 import redis
 from django.conf import settings
-from django.db import transaction
 
 from contracts.protocol import SCHEDULER_QUEUE
-from orchestrator.plumbing import broker_sends
+from orchestrator.plumbing import after_commit, broker_sends
 from orchestrator.plumbing.broker_sends import BROKER_ERRORS
 
 SCHEDULE = "orchestrator.schedule"
@@ -96,10 +95,5 @@ class _Ask:
 def schedule_after_commit(cluster_id: int) -> None:
     """Ask for a pass once the current transaction commits: the pass must see the rows this one wrote. One ask per
     cluster and transaction (1,000 jobs submitted together ask once, not 1,000 times): an ask already queued in this
-    transaction is sent after the same commit (Django drops a queued callback with a savepoint that rolls back, so
-    an ask is never skipped for one that will not be sent)."""
-    ask = _Ask(cluster_id)
-    connection = transaction.get_connection()
-    if connection.in_atomic_block and any(ask == queued for _sids, queued, _robust in connection.run_on_commit):
-        return
-    transaction.on_commit(ask)
+    transaction is sent after the same commit (plumbing/after_commit.py)."""
+    after_commit.once(_Ask(cluster_id))

@@ -4,6 +4,10 @@ the module that owns the logic; domain code asks for a scheduler pass by name (o
 At least once, applied once: messages are acknowledged after the handler returns (settings: acks_late,
 reject_on_worker_lost); a handler that meets a database or broker outage is retried with backoff; every handler is
 idempotent. A restarted orchestrator first takes back what a dead one had taken and not acknowledged (`_redeliver`).
+
+What hosts send never travels here: every orchestrator worker reads the hosts' streams and applies what it reads
+(hello and task events: orchestrator/agents/intake.py; heartbeats: orchestrator/agents/heartbeats.py; the metric
+traffic: the ingest, orchestrator/metrics/stream.py).
 """
 
 from __future__ import annotations
@@ -12,17 +16,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import kombu.exceptions
-import kombu.utils.json
 import redis
 from celery.exceptions import Reject
 from celery.signals import worker_ready, worker_shutting_down
 from django.conf import settings
 from django.db import close_old_connections
 
-from contracts.protocol import AGENT_HELLO, ORCHESTRATOR_QUEUE, SCHEDULER_QUEUE, TASK_EVENT
-from kombu_redis import transport
-from orchestrator.agents import events, heartbeats, liveness, relay, reports
+from contracts.protocol import ORCHESTRATOR_QUEUE, SCHEDULER_QUEUE
+from kombu_redis import redeliver, transport
+from orchestrator.agents import heartbeats, intake, liveness
 from orchestrator.experiments import actions as experiments
 from orchestrator.identity import broker_users
 from orchestrator.jobs import dispatch, lifecycle
@@ -70,30 +72,6 @@ def entry(name: str) -> Callable[[Callable[..., None]], Any]:
         )(run)
 
     return register
-
-
-@entry(AGENT_HELLO)
-def agent_hello(payload: Any) -> None:
-    reports.handle_report(payload, hello=True)
-
-
-@entry(TASK_EVENT)
-def task_event(payload: Any) -> None:
-    events.handle_task_event(payload)
-
-
-@entry(events.TASK_EVENTS)
-def task_events(payloads: Any) -> None:
-    """Task events the relay handed on together (orchestrator/agents/relay.py)."""
-    if not isinstance(payloads, list):
-        log.warning("ignored a task events message that is not a list")
-        return
-    events.handle_task_events(payloads[: events.MAX_BATCH])
-
-
-# The hello and task events reach this queue from the hosts' events streams (orchestrator/agents/relay.py);
-# heartbeats and the metric traffic never travel as Celery messages (orchestrator/agents/heartbeats.py,
-# orchestrator/metrics/stream.py).
 
 
 @entry(dispatch.LAUNCH)
@@ -156,9 +134,10 @@ def consumed_queues() -> set[str]:
 
 @worker_ready.connect
 def _read_hosts_streams(sender: Any = None, **_: Any) -> None:
-    """Every orchestrator worker reads the hosts' heartbeat and events streams too (orchestrator/agents/heartbeats.py,
-    orchestrator/agents/relay.py), as a consumer named after the worker, and first sets up the hosts' broker users
-    (a Redis that restarted without them lets no agent in until then)."""
+    """Every orchestrator worker reads the hosts' heartbeat and events streams too, one thread each, and applies what
+    it reads there (orchestrator/agents/heartbeats.py, orchestrator/agents/intake.py), as a consumer named after the
+    worker, and first sets up the hosts' broker users (a Redis that restarted without them lets no agent in until
+    then)."""
     if ORCHESTRATOR_QUEUE not in consumed_queues():
         return
     try:
@@ -167,7 +146,7 @@ def _read_hosts_streams(sender: Any = None, **_: Any) -> None:
         log.warning("broker users not synced at start (the watchdog will): %s", exc)
     client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5)
     name = str(getattr(sender, "hostname", None) or app.conf.get("worker_name") or "orchestrator")
-    for stop in (heartbeats.start_reader(client, name), relay.start_reader(client, name)):
+    for stop in (heartbeats.start_reader(client, name), intake.start_reader(client, name)):
         worker_shutting_down.connect(lambda stop=stop, **_: stop.set(), weak=False)
 
 
@@ -179,20 +158,7 @@ def _redeliver(sender: Any = None, **_: Any) -> None:
     (every handler is idempotent)."""
     mine = {ORCHESTRATOR_QUEUE, SCHEDULER_QUEUE} & consumed_queues()
     with app.connection_for_write() as conn:
-        channel = conn.default_channel
-        qos = getattr(channel, "qos", None)
-        if qos is None or not hasattr(qos, "restore_by_tag"):  # not the Redis transport
-            return
-        client = channel.client
-        restored = 0
-        for tag, raw in client.hgetall(qos.unacked_key).items():
-            try:
-                _message, _exchange, routing_key = kombu.utils.json.loads(raw)
-            except (ValueError, TypeError):
-                continue
-            if routing_key in mine:
-                qos.restore_by_tag(tag, client)
-                restored += 1
-        if restored:
-            log.warning("took back %d message(s) of %s a previous worker had not acknowledged", restored,
-                        ", ".join(sorted(mine)))  # fmt: skip
+        restored = redeliver.restore_unacked(conn, mine)
+    if restored:
+        log.warning("took back %d message(s) of %s a previous worker had not acknowledged", restored,
+                    ", ".join(sorted(mine)))  # fmt: skip

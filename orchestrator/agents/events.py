@@ -4,10 +4,11 @@ A task event is applied with its job row locked (then the task's), the order eve
 at most once: it carries the agent's event number, and the task keeps the newest number it applied. A host speaks only
 for its own tasks: an event naming another host's task is dropped, logged and counted (identity/foreign.py).
 
-The relay hands events on in batches (`TASK_EVENTS`, orchestrator/agents/relay.py): authenticated in one round trip,
-then applied job by job, all of one job's events in one transaction under one lock of its row. A gang's events arrive
-together (its tasks start, listen and end at about the same time): one at a time, each waited on the lock the others
-held (the scale bench's orchestrator spent half its event time there) and asked for a scheduler pass of its own.
+The intake applies events in batches as it reads them from the hosts' streams (orchestrator/agents/intake.py):
+authenticated in one round trip, then applied job by job, all of one job's events in one transaction under one lock
+of its row. A gang's events arrive together (its tasks start, listen and end at about the same time): one at a time,
+each waited on the lock the others held (the scale bench's orchestrator spent half its event time there) and asked
+for a scheduler pass of its own.
 """
 
 from __future__ import annotations
@@ -38,9 +39,8 @@ REPLAYED = "task_events_replayed"
 FAILED = "task_events_failed"  # a job's events whose handler raised (a bug): logged with its traceback, not retried
 _EVENT_FIELDS = {f.name for f in fields(TaskEvent)}
 
-TASK_EVENTS = "orchestrator.task_events"  # the Celery entry point of a batch (orchestrator/tasks.py)
-# Events per batch message: large enough that a gang's events travel together, small enough that a burst read at
-# once (the relay reads up to 500) is shared among the orchestrator's worker threads.
+# Events per batch, in the order read: large enough that a gang's events go together (one lock of its job); a read of
+# up to 500 (orchestrator/agents/intake.py) is applied as several, each authenticated in one round trip.
 MAX_BATCH = 50
 
 

@@ -26,8 +26,9 @@ FACTS_OUTDATED = "host_facts_outdated"
 
 
 def handle_report(payload: Any, *, hello: bool) -> bool:
-    """Process a hello, or a heartbeat sent as a Celery message (an agent before heartbeats had a stream of their
-    own: orchestrator/agents/heartbeats.py); returns True when it was accepted."""
+    """Process a hello (as the intake reads it from its host's events stream: orchestrator/agents/intake.py), or one
+    heartbeat alone (the heartbeat streams' reader applies them in batches: orchestrator/agents/heartbeats.py);
+    returns True when it was accepted. An outage raises before its nonce is remembered, so it is applied again."""
     accepted = authenticate(payload, AGENT_HELLO if hello else AGENT_HEARTBEAT)
     if accepted is None:
         return False

@@ -1,6 +1,6 @@
 """The one reader of the hosts' Redis Streams: group set-up, claiming what a dead reader left, bounded reads, the
-handler, acknowledgement after it returned, dead letters and backoff. The heartbeats, the events relay and the metric
-ingest each run one with a handler of their own.
+handler, acknowledgement after it returned, dead letters and backoff. The heartbeats, the events intake (hello and
+task events) and the metric ingest each run one with a handler of their own.
 
 Every host adds to streams of its own (contracts/broker.py), so a reader reads one kind of stream of every host: its
 host list comes from the database, refreshed every few seconds, and a stream or group that does not exist yet (a new
@@ -19,13 +19,13 @@ one XREADGROUP at a time, and nothing over its bound ever leaves Redis. The agen
 contracts/publish_limits.py, and Redis's `maxmemory` what all of them may.)
 
 At least once: an entry is acknowledged (and deleted) only after the handler returned, in one transaction with the
-dead letters of its batch. A handler that meets an outage (a database, Redis or broker error) is given the same batch
-again after a backoff, without reading it again: a delivery is counted only when a reader died on its batch (or the
-handler raised anything else), so an outage never dead-letters anything. A reader that starts again reads its
-pending entries first; entries delivered twice already are read one at a time, so the one that kills the reader is
-the only one set aside. A handler returns the entries it could not use, with the reason: those are dead-lettered. A
-reader whose process died leaves its pending entries to be claimed by another reader of the same group after
-`claim_idle_ms` (when set).
+dead letters of its batch. A handler that meets an outage (orchestrator/plumbing/outages.py: the database, Redis or
+the broker away, a lock not had in time) is given the same batch again after a backoff, without reading it again:
+a delivery is counted only when a reader died on its batch (or the handler raised anything else), so an outage never
+dead-letters anything. A reader that starts again reads its pending entries first; entries delivered twice already
+are read one at a time, so the one that kills the reader is the only one set aside. A handler returns the entries it
+could not use, with the reason: those are dead-lettered. A reader whose process died leaves its pending entries to be
+claimed by another reader of the same group after `claim_idle_ms` (when set).
 """
 
 from __future__ import annotations
@@ -46,6 +46,11 @@ from contracts import broker, signing
 from contracts.protocol import MAX_ARTIFACT_ENTRY_BYTES, MAX_ENTRY_BYTES, TASK_ARTIFACT, read_stream_entry
 from contracts.publish_limits import READ_BYTES_BUDGET
 from orchestrator.plumbing import counters, stream_scripts
+from orchestrator.plumbing.outages import TRANSIENT
+
+# The database's part of the outages waited out with the same batch (a lock not had in time is one too); any other
+# database error is a bug or bad input, counted against the batch's entries like any other failure.
+DATABASE_OUTAGES = tuple(kind for kind in TRANSIENT if issubclass(kind, DatabaseError))
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +168,7 @@ class StreamReader:
                 continue
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 log.warning("%s reader: Redis unavailable (%s); retrying in %.2f s", self.kind, exc, backoff)
-            except DatabaseError as exc:
+            except DATABASE_OUTAGES as exc:
                 # Nothing was acknowledged: the same batch is handed over again once the database is back.
                 log.warning("%s reader: database unavailable (%s); retrying in %.2f s", self.kind, exc, backoff)
                 connection.close()
@@ -172,10 +177,12 @@ class StreamReader:
             except redis.ResponseError as exc:
                 self._unfinished = None
                 log.warning("%s reader: Redis refused a command (%s); retrying in %.2f s", self.kind, exc, backoff)
-            except Exception:
-                # Not an outage: the batch is read again, and counted, as after a crash (an entry that always fails
-                # this way is set aside after max_deliveries).
+            except Exception as exc:
+                # Not an outage (orchestrator/plumbing/outages.py): the batch is read again, and counted, as after a
+                # crash (an entry that always fails this way is set aside after max_deliveries).
                 self._unfinished = None
+                if isinstance(exc, DatabaseError):
+                    connection.close()
                 log.exception("%s reader failed; retrying in %.2f s", self.kind, backoff)
             backlog = True
             stop.wait(backoff)

@@ -1,9 +1,11 @@
 """Agent events reach the job however the orchestrator fares: a real orchestrator (Celery worker) on a private Redis
-and the isolated test database, events published as an agent publishes them.
+and the isolated test database, events published as an agent publishes them (entries of its host's events stream, read
+and applied by the worker's intake: orchestrator/agents/intake.py).
 
-- SIGKILLed while it holds events it has taken but not finished: they are not lost, and a restarted orchestrator takes
-  them back at once (not after the broker's visibility timeout, which is set to an hour here to prove it);
-- a handler that meets a database error (a lock it cannot get in time) is retried with backoff and applied once;
+- SIGKILLed while it holds events it has read but not applied: they are not lost, and a restarted orchestrator reads
+  them again at once, as the same consumer (not after another reader's claim, 30 s);
+- an event whose handling meets a database error (a lock it cannot get in time) stays pending, is handed over again
+  with backoff and applied once;
 - the same event delivered again changes nothing;
 - an agent SIGKILLed after its task exited, whose EXITED event was lost on the broker, reports the recorded exit
   from its workdir when it comes back, and the task ends with its real exit code.
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import sys
 import time
 from collections.abc import Iterator
@@ -29,15 +30,18 @@ from contracts import broker
 from contracts.broker import without_credentials
 from contracts.protocol import (
     AGENT_LAUNCH,
-    ORCHESTRATOR_QUEUE,
+    EVENTS_GROUP,
     TASK_EVENT,
     TaskEvent,
     TaskEventKind,
     agent_queue,
+    stream_entry,
 )
+from orchestrator.agents import intake
 from orchestrator.identity import tokens
 from orchestrator.jobs import dispatch
 from orchestrator.models import Cluster, Host, HostStatus, Job, JobState, Script, Task, TaskState
+from orchestrator.plumbing import streams
 from tests.orchestrator.test_redis_restart import (  # noqa: F401 - the fixtures are used by name
     DB,
     Deployment,
@@ -70,14 +74,25 @@ def running_job() -> Iterator[tuple[Job, Task, str]]:
 
 
 def _publish_exit(redis_url: str, host: str, token: str, task: Task, code: int, seq: int = 0) -> None:
-    """What an agent's outbox sends when the task's process exits."""
-    app = Celery("delivery-test", broker=redis_url, set_as_current=False)
+    """What an agent's outbox sends when the task's process exits: an entry of its host's events stream."""
     event = TaskEvent(
         task_id=task.pk, attempt=task.attempt, kind=TaskEventKind.EXITED, pid=4242, exit_code=code, seq=seq
     )
     envelope = sealed(host, token, TASK_EVENT, asdict(event))
-    app.send_task(TASK_EVENT, args=[envelope], queue=ORCHESTRATOR_QUEUE)
-    app.close()
+    client = redis.Redis.from_url(redis_url)
+    client.xadd(broker.stream(host, broker.EVENTS), stream_entry(TASK_EVENT, envelope))
+    client.close()
+
+
+def _pending(redis_url: str, host: str) -> int:
+    """The host's events read by a reader and not acknowledged."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return int(client.xpending(broker.stream(host, broker.EVENTS), EVENTS_GROUP)["pending"])
+    except redis.ResponseError:  # no group yet: nothing read
+        return 0
+    finally:
+        client.close()
 
 
 def _holding_the_job_row(job: Job) -> transaction.Atomic:
@@ -104,15 +119,14 @@ def test_events_taken_by_a_killed_orchestrator_are_applied_at_once_by_the_next(
     running_job: tuple[Job, Task, str],
 ) -> None:
     job, task, token = running_job
-    # An hour: were the events left to the broker's visibility timeout, this test would time out.
-    _start_orchestrator(deployment, TFDASH_REDELIVER_AFTER_S="3600", TFDASH_DB_LOCK_TIMEOUT_MS="120000")
-    client = redis.Redis.from_url(deployment.redis_url)
+    _start_orchestrator(deployment, TFDASH_DB_LOCK_TIMEOUT_MS="120000")
     lock = _holding_the_job_row(job)
     try:
         _publish_exit(deployment.redis_url, "delivery-0", token, task, code=0)
-        # Taken (unacknowledged) and stuck on the lock: that is the moment a crash costs an event without acks_late.
-        wait_until(lambda: TASK_EVENT.encode() in b"".join(client.hvals("unacked")), 30,
-                   what="the event taken by the orchestrator")  # fmt: skip
+        # Read (unacknowledged) and stuck on the lock: that is the moment a crash costs an event that was acknowledged
+        # before it was applied.
+        wait_until(lambda: _pending(deployment.redis_url, "delivery-0") == 1, 30,
+                   what="the event read by the orchestrator")  # fmt: skip
         deployment.kill("orchestrator")
     finally:
         _release(lock)
@@ -125,9 +139,11 @@ def test_events_taken_by_a_killed_orchestrator_are_applied_at_once_by_the_next(
     job.refresh_from_db(using=DB)
     task.refresh_from_db(using=DB)
     assert (job.state, task.state, task.exit_code) == (JobState.SUCCEEDED, TaskState.SUCCEEDED, 0), job.reason
-    # The watchdog's ticks waited on the same lock and come back with it.
-    assert re.search(r"took back \d+ message\(s\) of orchestrator", deployment.output("orchestrator"))
-    print(f"delivery: the exit taken by the killed orchestrator was applied {took_s:.1f} s after the restart")
+    # Read again by the restarted worker (the same consumer, its own pending entries first), not claimed by another
+    # reader once idle for intake.CLAIM_IDLE_MS; and acknowledged once applied.
+    assert took_s < intake.CLAIM_IDLE_MS / 1000, took_s
+    wait_until(lambda: _pending(deployment.redis_url, "delivery-0") == 0, 30, what="the event acknowledged")
+    print(f"delivery: the exit read by the killed orchestrator was applied {took_s:.1f} s after the restart")
 
 
 def test_an_event_whose_handler_meets_a_database_error_is_retried_and_applied_once(
@@ -135,13 +151,16 @@ def test_an_event_whose_handler_meets_a_database_error_is_retried_and_applied_on
     running_job: tuple[Job, Task, str],
 ) -> None:
     job, task, token = running_job
-    # The handler gives up waiting for the lock after 0.5 s (an OperationalError), and is retried with backoff.
+    # The handling gives up waiting for the lock after 0.5 s (an OperationalError): the reader keeps the entry and
+    # hands it over again with backoff.
     _start_orchestrator(deployment, TFDASH_DB_LOCK_TIMEOUT_MS="500")
     lock = _holding_the_job_row(job)
     try:
         _publish_exit(deployment.redis_url, "delivery-0", token, task, code=3)
-        wait_until(lambda: f"{TASK_EVENT} met" in deployment.output("orchestrator"), 30,
-                   what="the handler to fail on the lock")  # fmt: skip
+        wait_until(lambda: deployment.output("orchestrator").count("events reader: database unavailable") >= 3, 30,
+                   what="the handling to fail on the lock, again and again")  # fmt: skip
+        assert _pending(deployment.redis_url, "delivery-0") == 1  # not acknowledged, nor dead-lettered
+        assert Task.objects.using(DB).get(pk=task.pk).state == TaskState.RUNNING
     finally:
         _release(lock)
     wait_until(lambda: Job.objects.using(DB).get(pk=job.pk).is_terminal, 60, what="the exit applied after the retry")
@@ -150,6 +169,10 @@ def test_an_event_whose_handler_meets_a_database_error_is_retried_and_applied_on
     assert (job.state, task.state, task.exit_code) == (JobState.FAILED, TaskState.FAILED, 3)
     assert job.reason == f"{task.label} exited with code 3"
     assert "lock timeout" in deployment.output("orchestrator")
+    wait_until(lambda: _pending(deployment.redis_url, "delivery-0") == 0, 30, what="the event acknowledged")
+    client = redis.Redis.from_url(deployment.redis_url)
+    assert not client.xrange(streams.dead_letter_stream(broker.EVENTS))  # an outage dead-letters nothing
+    assert "replayed exited" not in deployment.output("orchestrator")  # applied once
 
 
 def test_the_same_event_delivered_twice_changes_nothing(
@@ -160,7 +183,7 @@ def test_the_same_event_delivered_twice_changes_nothing(
     Job.objects.using(DB).filter(pk=job.pk).update(max_restarts=5)  # a killed worker is retryable: one restart
     _start_orchestrator(deployment)
 
-    for _ in range(3):  # the broker redelivers it, or the agent's outbox sent it twice across a reconnect
+    for _ in range(3):  # read again after a crash, or the agent's outbox sent it twice across a reconnect
         _publish_exit(deployment.redis_url, "delivery-0", token, task, code=-9, seq=77)
     wait_until(lambda: deployment.output("orchestrator").count(f"replayed exited of task {task.pk} ignored") == 2,
                60, what="both repeats handled")  # fmt: skip

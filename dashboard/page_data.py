@@ -19,7 +19,7 @@ from contracts.run_config import RunConfig, train_examples
 from orchestrator import limits
 from orchestrator.metrics import drops
 from orchestrator.models import Cluster, Host, HostSample, HostStatus, Job, Task
-from orchestrator.scheduler import fleet_state, scheduling
+from orchestrator.scheduler import fleet_state, queue_view
 
 # A sample older than this many heartbeat timeouts is not "live" load any more (the agent stopped sampling).
 SAMPLE_FRESH_TIMEOUTS = 2.0
@@ -144,7 +144,7 @@ def job_parts(job: Job) -> dict[str, Any]:
     run = run_facts(job)
     has_metrics = job.metric_points.exists()
     ran = any(t.started_at for t in tasks)
-    ahead, head = scheduling.queue_place(job)
+    ahead, head = queue_view.queue_place(job)
     return {
         # A waiting job's place: how many wait ahead of it, and why the first of them does not start.
         "queue_ahead": ahead,

@@ -26,7 +26,7 @@ from orchestrator import limits
 from orchestrator.core.verdict import is_baseline
 from orchestrator.jobs import lifecycle
 from orchestrator.models import TERMINAL_JOB_STATES, Experiment, ExperimentMode, Job, JobState, Script
-from orchestrator.scheduler import scheduling
+from orchestrator.scheduler import job_plans
 from orchestrator.submit import job_fields, submission
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ def create(
     if mode == ExperimentMode.PARALLEL:
         # Side by side only where the cluster has room for every variant at once (else they would run one after
         # another anyway, behind each other in the queue, and say nothing of it).
-        crowded = scheduling.fits_together([_probe(base, v) for v in variants], base.cluster)
+        crowded = job_plans.fits_together([_probe(base, v) for v in variants], base.cluster)
         if crowded:
             raise ExperimentInvalid(
                 [

@@ -14,7 +14,7 @@ from django.db import transaction
 
 from orchestrator.models import Cluster, Job, JobEvent, PriorityClass
 from orchestrator.plumbing import pass_requests as passes
-from orchestrator.scheduler import class_rights, scheduling
+from orchestrator.scheduler import class_rights, fleet_state, job_plans, queueing
 
 
 class QueueActionRefused(Exception):
@@ -23,7 +23,7 @@ class QueueActionRefused(Exception):
 
 def rows(cluster: Cluster, user: Any) -> list[dict[str, Any]]:
     out = []
-    for position, job in enumerate(scheduling.ordered_queue(cluster), start=1):
+    for position, job in enumerate(ordered_queue(cluster), start=1):
         mine = user.is_staff or job.owner_id == user.pk
         out.append(
             {
@@ -37,7 +37,7 @@ def rows(cluster: Cluster, user: Any) -> list[dict[str, Any]]:
                 "strategy": job.strategy,
                 "workers": job.workers,
                 "ps": job.ps,
-                "devices": scheduling.placement_needs(job),
+                "devices": job_plans.placement_needs(job),
                 "time_limit_s": job.time_limit_s,
                 "reason": job.reason if mine else "",
                 "expected_start": job.expected_start,
@@ -51,7 +51,7 @@ def rows(cluster: Cluster, user: Any) -> list[dict[str, Any]]:
 
 def _waiting(job_id: int) -> Job:
     job = Job.objects.select_for_update().get(pk=job_id)
-    if job.state not in scheduling.WAITING_STATES:
+    if job.state not in queueing.WAITING_STATES:
         raise QueueActionRefused(
             f"Job #{job.pk} is {job.state}: only a waiting job can be held, released or reprioritised."
         )
@@ -100,3 +100,23 @@ def priority_story(before: str, to: PriorityClass, owner: Any, by: str) -> str:
     """The history line of a class change; it says when staff lifted a job above its owner's own right."""
     beyond = "" if class_rights.may_use(to, owner) else f" (beyond {owner.get_username()}'s own right)"
     return f"priority {before} -> {to.name} by {by}{beyond}"
+
+
+def ordered_queue(cluster: Cluster) -> list[Job]:
+    """The cluster's waiting jobs in the order a pass walks them (the queue view, a job page's place)."""
+    waiting = queueing.queued(cluster.pk)
+    classes, default_value = queueing.class_values()
+    share = queueing.shares(cluster, (job.owner_id for job in waiting), fleet_state.usage(cluster.pk))
+    queueing.sort_queue(waiting, classes, default_value, share, job_plans.placement_needs)
+    rows = Job.objects.select_related("owner", "priority_class").in_bulk([job.pk for job in waiting])
+    return [rows[job.pk] for job in waiting if job.pk in rows]
+
+
+def queue_place(job: Job) -> tuple[int, Job | None]:
+    """How many jobs wait ahead of a waiting `job` on its cluster, and the first of them (None when it is first or not
+    waiting): the job page says so."""
+    if job.state not in queueing.WAITING_STATES:
+        return 0, None
+    queue = ordered_queue(job.cluster)
+    ahead = next((i for i, other in enumerate(queue) if other.pk == job.pk), 0)
+    return ahead, (queue[0] if ahead else None)

@@ -60,7 +60,7 @@ def assign(cluster_id: int, job_ids: Collection[int], live: Collection[int]) -> 
     taken_from = [stale[slot] for slot in given.values() if slot in stale]
     if taken_from:
         Job.objects.filter(pk__in=taken_from).update(task_uid_slot=None)
-    # One statement for the pass's jobs, as the pass writes its other columns (scheduling._start).
+    # One statement for the pass's jobs, as the pass writes its other columns (orchestrator/scheduler/starts.py).
     values = ", ".join(["(%s, %s)"] * len(given))
     with connection.cursor() as cursor:
         cursor.execute(

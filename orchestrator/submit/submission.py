@@ -27,7 +27,7 @@ from orchestrator.models import TERMINAL_JOB_STATES, Cluster, Host, Job, Program
 from orchestrator.models.environments import default_environment
 from orchestrator.models.validators import parse_labels
 from orchestrator.plumbing import pass_requests as passes
-from orchestrator.scheduler import fleet_state, queueing, scheduling
+from orchestrator.scheduler import fleet_state, job_plans, queueing
 from orchestrator.submit import job_fields
 
 MAX_ARGS_CHARS = 4000
@@ -186,12 +186,12 @@ def validate(job: Job, upload: Upload | None, *, require_program: bool = True) -
     if errors:
         raise JobInvalid(errors)
 
-    shape = scheduling.job_shape(job)
+    shape = job_plans.job_shape(job)
     shape_errors = validate_shape(shape)
     if shape_errors:
         errors += shape_errors
         raise JobInvalid(errors)
-    ever = scheduling.plan_on_empty_cluster(job)
+    ever = job_plans.plan_on_empty_cluster(job)
     if isinstance(ever, placement.Unplaceable):
         add("non_field_errors", f"This job can never run on cluster {job.cluster.name}: {ever.reason}.")
         raise JobInvalid(errors)
@@ -279,12 +279,12 @@ def _check_active_jobs(owner_id: int) -> None:
 def describe_plan(job: Job) -> dict[str, Any]:
     """The placement and every task's TF_CONFIG the job would get, computed against the cluster as it is now, or
     against the idle cluster when it does not fit now (then `fits_now` is false and `reason` says why)."""
-    now = scheduling.plan(job)
+    now = job_plans.plan(job)
     fits_now = isinstance(now, placement.Placement)
-    where = now if fits_now else scheduling.plan_on_empty_cluster(job)
+    where = now if fits_now else job_plans.plan_on_empty_cluster(job)
     if isinstance(where, placement.Unplaceable):
         return {"fits_now": False, "reason": where.reason, "tasks": []}
-    configs = scheduling.tf_configs(job, where)
+    configs = job_plans.tf_configs(job, where)
     return {
         "fits_now": fits_now,
         "reason": "" if fits_now else now.reason,  # type: ignore[union-attr]

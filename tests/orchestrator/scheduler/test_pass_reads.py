@@ -9,7 +9,7 @@ from django.db import connection
 from django.utils import timezone
 
 from orchestrator.models import Job, JobState, PriorityClass, Task
-from orchestrator.scheduler import scheduling
+from orchestrator.scheduler import scheduling, waiting_reasons
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -63,7 +63,7 @@ def test_a_reason_is_written_when_it_changes_and_only_then(alice, settings, monk
     mirrored(alice, host, 1, "reserved for")
     waits = mirrored(alice, host, 1, "waits its turn")
     scheduling.schedule_cluster(host.cluster_id)
-    assert Job.objects.get(pk=waits.pk).reason == scheduling.WAITING_UNRESERVED
+    assert Job.objects.get(pk=waits.pk).reason == waiting_reasons.WAITING_UNRESERVED
     version = row_version(waits)
 
     scheduling.schedule_cluster(host.cluster_id)  # nothing changed: nothing written
@@ -72,7 +72,7 @@ def test_a_reason_is_written_when_it_changes_and_only_then(alice, settings, monk
     # A reason that is not the pass's (staff wrote one, an older release said it otherwise) is written over.
     Job.objects.filter(pk=waits.pk).update(reason="réservé — 予約 ✓")
     scheduling.schedule_cluster(host.cluster_id)
-    assert Job.objects.get(pk=waits.pk).reason == scheduling.WAITING_UNRESERVED
+    assert Job.objects.get(pk=waits.pk).reason == waiting_reasons.WAITING_UNRESERVED
 
 
 def test_a_gang_still_stopping_keeps_its_reason_and_loses_its_planned_start(alice):

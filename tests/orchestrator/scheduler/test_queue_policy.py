@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from orchestrator.jobs import lifecycle
 from orchestrator.models import Job, JobEvent, JobState, MetricPoint, PriorityClass, Quota, Task, TaskState
-from orchestrator.scheduler import scheduling
+from orchestrator.scheduler import scheduling, waiting_reasons
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -60,7 +60,7 @@ def test_a_higher_class_goes_first_and_a_held_job_waits_until_released(alice, bo
     Job.objects.filter(pk=high.pk).update(state=JobState.SUCCEEDED)
     scheduling.schedule_cluster(host.cluster_id)
     held = Job.objects.get(pk=normal.pk)
-    assert held.state == JobState.QUEUED and held.reason == scheduling.HELD
+    assert held.state == JobState.QUEUED and held.reason == waiting_reasons.HELD
     Job.objects.filter(pk=normal.pk).update(held=False)
     scheduling.schedule_cluster(host.cluster_id)
     assert states(normal) == [JobState.STARTING]

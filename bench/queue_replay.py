@@ -35,13 +35,17 @@ sys.path.insert(0, str(ROOT))
 from scale import DURATION, drawn_limit, job_mix, true_run_time  # noqa: E402 - bench/scale.py (a script's folder is on its path)
 
 from contracts.strategies import Strategy  # noqa: E402
-from orchestrator.core import backfill, backfill_terms, placement  # noqa: E402
+from orchestrator.core import backfill, backfill_terms, placement, scheduler_policy  # noqa: E402
 from orchestrator.core.assignment import Packing  # noqa: E402
 from orchestrator.core.hosts import HostState  # noqa: E402
 from orchestrator.core.placement import Placement  # noqa: E402
 from orchestrator.core.shapes import JobShape  # noqa: E402
 
-DEPTHS = {"fifo": 1, "backfill": 8, "easy": 1}
+# The product's policies (orchestrator/core/scheduler_policy.py), and `easy`: backfill reserving for the head only.
+POLICIES = {
+    **scheduler_policy.POLICIES,
+    "easy": dataclasses.replace(scheduler_policy.POLICIES["backfill"], name="easy", depth=1),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +120,7 @@ def replay(
         planner = backfill.Planner(
             states,
             [backfill_terms.Running(pk, end, backfill_terms.devices_of(where)) for pk, (end, where) in running.items()],
-            now=now, depth=DEPTHS[policy], take=placement.take, previous=reservations, packing=packing,
+            now=now, depth=POLICIES[policy].reservations(), take=placement.take, previous=reservations, packing=packing,
         )  # fmt: skip
         waiting = []
         for n, (job_id, shape, runs, limit) in enumerate(queue):
@@ -128,7 +132,7 @@ def replay(
                 heapq.heappush(ends, (now + lag.launch + runs + lag.release, job_id))
                 continue
             waiting.append(queue[n])
-            if policy == "fifo" and job_id not in planner.outcome.never:
+            if POLICIES[policy].holds_back and job_id not in planner.outcome.never:
                 waiting.extend(queue[n + 1 :])
                 break
         planner.finish(plan_all=True)
@@ -189,7 +193,7 @@ def main() -> int:
                 r = replay(seed, policy, packing, hosts=args.hosts, jobs=args.jobs, window=window,
                            duration=tuple(args.duration), lag=lag)  # fmt: skip
                 late, reserved = r["reserved late / reserved"]
-                broken += late if policy != "fifo" else 0
+                broken += late if not POLICIES[policy].holds_back else 0
                 print(f"{seed:<5} {policy:<9} {packing.value:<8} {r['finished']:>8}  {r['util %']:>6.1f}  "
                       f"{r['util while waiting %']:>20.1f}  {r['queue non-empty s']:>17.1f}  "
                       f"{r['wait mean s']:>11.1f}  {f'{late} / {reserved}':>24}  {time.monotonic() - began:>8.1f}",

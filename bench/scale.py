@@ -60,6 +60,8 @@ sys.path.insert(0, str(ROOT))
 
 from stack import SCHEDULER_NICE, Stack, with_retry  # noqa: E402 - bench/stack.py (a script's folder is on its path)
 
+from orchestrator.core.scheduler_policy import DEFAULT_POLICY, POLICIES  # noqa: E402
+
 PY = sys.executable
 PORTS_PER_HOST = 100
 DURATION = (20.0, 60.0)  # the true run times drawn by default, s (--duration)
@@ -627,7 +629,7 @@ def main() -> int:
         "a figure: strict FIFO holds small jobs behind a wide one while the fleet drains for it",
     )
     parser.add_argument("--orchestrators", type=int, default=1, help="orchestrator workers on the one queue")
-    parser.add_argument("--policy", choices=("backfill", "fifo"), default="backfill", help="the scheduler's policy")
+    parser.add_argument("--policy", choices=tuple(POLICIES), default=DEFAULT_POLICY, help="the scheduler's policy")
     parser.add_argument("--packing", choices=("spread", "pack"), default="spread", help="the cluster's packing")
     parser.add_argument("--schedule-interval", type=float, help="TFDASH_SCHEDULE_INTERVAL_S (default: as shipped)")
     parser.add_argument("--scheduler-shared", action="store_true",

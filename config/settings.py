@@ -15,6 +15,7 @@ import dj_database_url
 from config.env import EnvError, env_bool, env_float, env_int, env_list, env_str
 from contracts.protocol import WEBHOOKS_QUEUE
 from kombu_redis.transport import TRANSPORT
+from orchestrator.core import scheduler_policy
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("TFDASH_VAR_DIR", str(BASE_DIR / "var")))
@@ -270,10 +271,13 @@ TFDASH_EXIT_LINES_WAIT_S = env_float("TFDASH_EXIT_LINES_WAIT_S", 30.0)
 # The scheduler (orchestrator/scheduler/scheduling.py): "backfill" (the default: a reservation for each of the first
 # TFDASH_BACKFILL_DEPTH jobs that do not fit, and jobs behind start when they keep clear of them; priorities,
 # fair share and preemption) or "fifo" (strict first come, first served, no preemption: bench/scale.py compares).
-TFDASH_SCHEDULER_POLICY = env_str("TFDASH_SCHEDULER_POLICY", "backfill")
-if TFDASH_SCHEDULER_POLICY not in ("backfill", "fifo"):
-    raise RuntimeError(f"TFDASH_SCHEDULER_POLICY must be backfill or fifo, not {TFDASH_SCHEDULER_POLICY!r}")
-TFDASH_BACKFILL_DEPTH = env_int("TFDASH_BACKFILL_DEPTH", 8, minimum=1)
+# The policies are orchestrator/core/scheduler_policy.py's table.
+TFDASH_SCHEDULER_POLICY = env_str("TFDASH_SCHEDULER_POLICY", scheduler_policy.DEFAULT_POLICY)
+if TFDASH_SCHEDULER_POLICY not in scheduler_policy.POLICIES:
+    raise RuntimeError(
+        f"TFDASH_SCHEDULER_POLICY must be {' or '.join(scheduler_policy.POLICIES)}, not {TFDASH_SCHEDULER_POLICY!r}"
+    )
+TFDASH_BACKFILL_DEPTH = env_int("TFDASH_BACKFILL_DEPTH", scheduler_policy.DEFAULT_BACKFILL_DEPTH, minimum=1)
 # Scheduler passes over one cluster begin at least this far apart: an ask that comes sooner (a gang ended, a job was
 # submitted) is taken by one pass at the end of the interval, with every other ask made meanwhile (Volcano schedules
 # every second, Slurm's backfill every 30 s). A pass after a quiet spell begins at once.

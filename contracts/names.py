@@ -8,8 +8,13 @@ import re
 HOST_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 HOST_NAME_RULE = "lower-case letters, digits and hyphens (up to 63, not starting or ending with a hyphen)"
 
+# What a name that becomes a path part may hold (an artifact's name, a part of the TensorBoard archive's paths,
+# orchestrator/metrics/tensorboard.py): ASCII letters, digits, '_', '.', '-' (never '/', '\\', a control character or
+# a non-ASCII one, which some unpackers and terminals interpret). A regex character class's body.
+PATH_PART_CHARS = "A-Za-z0-9_.-"
+
 # An artifact is stored, listed and downloaded under its name (`/api/jobs/<id>/artifacts/<name>/`): a plain file name.
-ARTIFACT_NAME_PATTERN = r"[A-Za-z0-9_.-]{1,100}"
+ARTIFACT_NAME_PATTERN = rf"[{PATH_PART_CHARS}]{{1,100}}"
 ARTIFACT_NAME = re.compile(rf"^{ARTIFACT_NAME_PATTERN}$")
 ARTIFACT_NAME_RULE = "1 to 100 letters, digits, '_', '.' or '-'"
 

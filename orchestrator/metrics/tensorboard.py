@@ -32,15 +32,15 @@ from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorboard.summary.writer.record_writer import RecordWriter
 
+from contracts.names import PATH_PART_CHARS
 from orchestrator.models import MetricPoint, Task
 
 PAGE_POINTS = 10_000
 CHUNK_BYTES = 256 * 1024
 _SCALAR = scalar_metadata.create_summary_metadata(display_name="", description="")
 _SCALAR_SHAPE = tensor_shape_pb2.TensorShapeProto()
-# What a path part in the archive may hold: ASCII letters, digits, '_', '.', '-' (never '/', '\\', a control
-# character or a non-ASCII one, which some unpackers and terminals interpret).
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+# What a path part in the archive may hold: contracts/names.py's PATH_PART_CHARS, as an artifact's name.
+_UNSAFE = re.compile(rf"[^{PATH_PART_CHARS}]+")
 MAX_PART_CHARS = 64
 
 

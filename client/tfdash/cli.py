@@ -17,7 +17,8 @@ from tfdash import __version__
 from tfdash.cli_args import Usage
 from tfdash.cli_output import err
 from tfdash.cli_parsers import build_parsers
-from tfdash.client import Client, TfdashError
+from tfdash.client import Client
+from tfdash.errors import TfdashError
 from tfdash.exit_codes import ERRORS, EXIT_CODES, INTERRUPTED, OK, UNREACHABLE, USAGE
 
 

@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tfdash import config, fields
+from tfdash.api_types import Job, task_label
 from tfdash.cli_args import Usage, _variant, _widths
 from tfdash.cli_output import (
     _artifacts_table,
@@ -34,7 +35,8 @@ from tfdash.cli_output import (
     err,
     out,
 )
-from tfdash.client import Client, Job, NotFound, Refused, Unsupported, task_label
+from tfdash.client import Client
+from tfdash.errors import NotFound, Refused, Unsupported
 from tfdash.exit_codes import JOB_FAILED, OK, OUTCOMES, REFUSED
 from tfdash.progress import JobWatch
 from tfdash.signout import sign_out

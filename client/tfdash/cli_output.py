@@ -13,7 +13,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from tfdash import fields
-from tfdash.client import Job, Refused, error_text, task_label
+from tfdash.api_types import Job, task_label
+from tfdash.errors import Refused, error_text
 from tfdash.exit_codes import OK
 from tfdash.terminal import printable
 

@@ -3,7 +3,7 @@ which."""
 
 from __future__ import annotations
 
-from tfdash.client import AuthError, NotFound, Refused, TfdashError, Unreachable, Unsupported
+from tfdash.errors import AuthError, NotFound, Refused, TfdashError, Unreachable, Unsupported
 
 # Exit codes a shell script can test (README, "Command line").
 OK = 0

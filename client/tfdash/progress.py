@@ -12,7 +12,8 @@ from rich.live import Live
 from rich.markup import escape
 from rich.text import Text
 
-from tfdash.client import TERMINAL_STATES, Client, Job
+from tfdash.api_types import TERMINAL_STATES, Job
+from tfdash.client import Client
 
 
 class JobWatch:

@@ -7,7 +7,8 @@ expired, so the server is asked first; when it cannot be reached the token is ke
 from __future__ import annotations
 
 from tfdash import config
-from tfdash.client import AuthError, Client, NotFound, Unreachable
+from tfdash.client import Client
+from tfdash.errors import AuthError, NotFound, Unreachable
 
 STILL_VALID = "it still works on the server until it expires, or until you revoke it on the server's API tokens page"
 

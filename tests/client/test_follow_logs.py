@@ -11,7 +11,7 @@ import httpx
 import pytest
 from django.core.wsgi import get_wsgi_application
 from django.utils import timezone
-from tfdash import client as client_module
+from tfdash import api_logs
 from tfdash.client import Client, NotFound
 
 from orchestrator.identity import api_tokens
@@ -46,7 +46,7 @@ def test_a_follow_started_before_placement_prints_the_named_tasks_lines_once_it_
             )
             Job.objects.filter(pk=job.pk).update(attempt=1, state=JobState.SUCCEEDED, finished_at=timezone.now())
 
-    monkeypatch.setattr(client_module.time, "sleep", between_polls)
+    monkeypatch.setattr(api_logs.time, "sleep", between_polls)
     with _client(alice) as api:
         lines = list(api.follow_logs(job.pk, task="worker:0", poll_s=0.01, settle_s=0))
 
@@ -58,7 +58,7 @@ def test_a_follow_of_a_task_the_job_does_not_have_is_refused_by_name(alice, monk
     job = _queued_job(alice)
     Job.objects.filter(pk=job.pk).update(attempt=1, state=JobState.RUNNING)
     Task.objects.create(job=job, attempt=1, type="worker", index=0, host=job.cluster.hosts.get())
-    monkeypatch.setattr(client_module.time, "sleep", lambda _s: pytest.fail("a missing task must not be waited for"))
+    monkeypatch.setattr(api_logs.time, "sleep", lambda _s: pytest.fail("a missing task must not be waited for"))
 
     with _client(alice) as api, pytest.raises(NotFound, match=r"has no task 'worker:5' \(its tasks: worker:0\)"):
         list(api.follow_logs(job.pk, task="worker:5", poll_s=0.01, settle_s=0))

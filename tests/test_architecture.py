@@ -1,26 +1,64 @@
-"""The layout's promises, checked: the plain-Python packages import without Django or TensorFlow, and no module of the
-orchestrator (or the rest of the product) imports itself back through a circle of imports."""
+"""The layout's promises, checked: the plain-Python packages import without Django or TensorFlow; no module or package
+of the product imports itself back through a circle of imports; packages form layers (LAYERS: an import points down,
+never up or sideways); docs/architecture.md's arrows are the code's package-level imports, no more and no fewer; and
+every orchestrator package's opening comment says what it may import, which its modules keep to."""
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 # Packages that must work with neither Django nor TensorFlow importable: both sides and the runtime build on them.
 PLAIN_PACKAGES = ("kombu_redis", "contracts", "orchestrator/core")
-PRODUCT_PACKAGES = ("kombu_redis", "celery_steps", "contracts", "orchestrator", "dashboard", "worker_agent", "config")
+PRODUCT_PACKAGES = (
+    "kombu_redis", "celery_steps", "contracts", "orchestrator", "dashboard", "worker_agent", "config", "client/tfdash"
+)  # fmt: skip
+# Where a folder's modules are imported from when it is not the repository root (the client installs as `tfdash`).
+IMPORT_ROOTS = {"client/tfdash": ROOT / "client"}
+# The top-level packages, each one package of the map however many modules and folders it has (config/ is one
+# package: its modules import each other and the domain, and the domain imports none of them).
+WHOLE = ("contracts", "kombu_redis", "celery_steps", "worker_agent", "dashboard", "config", "client")
+
+# The layers, lowest first: a package imports only packages of layers below its own (never one beside it in its own
+# layer, never one above). `orchestrator` is the orchestrator's root modules: the Django and Celery wiring (admin.py,
+# apps.py, checks.py, tasks.py); `orchestrator.limits` is the one root module the domain reads (settings-backed bounds).
+# docs/architecture.md draws the same map.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("contracts", "kombu_redis", "celery_steps"),
+    ("orchestrator.core",),
+    ("orchestrator.limits",),
+    ("orchestrator.models",),
+    ("orchestrator.plumbing",),
+    ("orchestrator.identity",),
+    ("orchestrator.objectstore",),
+    ("orchestrator.environments", "orchestrator.leases", "orchestrator.metrics", "orchestrator.webhooks"),
+    ("orchestrator.jobs",),
+    ("orchestrator.scheduler",),
+    ("orchestrator.submit",),
+    ("orchestrator.experiments",),
+    ("orchestrator.agents",),
+    ("orchestrator.api", "orchestrator.monitoring"),
+    ("orchestrator", "orchestrator.management"),
+    ("dashboard",),
+    ("config", "worker_agent", "client"),
+)
+ARCHITECTURE_DOC = ROOT / "docs" / "architecture.md"
 
 
 def _modules(package: str) -> Iterator[tuple[str, Path]]:
+    base = IMPORT_ROOTS.get(package, ROOT)
     for path in sorted((ROOT / package).rglob("*.py")):
         if "migrations" in path.parts:
             continue
-        parts = path.relative_to(ROOT).with_suffix("").parts
+        parts = path.relative_to(base).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
         yield ".".join(parts), path
@@ -131,16 +169,21 @@ def test_the_agent_imports_no_django_and_the_orchestrator_no_agent_code() -> Non
 
 
 def _package_of(module: str) -> str:
-    """The package a module belongs to for the layering rule: `orchestrator.jobs.dispatch` ->
-    `orchestrator.jobs`; a module directly under a top-level package is its own (`orchestrator.tasks`)."""
+    """The package a module belongs to on the map: a top-level package is one (`config.celery` -> `config`, the
+    client's `tfdash.cli` -> `client`); in the orchestrator, its folder (`orchestrator.jobs.dispatch` ->
+    `orchestrator.jobs`), `orchestrator.limits` its own, and the other root modules `orchestrator` (the wiring)."""
     parts = module.split(".")
+    if parts[0] == "tfdash":
+        return "client"
+    if parts[0] in WHOLE:
+        return parts[0]
+    if len(parts) == 1 or module in ("orchestrator.admin", "orchestrator.apps", "orchestrator.checks",
+                                     "orchestrator.tasks"):  # fmt: skip
+        return "orchestrator"
     return ".".join(parts[:2])
 
 
-def test_no_package_imports_itself_back_through_a_circle() -> None:
-    """Packages form layers too (contracts <- core <- models <- identity <- control <- agents ...): a module-level
-    graph without circles can still hide a package-level one (agents -> control -> agents.keys), which makes a package
-    impossible to read, test or move on its own."""
+def _package_graph() -> dict[str, set[str]]:
     packages: dict[str, set[str]] = {}
     for module, targets in _graph().items():
         mine = _package_of(module)
@@ -148,4 +191,96 @@ def test_no_package_imports_itself_back_through_a_circle() -> None:
     for targets in list(packages.values()):
         for target in targets:
             packages.setdefault(target, set())
+    return packages
+
+
+def test_no_package_imports_itself_back_through_a_circle() -> None:
+    """Packages form layers too: a module-level graph without circles can still hide a package-level one
+    (agents -> jobs -> agents.keys), which makes a package impossible to read, test or move on its own."""
+    packages = _package_graph()
     assert _cycle(packages) is None, " -> ".join(_cycle(packages) or [])
+    assert "config" in packages and not any("config" in targets for targets in packages.values())
+
+
+def test_every_package_imports_only_from_layers_below_its_own() -> None:
+    packages = _package_graph()
+    layer = {name: n for n, names in enumerate(LAYERS) for name in names}
+    assert sorted(packages) == sorted(layer), "a package is missing from LAYERS, or LAYERS names one that is gone"
+    upward = [f"{a} -> {b}" for a, targets in sorted(packages.items()) for b in sorted(targets) if layer[b] >= layer[a]]
+    assert upward == [], "imports that point up or sideways in LAYERS: " + ", ".join(upward)
+
+
+def _doc_arrows() -> dict[str, set[str]]:
+    """The package arrows docs/architecture.md draws: the fenced block that begins with the line `# package
+    arrows`, `package -> target, target, ...` lines (a package's may go on over several; nothing after the arrow: it
+    imports none), `#` starting a comment."""
+    blocks = re.findall(r"^```[^\n]*\n(# package arrows[^\n]*\n.*?)^```", ARCHITECTURE_DOC.read_text(), re.M | re.S)
+    assert len(blocks) == 1, "docs/architecture.md needs exactly one fenced block that begins with '# package arrows'"
+    arrows: dict[str, set[str]] = {}
+    for text in blocks[0].splitlines():
+        line = text.split("#", 1)[0].strip()
+        if not line:
+            continue
+        source, arrow, targets = line.partition("->")
+        assert arrow, f"not an arrow line: {text!r}"
+        arrows.setdefault(source.strip(), set()).update(t.strip() for t in targets.split(",") if t.strip())
+    return arrows
+
+
+def test_the_architecture_doc_draws_every_package_arrow_of_the_code_and_no_other() -> None:
+    code, doc = _package_graph(), _doc_arrows()
+    assert sorted(doc) == sorted(code), "packages the doc draws differ from the code's"
+    drawn_only = sorted(f"{a} -> {b}" for a, targets in doc.items() for b in targets - code[a])
+    code_only = sorted(f"{a} -> {b}" for a, targets in code.items() for b in targets - doc[a])
+    assert drawn_only == [], "arrows in docs/architecture.md that the code does not have: " + ", ".join(drawn_only)
+    assert code_only == [], "imports docs/architecture.md does not draw: " + ", ".join(code_only)
+
+
+def test_the_doc_arrow_parser_reads_what_it_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = tmp_path / "architecture.md"
+    doc.write_text("text\n\n```text\n# package arrows\na -> b  # why\na -> c\nb -> c\nc ->\n```\n")
+    monkeypatch.setattr(sys.modules[__name__], "ARCHITECTURE_DOC", doc)
+    assert _doc_arrows() == {"a": {"b", "c"}, "b": {"c"}, "c": set()}
+
+
+def _short(name: str) -> str:
+    return name if name in WHOLE or name == "orchestrator" else name.removeprefix("orchestrator.")
+
+
+def _may_import(package: str) -> set[str] | None:
+    """What an orchestrator package's opening comment says it may import: its `May import:` sentence, short names
+    (`core`, `models`, `contracts`) up to the sentence's end; None when it has none."""
+    doc = ast.get_docstring(ast.parse((ROOT / package.replace(".", "/") / "__init__.py").read_text())) or ""
+    found = re.search(r"May import: (.*?)\.(?:\s|$)", " ".join(doc.split()))
+    if found is None:
+        return None
+    names = re.sub(r"\([^)]*\)", "", found.group(1)).replace(" and ", ", ")
+    return {
+        n if n in WHOLE or n.startswith("orchestrator") else f"orchestrator.{n}"
+        for n in (part.strip() for part in names.split(","))
+        if n and n != "nothing"
+    }
+
+
+def test_every_orchestrator_package_says_what_it_owns_and_may_import_and_keeps_to_it() -> None:
+    packages = _package_graph()
+    layer = {name: n for n, names in enumerate(LAYERS) for name in names}
+    folders = sorted(
+        f"orchestrator.{path.parent.name}"
+        for path in (ROOT / "orchestrator").glob("*/__init__.py")
+        if path.parent.name != "migrations"
+    )
+    assert len(folders) >= 15
+    problems = []
+    for package in folders:
+        stated = _may_import(package)
+        if stated is None:
+            problems.append(f"{package}: its __init__ docstring has no 'May import: ...' sentence")
+            continue
+        unknown = sorted(stated - set(layer))
+        above = sorted(s for s in stated - set(unknown) if layer[s] >= layer[package])
+        beyond = sorted(_short(t) for t in packages.get(package, set()) - stated)
+        problems += [f"{package}: 'May import' names {n}, not a package" for n in unknown]
+        problems += [f"{package}: 'May import' names {n}, not below it in LAYERS" for n in above]
+        problems += [f"{package} imports {n}, which its opening comment does not allow" for n in beyond]
+    assert problems == []

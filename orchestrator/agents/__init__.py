@@ -1,2 +1,6 @@
-"""The orchestrator's side of the agents: their tokens and how messages are authenticated, hello and heartbeat
-reports, task events and log lines, host liveness (the watchdog) and reconciling what an agent says runs."""
+"""What hosts send, applied on the control plane: hello and heartbeat reports (reports.py, heartbeats.py), task
+events (events.py, intake.py), host liveness (the watchdog's view of hosts), reconciling what an agent says runs
+(reconcile.py), and a host's join (join.py). Who sent a message is identity/'s; what a task reports of its training
+is metrics/'.
+
+May import: contracts, core, models, plumbing, identity, environments, jobs."""

@@ -2,6 +2,5 @@
 submission is refused for, telling the agents the cluster's environments (orders.py), and staff's admin page
 (admin.py). The model is orchestrator/models/environments.py; the rules both sides share, contracts/environments.py.
 
-May import: contracts, orchestrator.models, orchestrator.plumbing, orchestrator.identity. Imported by
-orchestrator.scheduler and orchestrator.submit, orchestrator.agents (the hello) and the admin.
-"""
+May import: contracts, models, plumbing, identity. Imported by the scheduler, submit, agents (the hello) and the
+admin."""

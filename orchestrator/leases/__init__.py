@@ -16,5 +16,5 @@ holder's, now takes none; one process places, in queue order, and the other is a
 safety; the lease is who acts. Beat has no such lock: two beats send every watchdog tick, rollup, retention and
 webhook sweep twice; the lease makes it one.
 
-Imports the models and Celery; nothing of control/ or agents/.
+May import: contracts, models (and Celery and Django). Nothing of jobs/, scheduler/ or agents/.
 """

@@ -1,2 +1,6 @@
-"""What training reports, from the Redis Stream to the browser: the stream consumer, the idempotent bulk ingest, the
-history reads and the live push to a job's WebSocket group."""
+"""What training reports, from the Redis Stream to the browser: the stream consumer and the idempotent bulk ingest
+(stream.py, ingest.py, batch.py, points.py, log_store.py, artifacts.py, drops.py, lookups.py), the reads (history.py,
+log_reader.py, rollups.py, hosts.py, runs.py, tensorboard.py), the one push to a job's pages (live.py) and host
+samples' retention (retention.py).
+
+May import: contracts, limits, models, plumbing, identity, objectstore."""

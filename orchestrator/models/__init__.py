@@ -1,3 +1,9 @@
+"""The Django models, one module per concern: clusters and hosts, jobs and tasks (logs, points, rollups, artifacts),
+experiments, the queue's rows (priority classes, quotas, a job's story), webhooks and their outbox, leases, API
+tokens, task environments; row_locks.py says the one order in which writers lock job and task rows.
+
+May import: contracts, core (the rules the models' choices and checks are made from). Never a feature package."""
+
 from __future__ import annotations
 
 from orchestrator.models.api_tokens import ApiToken

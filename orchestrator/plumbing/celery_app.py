@@ -1,6 +1,6 @@
-"""The control plane's Celery app object, which the domain sends with (`broker_sends`, `jobs/dispatch.py`,
-`agents/relay.py`) and defines its entry points on (orchestrator/tasks.py): constructed and configured from Django's
-settings here, imports nothing of the domain.
+"""The control plane's Celery app object, which the domain sends with (`broker_sends`, `jobs/dispatch.py`) and defines
+its entry points on (orchestrator/tasks.py): constructed and configured from Django's settings here, imports nothing
+of the domain.
 
 The wiring that needs the domain is config/celery.py's (`celery -A config.celery`): which modules hold the tasks, the
 consumer steps (the scheduler lease's gate), the signals (the control key checked at start-up, the start-up heap frozen,

@@ -1,4 +1,4 @@
-"""Submitting a job: its fields as people set them (one table for form, API and CLI), validation a user can act
-on, content-addressed scripts, the plan, and the hand-off to the scheduler.
+"""Submitting a job: its fields as people set them (job_fields.py: one table for form, API and CLI), validation a
+user can act on, content-addressed scripts, the plan, and the hand-off to the scheduler (submission.py).
 
-May import: core, models, plumbing, environments, scheduler, jobs."""
+May import: contracts, core, limits, models, plumbing, environments, jobs, scheduler."""

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from orchestrator.core import backfill, placement
+from orchestrator.core import backfill, placement, scheduler_policy
 from orchestrator.core.backfill_terms import Reservation, Waiting
 from orchestrator.core.shapes import devices_needed
 from orchestrator.models import (
@@ -101,7 +101,7 @@ def _plan_pass(
 ) -> list[tuple[queueing.Queued, placement.Placement]]:
     """Walk the queue in order: start what may start (backfill), reserve for the first jobs that cannot, preempt for
     the first reserved one that may, and tell every waiting job why it waits and when it starts at the latest."""
-    fifo = settings.TFDASH_SCHEDULER_POLICY == "fifo"
+    policy = scheduler_policy.POLICIES[settings.TFDASH_SCHEDULER_POLICY]
     classes, default_value = queueing.class_values()
     share = queueing.shares(cluster, (job.owner_id for job in waiting), fleet.usage)
     shapes = {job.pk: job_shape(job) for job in waiting}
@@ -111,7 +111,7 @@ def _plan_pass(
         fleet.states,
         fleet.gangs,
         now=now.timestamp(),
-        depth=1 if fifo else settings.TFDASH_BACKFILL_DEPTH,
+        depth=policy.reservations(settings.TFDASH_BACKFILL_DEPTH),
         take=placement.take,
         previous=_reserved.get(cluster.pk),
         packing=packing_of(cluster),
@@ -127,7 +127,7 @@ def _plan_pass(
         if job.pk in stopping:
             # Its previous gang is still being stopped: a new one must not meet the old processes.
             reasons[job.pk] = job.reason or STOPPING_PREVIOUS
-            if fifo:
+            if policy.holds_back:
                 break
             continue
         outcome = planner.offer(Waiting(job.pk, shapes[job.pk], job.time_limit_s + grace))
@@ -135,7 +135,7 @@ def _plan_pass(
             job.borrowing = share.over(job.owner_id, needs[job.pk])
             share.use(job.owner_id, needs[job.pk])
             placed.append((job, outcome))
-        elif fifo and job.pk not in planner.outcome.never:
+        elif policy.holds_back and job.pk not in planner.outcome.never:
             break  # strict first come, first served: nothing passes a job that does not fit
     planner.finish(plan_all=_plan_all_due(cluster.pk, waiting))
     _reserved[cluster.pk] = dict(planner.outcome.reservations)
@@ -150,7 +150,7 @@ def _plan_pass(
     for job_id, unplaced in planner.outcome.unplaced.items():
         reasons[job_id] = WAITING_UNRESERVED if unplaced is None else f"{unplaced.reason}; {WAITING_UNRESERVED}"
     tell_waiting(by_id, reasons, placed, planner.outcome)
-    if not fifo:
+    if policy.preempts:
         preemption.consider(
             cluster, waiting, planner, share, needs, lambda job: shapes[job.pk], (classes, default_value)
         )

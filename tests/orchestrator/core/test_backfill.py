@@ -10,6 +10,7 @@ from orchestrator.core import backfill, backfill_terms, placement
 from orchestrator.core.hosts import HostState
 from orchestrator.core.placement import Placement, place
 from orchestrator.core.preemption import Candidate, choose_victims
+from orchestrator.core.scheduler_policy import POLICIES
 from orchestrator.core.shapes import JobShape
 
 MWMS = Strategy.MULTI_WORKER_MIRRORED
@@ -50,6 +51,7 @@ class Job:
 def simulate(jobs: list[Job], hosts: list[HostState], *, fifo: bool) -> tuple[dict[int, float], dict[int, float]]:
     """Start times of every job, and the first reservation each got as the head of the queue (the first waiting job),
     replaying the queue pass by pass."""
+    policy = POLICIES["fifo" if fifo else "backfill"]
     states = list(hosts)
     now = 0.0
     waiting = list(jobs)
@@ -58,14 +60,14 @@ def simulate(jobs: list[Job], hosts: list[HostState], *, fifo: bool) -> tuple[di
     first_reserved: dict[int, float] = {}
     for _ in range(1000):
         gangs = [backfill_terms.Running(job_id, limit_end, devices) for _end, limit_end, job_id, devices in running]
-        planner = backfill.Planner(states, gangs, now=now, depth=1 if fifo else 8, take=placement.take)
+        planner = backfill.Planner(states, gangs, now=now, depth=policy.reservations(), take=placement.take)
         for job in list(waiting):
             outcome = planner.offer(backfill_terms.Waiting(job.id, job.shape, job.limit))
             if isinstance(outcome, Placement):
                 started[job.id] = now
                 waiting.remove(job)
                 running.append((now + job.runs, now + job.limit, job.id, backfill_terms.devices_of(outcome)))
-            elif fifo:
+            elif policy.holds_back:
                 break
         planner.finish(plan_all=True)
         states = planner.states

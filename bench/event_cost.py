@@ -4,7 +4,7 @@ At fleet size most of the orchestrator's time is task events (a gang's STARTED, 
 scale bench's orchestrator spent half its samples in them): this is that path alone, measured. Real PostgreSQL and
 Redis (embedded, under a temporary folder), no agents and no Celery worker: `--jobs` gangs of bench/scale.py's mix are
 placed by a real scheduler pass on an idle `--hosts` fleet, then every task's events, sealed by its host's key as its
-agent seals them, go through `handle_task_events` in batches as the relay hands them on (a gang's events together),
+agent seals them, go through `handle_task_events` in batches as the intake applies them (a gang's events together),
 phase by phase. Prints, per phase, events, statements per event (counted at the database connection: what the
 machine does not change), wall and CPU milliseconds per event (the CPU of this thread: what the orchestrator's one
 process pays) and events/s. Checks that every event was applied and every job ended `succeeded` with every task, and
@@ -30,7 +30,7 @@ from pass_cost import GPUS_PER_HOST, bring_online, queue_jobs  # noqa: E402
 from scale import job_mix, register_fleet  # noqa: E402
 from stack import django_in_process  # noqa: E402
 
-BATCH = 50  # orchestrator/agents/events.py MAX_BATCH: what one relayed message carries
+BATCH = 50  # orchestrator/agents/events.py MAX_BATCH: what the intake applies at once (orchestrator/agents/intake.py)
 
 
 class Statements:
@@ -65,7 +65,7 @@ def phase_events(fleet: dict[str, str], kind: str, seq: dict[str, int]) -> list[
 
 
 def apply(events: list[dict[str, Any]]) -> tuple[int, int, float, float]:
-    """(events applied, statements, seconds, seconds of this thread's CPU) of applying `events` in relay-sized
+    """(events applied, statements, seconds, seconds of this thread's CPU) of applying `events` in intake-sized
     batches. The CPU time is the orchestrator's own (its worker is one process, bound by one core at fleet size); the
     wall time adds PostgreSQL's and whatever else the machine ran."""
     from django.db import connection

@@ -46,8 +46,9 @@ class Statements:
 
 def phase_events(fleet: dict[str, str], kind: str, seq: dict[str, int]) -> list[dict[str, Any]]:
     """Every current task's `kind` event, as its host's agent seals it, in job order (a gang's events together)."""
-    from contracts.protocol import TASK_EVENT, TaskEvent, TaskEventKind
+    from contracts.protocol import TASK_EVENT
     from contracts.signing import agent_mac_key, seal
+    from contracts.task_messages import TaskEvent, TaskEventKind
     from orchestrator.models import Task
 
     out = []
@@ -90,7 +91,7 @@ def main() -> int:
     args = parser.parse_args()
     failures: list[str] = ["did not finish"]
     with django_in_process("tfdash-event-cost-"):
-        from contracts.protocol import TaskEventKind
+        from contracts.task_messages import TaskEventKind
         from orchestrator.models import Cluster, Job, JobState, Task, TaskState
         from orchestrator.scheduler import scheduling
 

@@ -44,32 +44,31 @@ import redis  # noqa: E402
 
 from contracts import broker  # noqa: E402
 from contracts.bundles import bundle_entries  # noqa: E402
+from contracts.host_reports import (  # noqa: E402
+    MAX_REPORTED_EXITS,
+    GpuInfo,
+    HostFacts,
+    HostReport,
+    RecordedExit,
+    RunningTask,
+    TaskReport,
+    exit_acks_from,
+)
+from contracts.metric_messages import TaskMetricsBatch  # noqa: E402
 from contracts.protocol import (  # noqa: E402
     AGENT_ACK_EXITS,
     AGENT_HEARTBEAT,
     AGENT_HELLO,
     AGENT_KILL,
     AGENT_LAUNCH,
-    MAX_REPORTED_EXITS,
     STREAM_MAXLEN,
     TASK_EVENT,
     TASK_METRICS,
-    GpuInfo,
-    HostFacts,
-    HostReport,
-    RecordedExit,
-    RunningTask,
-    TaskEvent,
-    TaskEventKind,
-    TaskMetricsBatch,
-    TaskReport,
     agent_queue,
-    exit_acks_from,
-    kill_order_from,
-    launch_spec_from,
     stream_entry,
 )
 from contracts.signing import Refused, agent_mac_key, load_public_key, seal  # noqa: E402
+from contracts.task_messages import TaskEvent, TaskEventKind, kill_order_from, launch_spec_from  # noqa: E402
 from worker_agent.orders import OrderGate  # noqa: E402
 
 GPUS_PER_HOST = 8

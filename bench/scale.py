@@ -489,16 +489,9 @@ def ingest_phase(fleet: list[dict[str, Any]], tasks: int, seconds: float, redis_
 
     from contracts import broker
     from contracts.bundles import bundle_entries
-    from contracts.protocol import (
-        AGENT_HEARTBEAT,
-        STREAM_MAXLEN,
-        TASK_METRICS,
-        HostReport,
-        RunningTask,
-        TaskMetricsBatch,
-        TaskReport,
-        stream_entry,
-    )
+    from contracts.host_reports import HostReport, RunningTask, TaskReport
+    from contracts.metric_messages import TaskMetricsBatch
+    from contracts.protocol import AGENT_HEARTBEAT, STREAM_MAXLEN, TASK_METRICS, stream_entry
     from contracts.signing import agent_mac_key, seal
     from orchestrator.models import Cluster, Host, Job, JobState, MetricPoint, Task, TaskState
 

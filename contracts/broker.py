@@ -34,7 +34,7 @@ STREAM_KINDS = (HEARTBEATS, EVENTS, METRICS)
 
 # The commands a host's user may run: a Kombu consumer of one Redis list without acknowledgement emulation (BRPOP; the
 # binding set; putting back what it had taken and not handled when it closes), XADD to its streams and XLEN of them (its
-# metrics stream's backlog: contracts/protocol.py SHED_BACKLOG). No KEYS/SCAN/
+# metrics stream's backlog: contracts/metric_messages.py SHED_BACKLOG). No KEYS/SCAN/
 # MONITOR/CLIENT (but SETINFO, which redis-py sends on connect)/CONFIG/FLUSH*/DEBUG/ACL, no PUBLISH/SUBSCRIBE, no
 # EVAL/EVALSHA/FUNCTION, no stream reads or group commands.
 AGENT_COMMANDS = (

@@ -4,7 +4,7 @@ plane sends an agent (AGENT_ENVIRONMENTS), and a job's requirements file.
 A task environment is a Python installation on the hosts (a venv, a conda env, a system Python) with TensorFlow in
 it, registered per cluster by staff under a name (orchestrator/models/environments.py); a job names one and its
 tasks run in it. Each agent probes the interpreters it is told of and reports what it found
-(contracts/protocol.py EnvironmentFacts); placement uses only hosts whose probe of the job's environment is ok.
+(contracts/host_reports.py EnvironmentFacts); placement uses only hosts whose probe of the job's environment is ok.
 
 The empty name and the empty interpreter mean "the agent's own interpreter": what every job ran in before
 environments existed, and what a cluster with no environment registered still runs in.

@@ -1,7 +1,7 @@
-"""Host samples (HOST_SAMPLES; the shape is protocol.HostSampleBatch's): the one check of a sample, used by the ingest
-before it stores one (`parse_sample`, strict: a sample that is not what an agent sends is refused whole) and by every
-reader of stored ones (`readable_gpus`, lenient: rows stored before the check may hold anything, and a page must not
-fail on them, nor draw junk). Bounds are those of a host's facts (contracts/limits.py)."""
+"""Host samples (HOST_SAMPLES; the shape is metric_messages.HostSampleBatch's): the one check of a sample, used by the
+ingest before it stores one (`parse_sample`, strict: a sample that is not what an agent sends is refused whole) and by
+every reader of stored ones (`readable_gpus`, lenient: rows stored before the check may hold anything, and a page must
+not fail on them, nor draw junk). Bounds are those of a host's facts (contracts/limits.py)."""
 
 from __future__ import annotations
 

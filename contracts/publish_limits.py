@@ -7,9 +7,9 @@ iteration, which Redis kept (append-only) and the ingest loaded, until one of th
   MAX_ARTIFACTS_PER_TASK artifacts and, as token buckets, ARTIFACT_BURST_BYTES at once then ARTIFACT_BYTES_PER_S,
   LOG_BURST_BYTES of output then LOG_BYTES_PER_S, and METRIC_BURST_BYTES of metric lines then METRIC_BYTES_PER_S.
   What is over is dropped before it is read (an artifact's size is taken from its fd, the file is never loaded) and
-  counted per task attempt; the counts ride in the task's reports (contracts/protocol.py TaskMetricsBatch.dropped,
-  TaskLogBatch.dropped) and its log gets a "lines dropped: N" line where lines went missing, so the job page and API
-  say what was dropped;
+  counted per task attempt; the counts ride in the task's reports (contracts/metric_messages.py
+  TaskMetricsBatch.dropped, contracts/task_messages.py TaskLogBatch.dropped) and its log gets a "lines dropped: N"
+  line where lines went missing, so the job page and API say what was dropped;
 - one read of the hosts' streams (orchestrator/plumbing/streams.py) stops taking entries once READ_BYTES_BUDGET is
 reached
   (one entry within its kind's bound always goes, so a lone artifact is never stuck);

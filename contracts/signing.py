@@ -35,11 +35,11 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from contracts.limits import MAX_ARTIFACT_BYTES
 
 # Version of the wire these envelopes are (contracts.protocol.PROTOCOL_VERSION re-exports it). 4: an agent reports the
-# task environments of its host, and a launch spec may name one (contracts/protocol.py LAUNCH_KEYS_SINCE).
+# task environments of its host, and a launch spec may name one (contracts/task_messages.py LAUNCH_KEYS_SINCE).
 WIRE_VERSION = 4
 # The oldest protocol the control plane accepts from agents: one behind, so a fleet is upgraded control plane first,
 # then host by host, with jobs running throughout (docs/upgrade.md). Orders to such a host are signed with its own
-# protocol and carry only what it knows (`sign_order(protocol=...)`, contracts/protocol.py `launch_body_for`).
+# protocol and carry only what it knows (`sign_order(protocol=...)`, contracts/task_messages.py `launch_body_for`).
 MIN_AGENT_PROTOCOL = 3
 
 # An order older than this (agent's clock) is refused: held in the broker while the agent was down, or captured and

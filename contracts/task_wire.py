@@ -2,7 +2,7 @@
 pipe, its job folder, its TensorBoard folder and a builtin program's config.
 
 Part of the runtime set (worker_agent/supervision/runtime_root.py): it runs inside a task's own interpreter, so it is
-standard library only and Python 3.9-compatible. contracts/protocol.py re-exports these names for the agent's side.
+standard library only and Python 3.9-compatible.
 
 The metrics pipe: the agent gives every TF process a pipe, named by env METRICS_FD_ENV (a file descriptor number);
 the process writes one JSON object per line to it (never to stdout, which is the user's). Each object has a "kind":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from contracts.protocol import SHED_STRIDE
+from contracts.metric_messages import SHED_STRIDE
 
 
 def _bytes(n: int) -> str:

@@ -19,20 +19,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from celery_steps.wakeup import keep_consumer_awake
 from contracts import broker
 from contracts.environments import AGENT_ENVIRONMENTS, Environment, environments_from
-from contracts.protocol import (
-    AGENT_ACK_EXITS,
-    AGENT_KILL,
-    AGENT_LAUNCH,
-    AGENT_PING,
-    HostFacts,
-    KillOrder,
-    LaunchSpec,
-    agent_queue,
-    exit_acks_from,
-    kill_order_from,
-    launch_spec_from,
-)
+from contracts.host_reports import HostFacts, exit_acks_from
+from contracts.protocol import AGENT_ACK_EXITS, AGENT_KILL, AGENT_LAUNCH, AGENT_PING, agent_queue
 from contracts.signing import Refused
+from contracts.task_messages import KillOrder, LaunchSpec, kill_order_from, launch_spec_from
 from kombu_redis.transport import TRANSPORT
 from worker_agent import __version__, facts
 from worker_agent.environments.as_task import Helper

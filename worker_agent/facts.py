@@ -10,7 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import psutil
 
-from contracts.protocol import GpuInfo, HostFacts
+from contracts.host_reports import GpuInfo, HostFacts
 from worker_agent import __version__
 
 

@@ -21,15 +21,8 @@ import redis
 from celery import Celery
 
 from contracts import broker
-from contracts.protocol import (
-    AGENT_HEARTBEAT,
-    AGENT_HELLO,
-    STREAM_MAXLEN,
-    HostFacts,
-    HostReport,
-    TaskReport,
-    stream_entry,
-)
+from contracts.host_reports import HostFacts, HostReport, TaskReport
+from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, STREAM_MAXLEN, stream_entry
 from contracts.signing import seal
 from worker_agent.outbox import broker_redis
 

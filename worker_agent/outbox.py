@@ -39,16 +39,8 @@ from celery import Celery
 
 from contracts import broker
 from contracts.bundles import BUNDLE_LINGER_S, BUNDLED, HOST_REPORTS, bundle_entries
-from contracts.protocol import (
-    HOST_SAMPLES,
-    SHED_BACKLOG,
-    SHED_STRIDE,
-    STREAM_MAXLEN,
-    TASK_LOGS,
-    TASK_METRICS,
-    shed_step_points,
-    stream_entry,
-)
+from contracts.metric_messages import SHED_BACKLOG, SHED_STRIDE, shed_step_points
+from contracts.protocol import HOST_SAMPLES, STREAM_MAXLEN, TASK_LOGS, TASK_METRICS, stream_entry
 from contracts.signing import seal
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,8 @@ from typing import Any
 import psutil
 
 from contracts import broker
-from contracts.protocol import HOST_SAMPLES, METRICS_FLUSH_S, HostSampleBatch
+from contracts.metric_messages import HostSampleBatch
+from contracts.protocol import HOST_SAMPLES, METRICS_FLUSH_S
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,7 @@ class Sampler:
                 log.warning("host sampler still busy %.1f s after stop (a hanging NVML call?)", timeout)
 
     def sample(self) -> dict[str, Any]:
-        """One reading of the host, shaped as in protocol.HostSampleBatch."""
+        """One reading of the host, shaped as in metric_messages.HostSampleBatch."""
         ts = time.time()
         memory = psutil.virtual_memory()
         return {

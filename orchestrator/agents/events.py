@@ -21,7 +21,8 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from contracts.protocol import TASK_EVENT, TaskEvent, TaskEventKind
+from contracts.protocol import TASK_EVENT
+from contracts.task_messages import TaskEvent, TaskEventKind
 from orchestrator.identity import auth, foreign
 from orchestrator.identity.auth import Accepted, authenticated_body, remember
 from orchestrator.jobs.lifecycle import SAVES_EVENT_SEQ, apply_event

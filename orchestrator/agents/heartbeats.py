@@ -34,7 +34,8 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from contracts import broker
-from contracts.protocol import AGENT_HEARTBEAT, HEARTBEAT_GROUP, HostFacts
+from contracts.host_reports import HostFacts
+from contracts.protocol import AGENT_HEARTBEAT, HEARTBEAT_GROUP
 from orchestrator.agents import reconcile, reports
 from orchestrator.environments import orders as environment_orders
 from orchestrator.identity import auth

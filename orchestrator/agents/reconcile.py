@@ -34,7 +34,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from contracts.protocol import RecordedExit, TaskReport
+from contracts.host_reports import RecordedExit, TaskReport
 from orchestrator.agents import events
 from orchestrator.identity import foreign
 from orchestrator.jobs import dispatch, lifecycle

@@ -9,7 +9,8 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, HostFacts, TaskReport, parse_facts, parse_task_report
+from contracts.host_reports import HostFacts, TaskReport, parse_facts, parse_task_report
+from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO
 from orchestrator.agents import reconcile
 from orchestrator.environments import orders as environment_orders
 from orchestrator.identity.auth import MALFORMED, REFUSED, STALE, authenticate, remember

@@ -17,7 +17,8 @@ from typing import Any
 from django.db import transaction
 
 from contracts.environments import AGENT_ENVIRONMENTS, environments_body
-from contracts.protocol import HostFacts, agent_queue
+from contracts.host_reports import HostFacts
+from contracts.protocol import agent_queue
 from contracts.signing import sign_order
 from orchestrator.identity.keys import control_private_key
 from orchestrator.models import Host, TaskEnvironment

@@ -19,20 +19,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from contracts.protocol import (
-    AGENT_ACK_EXITS,
-    AGENT_KILL,
-    AGENT_LAUNCH,
-    SCHEDULER_QUEUE,
-    KillOrder,
-    LaunchSpec,
-    ProgramSpec,
-    agent_queue,
-    launch_body_for,
-)
+from contracts.protocol import AGENT_ACK_EXITS, AGENT_KILL, AGENT_LAUNCH, SCHEDULER_QUEUE, agent_queue
 from contracts.run_config import script_env
 from contracts.signing import WIRE_VERSION, sign_order
 from contracts.strategies import Strategy
+from contracts.task_messages import KillOrder, LaunchSpec, ProgramSpec, launch_body_for
 from orchestrator.core import tf_config
 from orchestrator.identity.keys import control_private_key
 from orchestrator.models import Host, Job, ProgramKind, Task, TaskEnvironment, TaskState

@@ -16,8 +16,8 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from contracts.protocol import TaskEvent, TaskEventKind
 from contracts.strategies import speaks_for_job
+from contracts.task_messages import TaskEvent, TaskEventKind
 from orchestrator.core import restarts
 from orchestrator.jobs import dispatch
 from orchestrator.metrics import live

@@ -16,8 +16,9 @@ from django.db import transaction
 from django.db.models import Count, F, Sum
 
 from contracts.limits import MAX_ARTIFACT_BYTES
+from contracts.metric_messages import TaskArtifact
 from contracts.names import artifact_name_problem
-from contracts.protocol import TASK_ARTIFACT, TaskArtifact
+from contracts.protocol import TASK_ARTIFACT
 from contracts.store import ARTIFACT_SLOTS, MAX_STORE_ARTIFACT_BYTES, artifact_key
 from orchestrator import limits
 from orchestrator.identity.stream_marks import Appended

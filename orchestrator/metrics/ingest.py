@@ -26,16 +26,10 @@ from django.db.models import Q
 from contracts.bundles import BUNDLED, HOST_REPORTS, HostReports
 from contracts.host_samples import parse_sample
 from contracts.limits import MAX_LOG_LINE_CHARS
-from contracts.protocol import (
-    HOST_SAMPLES,
-    TASK_ARTIFACT,
-    TASK_LOGS,
-    TASK_METRICS,
-    HostSampleBatch,
-    TaskLogBatch,
-    TaskMetricsBatch,
-)
+from contracts.metric_messages import HostSampleBatch, TaskMetricsBatch
+from contracts.protocol import HOST_SAMPLES, TASK_ARTIFACT, TASK_LOGS, TASK_METRICS
 from contracts.strategies import speaks_for_job
+from contracts.task_messages import TaskLogBatch
 from orchestrator.identity import auth
 from orchestrator.identity.stream_marks import Appended, appended_entries
 from orchestrator.metrics import drops, hosts, live, log_store

@@ -12,7 +12,7 @@ from django.db import models, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from contracts.protocol import HostFacts
+from contracts.host_reports import HostFacts
 from orchestrator.models.validators import (
     parse_labels,
     validate_address,

@@ -83,7 +83,6 @@ def load_reader() -> tuple[type, str]:
     protocol = types.ModuleType("contracts.protocol")
     protocol.HOST_SAMPLES = "orchestrator.host_samples"  # type: ignore[attr-defined]
     protocol.METRICS_FLUSH_S = 0.2  # type: ignore[attr-defined]
-    protocol.HostSampleBatch = dict  # type: ignore[attr-defined]
     sys.modules["contracts.protocol"] = protocol
     sys.modules["contracts.broker"] = types.ModuleType("contracts.broker")
     from worker_agent.sampler import GpuReader

@@ -8,7 +8,8 @@ from dataclasses import asdict
 import pytest
 
 from contracts import environments as rules
-from contracts.protocol import EnvironmentFacts, HostFacts, launch_body_for, parse_facts
+from contracts.host_reports import EnvironmentFacts, HostFacts, parse_facts
+from contracts.task_messages import launch_body_for
 
 
 @pytest.mark.parametrize("name", ["tf-2.17-cuda12", "main", "a", "tf_2.15"])

@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 import pytest
 
-from contracts.protocol import parse_facts
+from contracts.host_reports import parse_facts
 from worker_agent import facts
 
 

@@ -8,7 +8,6 @@ import json
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from contracts.protocol import LAUNCH_KEYS_SINCE, launch_body_for
 from contracts.signing import (
     MIN_AGENT_PROTOCOL,
     WIRE_VERSION,
@@ -19,6 +18,7 @@ from contracts.signing import (
     seal,
     sign_order,
 )
+from contracts.task_messages import LAUNCH_KEYS_SINCE, launch_body_for
 
 KEY = agent_mac_key("tfa_token", "gpu-1")
 
@@ -93,7 +93,7 @@ def test_every_key_a_newer_protocol_brought_is_a_launch_spec_field():
     """The list names real fields: a typo there would send a v3 agent a key it refuses."""
     from dataclasses import fields
 
-    from contracts.protocol import LaunchSpec
+    from contracts.task_messages import LaunchSpec
 
     names = {f.name for f in fields(LaunchSpec)}
     assert {key for keys in LAUNCH_KEYS_SINCE.values() for key in keys} <= names

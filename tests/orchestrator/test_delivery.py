@@ -28,15 +28,8 @@ from django.db import connections, transaction
 
 from contracts import broker
 from contracts.broker import without_credentials
-from contracts.protocol import (
-    AGENT_LAUNCH,
-    EVENTS_GROUP,
-    TASK_EVENT,
-    TaskEvent,
-    TaskEventKind,
-    agent_queue,
-    stream_entry,
-)
+from contracts.protocol import AGENT_LAUNCH, EVENTS_GROUP, TASK_EVENT, agent_queue, stream_entry
+from contracts.task_messages import TaskEvent, TaskEventKind
 from orchestrator.agents import intake
 from orchestrator.identity import tokens
 from orchestrator.jobs import dispatch

@@ -32,16 +32,9 @@ import redis
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from contracts import broker
-from contracts.protocol import (
-    AGENT_HEARTBEAT,
-    AGENT_LAUNCH,
-    ORCHESTRATOR_QUEUE,
-    TASK_EVENT,
-    LaunchSpec,
-    ProgramSpec,
-    agent_queue,
-)
+from contracts.protocol import AGENT_HEARTBEAT, AGENT_LAUNCH, ORCHESTRATOR_QUEUE, TASK_EVENT, agent_queue
 from contracts.signing import agent_mac_key, sign_order
+from contracts.task_messages import LaunchSpec, ProgramSpec
 from orchestrator.identity import auth
 from orchestrator.identity.keys import control_private_key
 from orchestrator.models import Host, HostStatus, JobState

@@ -12,8 +12,9 @@ import pytest
 from celery import Celery
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from contracts.protocol import AGENT_KILL, AGENT_LAUNCH, KillOrder, LaunchSpec, agent_queue
+from contracts.protocol import AGENT_KILL, AGENT_LAUNCH, agent_queue
 from contracts.signing import sign_order
+from contracts.task_messages import KillOrder, LaunchSpec
 from tests.support.processes import wait_until
 from tests.support.wire import broker_user, signed_order
 from tests.worker_agent.recording import gone

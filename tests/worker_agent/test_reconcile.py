@@ -12,18 +12,10 @@ from pathlib import Path
 import psutil
 
 from contracts import broker
-from contracts.protocol import (
-    AGENT_HEARTBEAT,
-    AGENT_HELLO,
-    HostFacts,
-    KillOrder,
-    RecordedExit,
-    RunningTask,
-    TaskEventKind,
-    TaskReport,
-    parse_task_report,
-)
+from contracts.host_reports import HostFacts, RecordedExit, RunningTask, TaskReport, parse_task_report
+from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO
 from contracts.signing import agent_mac_key, open_sealed
+from contracts.task_messages import KillOrder, TaskEventKind
 from tests.support.processes import wait_until
 from tests.worker_agent.recording import Recorder, gone
 from tests.worker_agent.supervision.specs import PROGRAMS, spec_for

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from contracts.environments import Environment, environments_body, environments_from
-from contracts.protocol import EnvironmentFacts
+from contracts.host_reports import EnvironmentFacts
 from worker_agent import atomic
 from worker_agent.environments import probing
 from worker_agent.environments.as_task import Helper

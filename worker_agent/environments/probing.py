@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from contracts.environments import Environment
-from contracts.protocol import EnvironmentFacts
+from contracts.host_reports import EnvironmentFacts
 from worker_agent.environments import as_task
 from worker_agent.supervision.identity import closed_ancestor
 from worker_agent.supervision.launch import PACKAGE_ROOT

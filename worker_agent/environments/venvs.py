@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from contracts.environments import normalized_requirements
-from contracts.protocol import TaskEventKind
+from contracts.task_messages import TaskEventKind
 from worker_agent.environments import as_task
 from worker_agent.supervision.launch import Refused
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from contracts import job_env
-from contracts.protocol import LaunchSpec, TaskEventKind
+from contracts.task_messages import LaunchSpec, TaskEventKind
 from worker_agent.supervision.runtime_root import PACKAGE_ROOT, runtime_pythonpath
 
 HOOKS_DIR = Path(__file__).resolve().parent.parent / "hooks"  # the checkout's; tasks get runtime_root.py's copy

@@ -24,7 +24,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from contracts.protocol import MAX_REPORTED_EXITS, RecordedExit
+from contracts.host_reports import MAX_REPORTED_EXITS, RecordedExit
 from worker_agent import atomic
 
 log = logging.getLogger(__name__)

@@ -29,13 +29,9 @@ from typing import Any
 
 from contracts import broker
 from contracts.limits import MAX_ARTIFACT_BYTES
+from contracts.metric_messages import TaskArtifact, TaskMetricsBatch
 from contracts.names import artifact_name_problem
-from contracts.protocol import (
-    TASK_ARTIFACT,
-    TASK_METRICS,
-    TaskArtifact,
-    TaskMetricsBatch,
-)
+from contracts.protocol import TASK_ARTIFACT, TASK_METRICS
 from contracts.store import ARTIFACT_SLOTS, MAX_STORE_ARTIFACT_BYTES
 from worker_agent.folders import Outside, Roots, open_file, read_fd
 from worker_agent.supervision.publish_budget import PipeBudget

@@ -31,8 +31,9 @@ from pathlib import Path
 
 from contracts import broker
 from contracts.limits import MAX_LOG_LINE_CHARS
-from contracts.protocol import TASK_LOGS, TaskLogBatch
+from contracts.protocol import TASK_LOGS
 from contracts.publish_limits import lines_dropped_text
+from contracts.task_messages import TaskLogBatch
 from worker_agent import atomic
 from worker_agent.supervision.output_holes import punch
 from worker_agent.supervision.publish_budget import OutputBudget

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from contracts.protocol import PROGRAM_CONFIG_ENV, LaunchSpec, ProgramSpec, TaskEventKind
+from contracts.task_messages import LaunchSpec, ProgramSpec, TaskEventKind
+from contracts.task_wire import PROGRAM_CONFIG_ENV
 from worker_agent.supervision.launch import Refused
 
 SCRIPT_MODE = 0o400  # its owner (the job's uid, or the agent's user) reads it; nobody changes it by mistake

@@ -19,7 +19,8 @@ import logging
 import time
 from typing import Any
 
-from contracts.protocol import KillOrder, LaunchSpec, RunningTask, TaskEventKind, TaskReport
+from contracts.host_reports import RunningTask, TaskReport
+from contracts.task_messages import KillOrder, LaunchSpec, TaskEventKind
 from worker_agent.supervision import records
 from worker_agent.supervision.launch import Refused, validate
 from worker_agent.supervision.output import LogLine, TaskLogs

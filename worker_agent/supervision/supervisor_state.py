@@ -15,7 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contracts.protocol import TASK_EVENT, LaunchSpec, RecordedExit, TaskEvent, TaskEventKind
+from contracts.host_reports import RecordedExit
+from contracts.protocol import TASK_EVENT
+from contracts.task_messages import LaunchSpec, TaskEvent, TaskEventKind
 from worker_agent.supervision import identity, programs, records
 from worker_agent.supervision.checkpoint_restore import Restores
 from worker_agent.supervision.checkpoint_upload import CheckpointUploader

@@ -20,7 +20,10 @@ from dataclasses import asdict
 from typing import Any
 
 from contracts import broker
-from contracts.protocol import TASK_ARTIFACT, RecordedExit, TaskArtifact, TaskEventKind
+from contracts.host_reports import RecordedExit
+from contracts.metric_messages import TaskArtifact
+from contracts.protocol import TASK_ARTIFACT
+from contracts.task_messages import TaskEventKind
 from worker_agent.supervision import tensorboard_dir
 from worker_agent.supervision.metrics_pipe import MetricsPipe
 from worker_agent.supervision.processes import killpg, tree_listens_on, wait_for_exit

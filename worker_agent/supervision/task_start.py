@@ -14,8 +14,9 @@ import os
 import subprocess
 import tarfile
 
-from contracts.protocol import METRICS_FD_ENV, LaunchSpec, TaskEventKind
 from contracts.store import StoreUrls, store_urls_from
+from contracts.task_messages import LaunchSpec, TaskEventKind
+from contracts.task_wire import METRICS_FD_ENV
 from worker_agent.supervision import programs
 from worker_agent.supervision.checkpoint_upload import CheckpointUploader
 from worker_agent.supervision.launch import Refused, check_port

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from contracts.limits import MAX_ARTIFACT_BYTES
-from contracts.protocol import LaunchSpec
+from contracts.task_messages import LaunchSpec
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contracts.protocol import JOB_DIR_ENV, TENSORBOARD_DIR_ENV, LaunchSpec, TaskEventKind
+from contracts.task_messages import LaunchSpec, TaskEventKind
+from contracts.task_wire import JOB_DIR_ENV, TENSORBOARD_DIR_ENV
 from worker_agent import folders
 from worker_agent.folders import Place, Roots
 from worker_agent.supervision import identity, private_tmp, programs, tensorboard_dir

@@ -10,7 +10,8 @@ import pytest
 import redis
 from django.conf import settings
 
-from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, AGENT_LAUNCH, HostFacts, HostReport, agent_queue
+from contracts.host_reports import HostFacts, HostReport
+from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, AGENT_LAUNCH, agent_queue
 from contracts.signing import WIRE_VERSION, agent_mac_key, seal
 from orchestrator.agents import heartbeats, reports
 from orchestrator.jobs import dispatch

@@ -10,7 +10,9 @@ from dataclasses import asdict
 import pytest
 from django.db import OperationalError
 
-from contracts.protocol import AGENT_HEARTBEAT, TASK_EVENT, HostFacts, HostReport, TaskEvent, TaskEventKind
+from contracts.host_reports import HostFacts, HostReport
+from contracts.protocol import AGENT_HEARTBEAT, TASK_EVENT
+from contracts.task_messages import TaskEvent, TaskEventKind
 from orchestrator.agents import events, reports
 from orchestrator.identity import auth, keys, tokens
 from orchestrator.models import Host, Job, Task

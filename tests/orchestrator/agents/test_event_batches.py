@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from django.db import OperationalError
 
-from contracts.protocol import TASK_EVENT, TaskEvent, TaskEventKind
+from contracts.protocol import TASK_EVENT
+from contracts.task_messages import TaskEvent, TaskEventKind
 from orchestrator.agents import events
 from orchestrator.identity import auth
 from orchestrator.jobs import lifecycle

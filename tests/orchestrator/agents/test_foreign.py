@@ -14,21 +14,10 @@ import redis
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
-from contracts.protocol import (
-    AGENT_HEARTBEAT,
-    AGENT_HELLO,
-    TASK_EVENT,
-    TASK_METRICS,
-    HostFacts,
-    HostReport,
-    RecordedExit,
-    RunningTask,
-    TaskEvent,
-    TaskEventKind,
-    TaskMetricsBatch,
-    TaskReport,
-    agent_queue,
-)
+from contracts.host_reports import HostFacts, HostReport, RecordedExit, RunningTask, TaskReport
+from contracts.metric_messages import TaskMetricsBatch
+from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, TASK_EVENT, TASK_METRICS, agent_queue
+from contracts.task_messages import TaskEvent, TaskEventKind
 from orchestrator.agents import events, heartbeats, reconcile, reports
 from orchestrator.identity import foreign
 from orchestrator.metrics import lookups

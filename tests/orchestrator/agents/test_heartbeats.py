@@ -14,14 +14,8 @@ import redis
 from django.utils import timezone
 
 from contracts import broker
-from contracts.protocol import (
-    AGENT_HEARTBEAT,
-    HostFacts,
-    HostReport,
-    RecordedExit,
-    RunningTask,
-    TaskReport,
-)
+from contracts.host_reports import HostFacts, HostReport, RecordedExit, RunningTask, TaskReport
+from contracts.protocol import AGENT_HEARTBEAT
 from orchestrator.agents import heartbeats, reconcile
 from orchestrator.identity import auth
 from orchestrator.models import Host, HostStatus, Job, JobState, Task, TaskState

@@ -15,16 +15,9 @@ import redis
 from django.db import OperationalError
 
 from contracts import broker
-from contracts.protocol import (
-    AGENT_HEARTBEAT,
-    AGENT_HELLO,
-    EVENTS_GROUP,
-    TASK_EVENT,
-    HostFacts,
-    HostReport,
-    TaskEventKind,
-    stream_entry,
-)
+from contracts.host_reports import HostFacts, HostReport
+from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, EVENTS_GROUP, TASK_EVENT, stream_entry
+from contracts.task_messages import TaskEventKind
 from orchestrator.agents import events, intake, reports
 from orchestrator.identity import auth
 from orchestrator.models import Task

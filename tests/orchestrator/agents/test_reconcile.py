@@ -18,15 +18,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from contracts.protocol import (
-    AGENT_HEARTBEAT,
-    AGENT_HELLO,
-    HostFacts,
-    HostReport,
-    RecordedExit,
-    RunningTask,
-    TaskReport,
-)
+from contracts.host_reports import HostFacts, HostReport, RecordedExit, RunningTask, TaskReport
+from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO
 from contracts.signing import agent_mac_key
 from orchestrator.agents import events, reconcile, reports
 from orchestrator.metrics.log_store import store_lines

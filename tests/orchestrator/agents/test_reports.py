@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO, HostFacts, HostReport
+from contracts.host_reports import HostFacts, HostReport
+from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO
 from orchestrator.agents import heartbeats, reports
 from orchestrator.models import Host, HostStatus
 from orchestrator.plumbing import counters

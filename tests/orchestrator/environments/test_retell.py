@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import redis
 
-from contracts.protocol import EnvironmentFacts, HostFacts, agent_queue
+from contracts.host_reports import EnvironmentFacts, HostFacts
+from contracts.protocol import agent_queue
 from orchestrator.environments import orders
 from orchestrator.models import TaskEnvironment
 from tests import factories

@@ -10,7 +10,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from contracts.protocol import TaskEvent, TaskEventKind
+from contracts.task_messages import TaskEvent, TaskEventKind
 from orchestrator.core import restarts
 from orchestrator.jobs import lifecycle
 from orchestrator.models import Job, JobState, Task, TaskLogLine, TaskState

@@ -11,7 +11,8 @@ import pytest
 from celery import Celery
 
 from contracts import broker
-from contracts.protocol import SHED_STRIDE, TASK_METRICS
+from contracts.metric_messages import SHED_STRIDE
+from contracts.protocol import TASK_METRICS
 from contracts.signing import agent_mac_key
 from orchestrator.metrics import ingest
 from orchestrator.models import MetricPoint, Task

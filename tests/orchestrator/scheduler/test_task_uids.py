@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from contracts.protocol import launch_spec_from
+from contracts.task_messages import launch_spec_from
 from orchestrator.jobs import dispatch
 from orchestrator.models import Host, Job, JobState, TaskState
 from orchestrator.scheduler import scheduling

@@ -10,10 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from contracts.protocol import (
-    LaunchSpec,
-    ProgramSpec,
-)
+from contracts.task_messages import LaunchSpec, ProgramSpec
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
 _task_ids = itertools.count(1000)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from contracts.protocol import TaskEventKind
+from contracts.task_messages import TaskEventKind
 from tests.support.wire import control_key_flags
 from tests.worker_agent.recording import Recorder
 from tests.worker_agent.supervision.test_metrics_pipe import artifacts, script_spec

@@ -12,10 +12,7 @@ from typing import Any
 
 import pytest
 
-from contracts.protocol import (
-    ProgramSpec,
-    TaskEventKind,
-)
+from contracts.task_messages import ProgramSpec, TaskEventKind
 from tests.support.processes import wait_until
 from tests.worker_agent.recording import Recorder
 from tests.worker_agent.supervision.specs import PROGRAMS, free_port, spec_for

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from contracts.protocol import LaunchSpec, TaskEventKind
+from contracts.task_messages import LaunchSpec, TaskEventKind
 from tests.worker_agent.recording import Recorder
 from tests.worker_agent.supervision.specs import script_spec
 from worker_agent.supervision import Supervisor, identity, mount_ns

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from contracts.protocol import KillOrder, TaskEventKind
+from contracts.task_messages import KillOrder, TaskEventKind
 from tests.support.processes import wait_until
 from tests.worker_agent.recording import Recorder
 from tests.worker_agent.supervision.specs import spec_for

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from contracts.protocol import LaunchSpec, TaskEventKind
+from contracts.task_messages import LaunchSpec, TaskEventKind
 from tests.support.processes import wait_until
 from tests.worker_agent.recording import Recorder
 from tests.worker_agent.supervision.specs import script_spec

@@ -8,12 +8,8 @@ import time
 
 import pytest
 
-from contracts.protocol import (
-    TASK_EVENT,
-    TASK_LOGS,
-    KillOrder,
-    TaskEventKind,
-)
+from contracts.protocol import TASK_EVENT, TASK_LOGS
+from contracts.task_messages import KillOrder, TaskEventKind
 from tests.support.processes import wait_until
 from tests.worker_agent.recording import Recorder, gone
 from tests.worker_agent.supervision.specs import spec_for

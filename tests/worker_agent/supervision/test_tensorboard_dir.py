@@ -10,7 +10,8 @@ import tarfile
 
 import pytest
 
-from contracts.protocol import TASK_ARTIFACT, TASK_EVENT, TaskEventKind
+from contracts.protocol import TASK_ARTIFACT, TASK_EVENT
+from contracts.task_messages import TaskEventKind
 from tests.worker_agent.supervision.specs import spec_for
 from worker_agent.supervision import tensorboard_dir
 

@@ -32,8 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from local_children import Child, session_nice_of  # noqa: E402
 from local_services import EmbeddedPostgres, EmbeddedRedis, control_key_file, wait_for  # noqa: E402
-from run_local import SCHEDULER_NICE, Child, session_nice_of  # noqa: E402
+from local_stack import SCHEDULER_NICE  # noqa: E402
 
 from contracts.broker import without_credentials  # noqa: E402
 

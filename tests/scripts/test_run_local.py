@@ -29,7 +29,9 @@ from tests.support.processes import ROOT, ManagedProcess, wait_until
 
 sys.path.insert(0, str(ROOT / "scripts"))
 # scripts/ is no package: found through the path above
-from run_local import SCHEDULER_NICE, Backoff, Children, session_nice_of
+import local_stack
+from local_children import Backoff, Children, session_nice_of
+from local_stack import SCHEDULER_NICE
 
 OWN_SETTINGS = (
     "DATABASE_URL",
@@ -254,27 +256,16 @@ def _all_end(processes: list[psutil.Process], what: str) -> None:
         raise AssertionError(f"{exc}; still running:\n" + "\n".join(left())) from None
 
 
-def _run_local_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("run_local", ROOT / "scripts" / "run_local.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_make_run_not_as_root_says_first_that_tasks_run_as_the_web_servers_user_and_can_read_var(monkeypatch, tmp_path):
-    run_local = _run_local_module()
     monkeypatch.setattr(os, "geteuid", lambda: 4242)
-    notice = run_local.not_root_notice(tmp_path / "var")
+    notice = local_stack.not_root_notice(tmp_path / "var")
     assert notice is not None
     assert notice.startswith("Not running as root: every job's tasks run as uid 4242, the user the web server")
     assert f"can read all of {tmp_path / 'var'}/" in notice and "the control key" in notice
 
     # It is the first thing `make run` says: before any database or Redis is looked for.
     monkeypatch.setenv("TFDASH_VAR_DIR", str(tmp_path / "var"))
-    stack = run_local.Stack()
+    stack = local_stack.Stack()
     said: list[str] = []
     monkeypatch.setattr(stack, "say", said.append)
 
@@ -287,7 +278,7 @@ def test_make_run_not_as_root_says_first_that_tasks_run_as_the_web_servers_user_
     assert said == [notice]
 
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    assert run_local.not_root_notice(tmp_path / "var") is None
+    assert local_stack.not_root_notice(tmp_path / "var") is None
 
 
 def _alive(process: psutil.Process) -> bool:

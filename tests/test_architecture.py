@@ -202,12 +202,25 @@ def test_no_package_imports_itself_back_through_a_circle() -> None:
     assert "config" in packages and not any("config" in targets for targets in packages.values())
 
 
+def _not_down(packages: dict[str, set[str]], layers: tuple[tuple[str, ...], ...]) -> list[str]:
+    """The arrows of `packages` that do not point to a lower layer."""
+    layer = {name: n for n, names in enumerate(layers) for name in names}
+    return [f"{a} -> {b}" for a, targets in sorted(packages.items()) for b in sorted(targets) if layer[b] >= layer[a]]
+
+
 def test_every_package_imports_only_from_layers_below_its_own() -> None:
     packages = _package_graph()
-    layer = {name: n for n, names in enumerate(LAYERS) for name in names}
-    assert sorted(packages) == sorted(layer), "a package is missing from LAYERS, or LAYERS names one that is gone"
-    upward = [f"{a} -> {b}" for a, targets in sorted(packages.items()) for b in sorted(targets) if layer[b] >= layer[a]]
+    assert sorted(packages) == sorted(n for names in LAYERS for n in names), (
+        "a package is missing from LAYERS, or LAYERS names one that is gone"
+    )
+    upward = _not_down(packages, LAYERS)
     assert upward == [], "imports that point up or sideways in LAYERS: " + ", ".join(upward)
+
+
+def test_the_layer_check_finds_an_arrow_up_and_one_sideways() -> None:
+    layers = (("a",), ("b", "c"), ("d",))
+    assert _not_down({"a": set(), "b": {"a"}, "c": {"a"}, "d": {"b", "c"}}, layers) == []
+    assert _not_down({"a": {"d"}, "b": {"c"}, "c": set(), "d": set()}, layers) == ["a -> d", "b -> c"]
 
 
 def _doc_arrows() -> dict[str, set[str]]:

@@ -1,5 +1,6 @@
 """The object store's keys, the presigned URLs a launch order carries, and the checkpoint manifest: one definition,
-read by the control plane (orchestrator/objectstore/store.py) and the agent (worker_agent/supervision/store_sync.py).
+read by the control plane (orchestrator/objectstore/store.py) and the agent (worker_agent/supervision/:
+checkpoint_restore.py, checkpoint_upload.py, store_http.py).
 
 Hosts never hold the store's credentials. The control plane presigns, per task, URLs for its own job's keys only:
 - every task: GET of the checkpoint manifest and of both checkpoint slots (restored before it starts);

@@ -1,7 +1,8 @@
-"""Task events relayed in batches (orchestrator/agents/events.py `handle_task_events`), with real PostgreSQL and Redis:
-a gang's events in one batch drive its job as they would one by one; what cannot be trusted or placed (a replay, another
-host's task, an unknown task, a malformed body) is refused alone while the rest applies; a job whose handler raises
-does not cost the other jobs their events, and an outage mid-batch is retried without applying anything twice."""
+"""Task events applied in batches (orchestrator/agents/events.py `handle_task_events`, as the intake reads them), with
+real PostgreSQL and Redis: a gang's events in one batch drive its job as they would one by one; what cannot be trusted
+or placed (a replay, another host's task, an unknown task, a malformed body) is refused alone while the rest applies;
+a job whose handler raises does not cost the other jobs their events, and an outage mid-batch is retried without
+applying anything twice."""
 
 from __future__ import annotations
 
@@ -131,7 +132,7 @@ def test_an_outage_mid_batch_is_retried_and_applies_each_event_once(fleet, monke
     monkeypatch.setattr(events, "apply_event", away_for_the_second_job)
     replayed_before = counters.get(auth.REPLAYED)
 
-    with pytest.raises(OperationalError):  # the Celery entry point retries the message with backoff
+    with pytest.raises(OperationalError):  # the intake hands the same batch over again after a backoff
         events.handle_task_events(batch)
     assert states(job, other) == [JobState.RUNNING, JobState.STARTING]  # the first job's events were committed
 

@@ -28,7 +28,7 @@ _PASSWORD_INFO = b"tfdash broker password v1\x00"
 
 # The streams a host adds to (see contracts/protocol.py for what travels on each).
 HEARTBEATS = "heartbeats"  # its heartbeats: read by every orchestrator worker, in batches
-EVENTS = "events"  # its hello and task events: handed to the orchestrator's Celery queue as they come
+EVENTS = "events"  # its hello and task events: applied by every orchestrator worker's reader as they come
 METRICS = "metrics"  # metric points, log lines, host samples, artifacts: read by the ingest
 STREAM_KINDS = (HEARTBEATS, EVENTS, METRICS)
 

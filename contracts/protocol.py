@@ -38,8 +38,8 @@ WEBHOOKS_QUEUE = "webhooks"
 # streams (contracts/broker.py: the only keys besides its order queue its broker user may write), fields {"name":
 # <one of the names below>, "envelope": <the sealed message, JSON>} (`stream_entry`):
 # - broker.EVENTS: AGENT_HELLO (once per agent start) and TASK_EVENT. Every orchestrator worker reads every host's
-#   events stream (group EVENTS_GROUP) and hands the entries on to their Celery handlers on ORCHESTRATOR_QUEUE (task
-#   events in batches), where each is applied at least once and exactly once (orchestrator/agents/relay.py).
+#   events stream (group EVENTS_GROUP) and applies the entries itself, in the order read (task events in batches), each
+#   at least once and exactly once (orchestrator/agents/intake.py); none travels on ORCHESTRATOR_QUEUE.
 # - broker.HEARTBEATS: AGENT_HEARTBEAT. Every orchestrator worker reads them in batches (group HEARTBEAT_GROUP, one
 #   consumer per worker) and applies hundreds in a few statements (orchestrator/agents/heartbeats.py); as Celery
 #   messages, one per host every few seconds, their handling cost more than a core at 500 hosts. A heartbeat says

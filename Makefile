@@ -1,7 +1,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint format install dist
+.PHONY: run test test-fast lint format install dist
 
 run: $(VENV)/.installed
 	$(PY) scripts/run_local.py --exit-with-parent
@@ -10,6 +10,13 @@ run: $(VENV)/.installed
 # embedded one, and a Redis of the session's own (tests/settings.py), as `make run` does.
 test: $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The inner loop's tier: unit, API and contract tests, without the slow kinds (pyproject.toml's markers: TensorFlow
+# processes, the control plane's processes, browser, bench, soak, network namespaces, slow by design), which
+# tests/conftest.py gives each test from its path and fixtures. A test of this tier that loads TensorFlow fails.
+# `make test` runs these and all the others; `-m` selects a kind alone (PYTEST_ARGS='-m "tf and not bench"').
+test-fast: $(VENV)/.installed
+	TFDASH_TEST_TIER=fast $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +26,135 @@ from tests.support.processes import ManagedProcess
 AGENT_HEARTBEAT_S = 0.5
 # As in CI (root): test agents run each job's tasks under a uid of its own. Empty when not root.
 TASK_UIDS = "20000-29999" if os.geteuid() == 0 else ""
+
+
+# Test tiers (docs/development/testing.md). `make test` runs every test; `make test-fast` (TFDASH_TEST_TIER=fast) runs
+# those without any of the slow kinds below: unit, API and contract tests, for the inner loop. A test's kind follows
+# from where it lies and from the fixtures it uses (their whole closure: a fixture that uses `start_agent` starts TF
+# too), so a new test is sorted by what it does, not by a decorator someone must remember.
+SLOW_KINDS = ("tf", "e2e", "browser", "bench", "soak", "netns", "slow")  # each described in pyproject.toml's markers
+FAST_TIER = "fast"
+_FIXTURE_KINDS = {
+    "start_agent": ("tf",),  # real agents: each probes its TensorFlow environments, then runs jobs' tasks
+    "supervisor": ("tf",),  # the agent's supervisor: launches task programs, TF ones among them
+    "netns_cluster": ("tf", "e2e"),
+    "agent_venv": ("tf", "e2e"),  # pip installs ./agent into a venv of its own; its agents run TF tasks
+    "orchestrator": ("e2e",),
+    "web": ("e2e",),
+    "join_server": ("e2e",),
+    "control_plane": ("e2e",),
+    "private_redis": ("tf", "e2e"),  # a Redis to restart under a control plane and agents the test starts itself
+    "browser": ("browser",),
+}
+# Folders, files and tests (node id prefixes) that start such processes themselves (ManagedProcess, subprocess)
+# rather than by fixture, or import TensorFlow in the test process.
+_PATH_KINDS = {
+    "tests/bench/": ("bench", "e2e"),
+    "tests/bench/test_chaos.py": ("soak", "tf"),
+    "tests/browser/": ("browser", "e2e"),
+    "tests/network/": ("netns",),
+    "tests/agent_dist/": ("tf", "e2e"),
+    "tests/worker_agent/runtime/test_builtin_programs.py": ("tf",),
+    "tests/worker_agent/runtime/test_injected_hook.py": ("tf",),
+    "tests/worker_agent/runtime/test_probe.py": ("tf",),
+    "tests/worker_agent/runtime/test_tf215_env.py": ("tf",),
+    "tests/scripts/test_run_local.py::test_make_run_": ("tf", "e2e"),  # the whole stack, as `make run` starts it
+    "tests/worker_agent/environments/test_known.py::test_a_real_probe": ("tf",),
+    "tests/orchestrator/api/test_jobs_api.py::test_the_plan_gives_every_task_a_tf_config_tensorflow_accepts": ("tf",),
+    "tests/orchestrator/leases/test_failover_e2e.py": ("e2e",),  # two control planes of its own
+    "tests/orchestrator/test_startup_checks.py": ("e2e",),  # each control-plane process, started to see it refuse
+    "tests/orchestrator/webhooks/test_delivery.py::test_a_receiver_down_for_30_s": ("slow",),
+    "tests/api/test_fuzz.py": ("slow",),  # every operation of the schema, 15 examples each: minutes
+}
+
+
+def _tier() -> str:
+    return os.environ.get("TFDASH_TEST_TIER", "")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    registered = {line.split(":", 1)[0].strip() for line in config.getini("markers")}
+    assert set(SLOW_KINDS) <= registered, f"register {set(SLOW_KINDS) - registered} in pyproject.toml's markers"
+    if _tier() == FAST_TIER:
+        fast = "not (" + " or ".join(SLOW_KINDS) + ")"
+        given = config.option.markexpr
+        config.option.markexpr = f"({given}) and {fast}" if given else fast
+        _watch_tensorflow()
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Marks each test with the slow kinds it belongs to (SLOW_KINDS), from its path and its fixtures."""
+    kinds = {kind for prefix, each in _PATH_KINDS.items() if item.nodeid.startswith(prefix) for kind in each}
+    for name in getattr(item, "fixturenames", ()):
+        kinds.update(_FIXTURE_KINDS.get(name, ()))
+    for kind in sorted(kinds - {mark.name for mark in item.iter_markers()}):
+        item.add_marker(kind)
+
+
+# The fast tier's honesty, beyond the marks: a fixture of a slow kind refuses to start (one a test asks for by
+# request.getfixturevalue is not in its closure), and a test fails when TensorFlow was loaded while it ran, in the
+# test process or in any process below it (its children, their children: an agent's tasks, whatever PYTHONPATH,
+# interpreter or uid they run with), seen by TensorFlow's library in the process's memory map. Importing TensorFlow
+# takes seconds, so looking every 0.2 s misses none.
+_TENSORFLOW_SEEN: list[str] = []
+
+
+def _watch_tensorflow() -> None:
+    class Recorder:  # the test process's own import
+        @staticmethod
+        def find_spec(name: str, *_args: object) -> None:
+            if name == "tensorflow":
+                _TENSORFLOW_SEEN.append(f"pid {os.getpid()}: the test process itself imports tensorflow")
+
+    sys.meta_path.insert(0, Recorder)  # type: ignore[arg-type]
+
+    def below(pid: int) -> list[int]:
+        found, todo = [], [pid]
+        while todo:
+            for children in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
+                with contextlib.suppress(OSError, ValueError):
+                    kids = [int(each) for each in children.read_text().split()]
+                    found += kids
+                    todo += kids
+        return found
+
+    def loads_tensorflow(pid: int) -> bool:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
+            return any("_pywrap_tensorflow" in line for line in maps)
+        return False
+
+    def watch() -> None:
+        seen: set[int] = set()
+        while True:
+            for pid in below(os.getpid()):
+                if pid not in seen and loads_tensorflow(pid):
+                    seen.add(pid)
+                    with contextlib.suppress(OSError):
+                        argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:400]
+                        _TENSORFLOW_SEEN.append(f"pid {pid}: {argv}")
+            time.sleep(0.2)
+
+    threading.Thread(target=watch, name="fast-tier-tensorflow-watch", daemon=True).start()
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_starts_no_tensorflow() -> Iterator[None]:
+    start = len(_TENSORFLOW_SEEN)
+    yield
+    if _tier() == FAST_TIER and len(_TENSORFLOW_SEEN) > start:
+        seen = "\n".join(_TENSORFLOW_SEEN[start:])
+        pytest.fail(
+            f"a test of the fast tier loaded TensorFlow: mark it tf (tests/conftest.py _PATH_KINDS, _FIXTURE_KINDS):\n"
+            f"{seen}",
+            pytrace=False,
+        )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest) -> None:
+    kinds = _FIXTURE_KINDS.get(fixturedef.argname, ())
+    if kinds and _tier() == FAST_TIER:
+        pytest.fail(f"the fast tier starts no {fixturedef.argname} ({', '.join(kinds)}): mark the test", pytrace=False)
 
 
 @pytest.hookimpl(trylast=True)

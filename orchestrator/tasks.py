@@ -134,10 +134,10 @@ def consumed_queues() -> set[str]:
 
 @worker_ready.connect
 def _read_hosts_streams(sender: Any = None, **_: Any) -> None:
-    """Every orchestrator worker reads the hosts' heartbeat and events streams too, one thread each, and applies what
-    it reads there (orchestrator/agents/heartbeats.py, orchestrator/agents/intake.py), as a consumer named after the
-    worker, and first sets up the hosts' broker users (a Redis that restarted without them lets no agent in until
-    then)."""
+    """Every orchestrator worker reads the hosts' heartbeat and events streams too, and applies what it reads there (a
+    heartbeat reader thread, orchestrator/agents/heartbeats.py; intake.READERS event reader threads,
+    orchestrator/agents/intake.py), as consumers named after the worker, and first sets up the hosts' broker users
+    (a Redis that restarted without them lets no agent in until then)."""
     if ORCHESTRATOR_QUEUE not in consumed_queues():
         return
     try:
@@ -146,7 +146,7 @@ def _read_hosts_streams(sender: Any = None, **_: Any) -> None:
         log.warning("broker users not synced at start (the watchdog will): %s", exc)
     client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5)
     name = str(getattr(sender, "hostname", None) or app.conf.get("worker_name") or "orchestrator")
-    for stop in (heartbeats.start_reader(client, name), intake.start_reader(client, name)):
+    for stop in (heartbeats.start_reader(client, name), *intake.start_readers(client, name)):
         worker_shutting_down.connect(lambda stop=stop, **_: stop.set(), weak=False)
 
 

@@ -1,8 +1,8 @@
 """The hosts' hello and task events, applied where they land: every orchestrator worker reads every host's EVENTS
-stream (orchestrator/plumbing/streams.py, as the heartbeats are read: orchestrator/agents/heartbeats.py) and its
-handler here applies the entries itself, in the order read: task events in batches of up to `events.MAX_BATCH` (a
-gang's events under one lock of its job, orchestrator/agents/events.py), a hello alone (orchestrator/agents/reports.py)
-after the earlier events of the read, as its host sent them.
+stream (orchestrator/plumbing/streams.py, as the heartbeats are read: orchestrator/agents/heartbeats.py; READERS
+readers per worker) and the handler here applies the entries itself, in the order read: task events in batches of
+up to `events.MAX_BATCH` (a gang's events under one lock of its job, orchestrator/agents/events.py), a hello alone
+(orchestrator/agents/reports.py) after the earlier events of the read, as its host sent them.
 
 At least once, and exactly once in effect: an entry is acknowledged only after the handler returned, so after its
 handling committed; each applied message's nonce is remembered once its transaction committed, and an entry read
@@ -37,6 +37,13 @@ ACCEPTED = (AGENT_HELLO, TASK_EVENT)
 READ_COUNT = 500
 IDLE_S = 0.05  # what an event may wait here at most while the streams are quiet
 CLAIM_IDLE_MS = 30_000  # what a dead worker had read and not applied is taken over by another after this long
+# Readers per orchestrator worker, each a consumer of its own in the group: while one applies what it read (a burst of
+# exits, each ending a job), the next reads what came meanwhile, as the worker's four pool threads applied the batches
+# a relay put on the orchestrator queue (bench/scale.py: EXITED applied p95 0.18-0.51 s that way, 0.73-1.3 s with one
+# reader per worker). As with several workers, entries of one host read apart may be applied out of order: an event
+# overtaken by a newer one of its task is refused (events.apply_once), facts older than those stored are not stored
+# (reports.record); within one read everything is applied in the order sent.
+READERS = 4
 
 
 def apply_entries(entries: list[streams.Entry]) -> list[tuple[streams.Entry, Exception]]:
@@ -89,7 +96,7 @@ def reader(
     )
 
 
-def start_reader(client: redis.Redis, consumer: str) -> threading.Event:
-    """Run a reader named `consumer` in a daemon thread of this process (once per name); set the returned event to
-    stop it."""
-    return streams.start(reader(client, consumer))
+def start_readers(client: redis.Redis, consumer: str, count: int = READERS) -> list[threading.Event]:
+    """Run `count` readers named `consumer`/0, /1... in daemon threads of this process (once per name); set the
+    returned events to stop them."""
+    return [streams.start(reader(client, f"{consumer}/{n}")) for n in range(count)]

@@ -61,7 +61,9 @@ _PATH_KINDS = {
     "tests/scripts/test_run_local.py::test_make_run_": ("tf", "e2e"),  # the whole stack, as `make run` starts it
     "tests/worker_agent/environments/test_known.py::test_a_real_probe": ("tf",),
     "tests/orchestrator/api/test_jobs_api.py::test_the_plan_gives_every_task_a_tf_config_tensorflow_accepts": ("tf",),
-    "tests/orchestrator/metrics/test_tensorboard_export.py::test_it_reads_back": ("tf",),  # TensorBoard loads TF
+    # These read the export back with TensorBoard's reader, which imports TensorFlow.
+    "tests/orchestrator/metrics/test_tensorboard_export.py::test_it_reads_back": ("tf",),
+    "tests/orchestrator/metrics/test_tensorboard_export.py::test_archive_member_names": ("tf",),
     "tests/orchestrator/leases/test_failover_e2e.py": ("e2e",),  # two control planes of its own
     "tests/orchestrator/test_startup_checks.py": ("e2e",),  # each control-plane process, started to see it refuse
     "tests/orchestrator/webhooks/test_delivery.py::test_a_receiver_down_for_30_s": ("slow",),

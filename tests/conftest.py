@@ -60,7 +60,9 @@ _PATH_KINDS = {
     "tests/worker_agent/runtime/test_tf215_env.py": ("tf",),
     "tests/scripts/test_run_local.py::test_make_run_": ("tf", "e2e"),  # the whole stack, as `make run` starts it
     "tests/worker_agent/environments/test_known.py::test_a_real_probe": ("tf",),
+    # These import TensorFlow in the test process, to have it parse what the product wrote.
     "tests/orchestrator/api/test_jobs_api.py::test_the_plan_gives_every_task_a_tf_config_tensorflow_accepts": ("tf",),
+    "tests/orchestrator/core/test_tf_config.py::test_it_writes_tf_configs_that_tensorflow_parses": ("tf",),
     # These read the export back with TensorBoard's reader, which imports TensorFlow.
     "tests/orchestrator/metrics/test_tensorboard_export.py::test_it_reads_back": ("tf",),
     "tests/orchestrator/metrics/test_tensorboard_export.py::test_archive_member_names": ("tf",),

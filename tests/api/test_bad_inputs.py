@@ -1,5 +1,5 @@
 """The bad inputs a client can send to the REST API, and what each gets: always a 4xx that says what is wrong, never
-a 500, never another user's data. docs/fuzzing.md shows this table; a row changed here should change there."""
+a 500, never another user's data. docs/security/fuzzing.md shows this table; a row changed here should change there."""
 
 from __future__ import annotations
 
@@ -307,6 +307,6 @@ def test_a_path_like_file_name_is_only_a_label_the_script_is_stored_by_content(w
 
 
 def test_the_table_in_the_docs_lists_every_row():
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "fuzzing.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "security" / "fuzzing.md").read_text()
     for row in ROWS:
         assert row.label in doc, row.label

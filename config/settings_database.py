@@ -31,7 +31,7 @@ DATABASES = {
 # How long a Celery worker's thread keeps its database connection between messages (config/celery.py sets it when a
 # worker starts). The web server opens one per request as Django advises under ASGI (DB_CONN_MAX_AGE, 0); a worker
 # that did the same opened a connection, a new PostgreSQL backend and a SCRAM exchange, for every heartbeat, event and
-# scheduler pass (README "Sizing").
+# scheduler pass (docs/sizing.md).
 TFDASH_WORKER_CONN_MAX_AGE = env_int("DB_WORKER_CONN_MAX_AGE", 60)
 # A statement waiting for a row lock longer than this fails (a Celery handler is then retried with backoff) instead of
 # holding a worker thread indefinitely.

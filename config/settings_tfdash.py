@@ -48,7 +48,7 @@ if not 0 < TFDASH_LEASE_RETRY_S < TFDASH_LEASE_RENEW_DEADLINE_S < TFDASH_LEASE_S
         f"<= 3600 (now {TFDASH_LEASE_RETRY_S}, {TFDASH_LEASE_RENEW_DEADLINE_S}, {TFDASH_LEASE_S})"
     )
 
-# What one user, job or task may hold (orchestrator/limits.py reads them; README "Limits" lists them). Each is a
+# What one user, job or task may hold (orchestrator/limits.py reads them; docs/admin/limits.md lists them). Each is a
 # positive number: a deployment that wants more raises it, there is no "unlimited".
 # Queued + running (not yet ended) jobs one user may have; a submission past it is refused, staff included.
 TFDASH_MAX_ACTIVE_JOBS_PER_USER = env_int("TFDASH_MAX_ACTIVE_JOBS_PER_USER", 20, minimum=1)

@@ -6,7 +6,7 @@ a launch order's variables again before it starts anything (an order is data; wo
 
 A reserved name is one the product sets itself, or one that changes how the task's processes start (the loader, the
 interpreter, the devices placement chose): a job that needs another value for one of these has a field for it
-(`legacy_keras`, the shape) or does not need it. README "Job environment" lists them with these reasons.
+(`legacy_keras`, the shape) or does not need it. docs/user-guide/job-environment.md lists them with these reasons.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ class TaskMetricsBatch:
 # every SHED_STRIDE-th step of a task's "metric" events (every epoch end and every facts object still go), counting
 # the points it left out (TaskMetricsBatch.shed). A hundredth of STREAM_MAXLEN: a stopped ingest makes agents thin
 # their traffic long before Redis would trim unread entries, and a merely slow one never does (at full fleet rate
-# one ingest partition that fell behind was about 11 entries per host behind: README Sizing).
+# one ingest partition that fell behind was about 11 entries per host behind: docs/sizing.md).
 SHED_BACKLOG = 2_000
 SHED_STRIDE = 10
 

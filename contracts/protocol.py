@@ -26,7 +26,7 @@ PROTOCOL_VERSION = WIRE_VERSION
 
 ORCHESTRATOR_QUEUE = "orchestrator"  # the control plane's own Celery queue: no host may write it
 # The control plane's scheduler passes (orchestrator/plumbing/pass_requests.py): consumed by a worker of its own as
-# shipped (`-Q scheduler`, README "How it hangs together"), where a pass shares no process with the hosts' events; one
+# shipped (`-Q scheduler`, docs/how-it-works.md), where a pass shares no process with the hosts' events; one
 # worker may consume both queues instead (`-Q orchestrator,scheduler`).
 SCHEDULER_QUEUE = "scheduler"
 # Webhook deliveries (orchestrator/webhooks/outbox.py): a worker of their own (`-Q webhooks`), so that a receiver that

@@ -118,7 +118,7 @@ def train_examples(config: RunConfig) -> int | None:
 
 
 # A script of your own gets the same hyperparameters as these environment variables (the New job form offers the
-# same fields for it): what it does with them is up to the script. Listed in the README.
+# same fields for it): what it does with them is up to the script. Listed in docs/user-guide/job-environment.md.
 SCRIPT_ENV: dict[str, str] = {
     "epochs": "TFDASH_EPOCHS",
     "per_replica_batch": "TFDASH_PER_REPLICA_BATCH",

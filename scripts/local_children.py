@@ -119,8 +119,8 @@ def session_nice(pid: int, nice: int) -> None:
 
     Every child leads a session of its own, and with autogroups on (`kernel.sched_autogroup_enabled`, the default of
     many distribution kernels) Linux shares the CPU between sessions first: a process's own nice counts only inside
-    its session, so `nice`/`renice` on the scheduler did nothing against the rest of the control plane (README,
-    Sizing). The session's nice is what weighs (`/proc/PID/autogroup`; below 0 needs root or CAP_SYS_NICE)."""
+    its session, so `nice`/`renice` on the scheduler did nothing against the rest of the control plane (docs/sizing.md).
+    The session's nice is what weighs (`/proc/PID/autogroup`; below 0 needs root or CAP_SYS_NICE)."""
     # No autogroups (then a process's nice is what counts), or not allowed: equal shares.
     with contextlib.suppress(OSError):
         Path(f"/proc/{pid}/autogroup").write_text(str(nice))

@@ -182,7 +182,7 @@ class EmbeddedRedis:
         self.data.mkdir(mode=0o700, parents=True, exist_ok=True)
         conf = self.data / "valkey.conf"
         fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        # fsync before answering (README "Faults and restarts"): with `everysec` a SIGKILLed Redis on a busy disk
+        # fsync before answering (docs/operations/reliability.md): with `everysec` a SIGKILLed Redis on a busy disk
         # lost entries it had acknowledged (its AOF write is postponed up to 2 s while an fsync is slow): 6,260 of
         # 169,400 acknowledged XADDs in 1 of 8 kills under a dd load here.
         persistence = "appendonly yes\nappendfsync always\n" if self.persistent else "appendonly no\n"

@@ -45,7 +45,7 @@ TASK_UIDS_ENV = "TFDASH_TASK_UIDS"  # set it (even empty) to choose the local ag
 LOCAL_TASK_UIDS = "20000-29999"
 # The scheduler's session runs at this CPU nice where allowed (session_nice): a pass is one thread the whole fleet
 # waits on, using a few percent of a core between passes, and on a machine the rest of the control plane fills it
-# waited for a core a third of its time (README, Sizing).
+# waited for a core a third of its time (docs/sizing.md).
 SCHEDULER_NICE = -10
 
 
@@ -62,7 +62,7 @@ def not_root_notice(var: Path) -> str | None:
         f"Not running as root: every job's tasks run as {user}, the user the web server, the orchestrator and the "
         f"agents run as, so any job's script can read all of {var}/ (the secret key, the control key, the database "
         "and Redis passwords, the database itself) and every other job's files. Run it as root to give each job a "
-        "uid of its own (README, Security)."
+        "uid of its own (docs/security/index.md)."
     )
 
 
@@ -208,7 +208,7 @@ class Stack:
              "-s", str(self.var / "celerybeat-schedule")],
         )  # fmt: skip
         # Scheduler passes in a process of their own: a pass then shares no interpreter lock with the hosts' events
-        # (README "Sizing": at fleet size that was the difference between 972 and 1,209 tasks/s placed).
+        # (docs/sizing.md: at fleet size that was the difference between 972 and 1,209 tasks/s placed).
         self.start(
             "scheduler",
             [PY, "-m", "celery", "-A", "config", "worker", "-Q", "scheduler", "--pool", "threads", "-c", "1",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tfdash.errors import AuthError, NotFound, Refused, TfdashError, Unreachable, Unsupported
 
-# Exit codes a shell script can test (README, "Command line").
+# Exit codes a shell script can test (docs/cli.md).
 OK = 0
 JOB_FAILED = 1  # --wait: the job ended failed
 USAGE = 2  # a bad command line or input, refused before anything was sent (argparse's own code)

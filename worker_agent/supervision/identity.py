@@ -82,7 +82,7 @@ def check_range(uids: UidRange) -> None:
     if os.geteuid() != 0:
         raise Unusable(
             f"--task-uids {uids} needs the agent to run as root (it runs as uid {os.geteuid()}); "
-            "without root, tasks run as the agent's own user (see the README's threat model)"
+            "without root, tasks run as the agent's own user (see docs/security/threat-model.md)"
         )
     users = sorted(entry.pw_name for entry in pwd.getpwall() if entry.pw_uid in uids)
     groups = sorted(entry.gr_name for entry in grp.getgrall() if entry.gr_gid in uids)

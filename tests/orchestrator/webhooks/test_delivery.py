@@ -1,5 +1,6 @@
 """Webhooks against a real receiver on loopback (staff allowed it): a signed POST for each job state change, written
-to the outbox by the state change itself; a receiver down for 30 s gets each delivery exactly once after it returns;
+to the outbox by the state change itself; a receiver down past the retries' cap (the issue's 30 s outage, on a clock
+four times faster) gets each delivery exactly once after it returns;
 private addresses refused at registration and at delivery; no redirect followed."""
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.django_db
 
-DOWN_S = 30.0  # as the issue says: the receiver refuses connections this long
+# The issue's outage: the receiver refuses connections for 30 s while retries back off 1, 2, 4, 8, 8 s apart. Here on
+# a clock four times faster (backoffs 0.25 s doubling to 2 s, down 7.5 s): the same tries at the same points of the
+# outage, the cap reached and held, a quarter of the wait.
+SCALE = 0.25
+DOWN_S = 30.0 * SCALE
 
 
 @pytest.fixture
@@ -87,7 +92,14 @@ def test_each_state_change_is_posted_signed_with_slack_text_and_the_record(staff
     assert not JobStateChange.objects.exists()  # fanned out, gone
 
 
-def test_a_receiver_down_for_30_s_gets_each_delivery_exactly_once_after_it_returns(staff, quick_retries):
+@pytest.fixture
+def quicker_retries(settings):
+    settings.TFDASH_WEBHOOK_RETRY_BASE_S = 1.0 * SCALE
+    settings.TFDASH_WEBHOOK_RETRY_MAX_S = 8.0 * SCALE
+    settings.TFDASH_WEBHOOK_DEADLINE_S = 2.0
+
+
+def test_a_receiver_down_past_the_retry_cap_gets_each_delivery_exactly_once_after_it_returns(staff, quicker_retries):
     receiver = Receiver()  # bound but not listening: every connection is refused
     try:
         register(staff, receiver, allow_private=True)
@@ -97,10 +109,10 @@ def test_a_receiver_down_for_30_s_gets_each_delivery_exactly_once_after_it_retur
         down_until = time.monotonic() + DOWN_S
         while time.monotonic() < down_until:
             outbox.sweep()
-            time.sleep(0.2)
+            time.sleep(0.2 * SCALE)
         tries = {d.key: d.attempts for d in WebhookDelivery.objects.all()}
         assert len(tries) == 3 and all(n >= 3 for n in tries.values()), tries  # retried, backing off
-        assert all(n <= 7 for n in tries.values()), tries  # ...not hammering (1, 2, 4, 8, 8 s apart)
+        assert all(n <= 7 for n in tries.values()), tries  # ...not hammering (0.25, 0.5, 1, 2, 2 s apart)
         assert all("refused" in d.last_error.lower() for d in WebhookDelivery.objects.all())
         assert receiver.received == []
 

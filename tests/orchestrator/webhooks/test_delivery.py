@@ -99,7 +99,9 @@ def quicker_retries(settings):
     settings.TFDASH_WEBHOOK_DEADLINE_S = 2.0
 
 
-def test_a_receiver_down_past_the_retry_cap_gets_each_delivery_exactly_once_after_it_returns(staff, quicker_retries):
+def test_a_receiver_down_for_30_s_on_a_4x_clock_gets_each_delivery_exactly_once_after_it_returns(
+    staff, quicker_retries
+):
     receiver = Receiver()  # bound but not listening: every connection is refused
     try:
         register(staff, receiver, allow_private=True)

@@ -282,12 +282,15 @@ class Stack:
             return self.children[name].proc.poll() is None
 
     def stop_all(self) -> None:
-        """The product first (agents kill their tasks and report it), then the servers it was talking to."""
+        """The product first (agents kill their tasks and report it), then the servers it was talking to.
+        PostgreSQL gets SIGINT, its fast shutdown (`pg_ctl stop -m fast`): SIGTERM is its smart one, which waits for
+        every client to leave, and this process's own connection (set_up_django) never did: each stop waited out the
+        guard's GRACE_S (10 s) for a SIGKILL."""
         with self.lock:
             children = dict(self.children)
         for group in ([c for n, c in children.items() if n not in DATABASES], [children[n] for n in DATABASES]):
             for child in group:
-                child.signal(signal.SIGTERM)
+                child.signal(signal.SIGINT if child is children.get("postgres") else signal.SIGTERM)
             deadline = time.monotonic() + 20
             for child in group:
                 child.stop(deadline)

@@ -27,7 +27,7 @@ from kombu_redis import redeliver, transport
 from orchestrator.agents import heartbeats, intake, liveness
 from orchestrator.experiments import actions as experiments
 from orchestrator.identity import broker_users
-from orchestrator.jobs import dispatch, lifecycle
+from orchestrator.jobs import dispatch, hangs, reaping, time_limits
 from orchestrator.leases.queue_gate import may_schedule
 from orchestrator.metrics import rollups as point_rollups
 from orchestrator.metrics.retention import thin_host_samples
@@ -99,10 +99,10 @@ def watchdog() -> None:
     saw): a pass is asked for, which joins any already due (orchestrator/plumbing/pass_requests.py)."""
     broker_users.sync_now_and_then()
     liveness.mark_silent_hosts_offline()
-    lifecycle.check_startup_deadlines()
-    lifecycle.check_time_limits()
-    lifecycle.reap_finished_jobs()
-    lifecycle.check_progress()
+    time_limits.check_startup_deadlines()
+    time_limits.check_time_limits()
+    reaping.reap_finished_jobs()
+    hangs.check_progress()
     experiments.advance_all()  # level-triggered: no experiment waits on a message that was lost
     for cluster_id in set(Job.objects.filter(state__in=WAITING_STATES).values_list("cluster_id", flat=True)):
         passes.schedule_soon(cluster_id)

@@ -25,7 +25,7 @@ from contracts.protocol import TASK_EVENT
 from contracts.task_messages import TaskEvent, TaskEventKind
 from orchestrator.identity import auth, foreign
 from orchestrator.identity.auth import Accepted, authenticated_body, remember
-from orchestrator.jobs.lifecycle import SAVES_EVENT_SEQ, apply_event
+from orchestrator.jobs.task_events import SAVES_EVENT_SEQ, apply_event
 from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task
 from orchestrator.models.row_locks import tasks_locked
 from orchestrator.plumbing import counters
@@ -124,7 +124,7 @@ def _apply_job(job_id: int, group: list[tuple[Accepted, TaskEvent]]) -> int:
     return applied
 
 
-# Events whose handling writes no row but its task's and its job's (orchestrator/jobs/lifecycle.py apply_event).
+# Events whose handling writes no row but its task's and its job's (orchestrator/jobs/task_events.py apply_event).
 _OWN_ROWS_ONLY = frozenset({TaskEventKind.STARTED, TaskEventKind.LISTENING})
 
 

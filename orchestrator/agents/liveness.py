@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from orchestrator.agents import heartbeats
 from orchestrator.agents.reports import REPORT_LAG
-from orchestrator.jobs import lifecycle
+from orchestrator.jobs import restarts
 from orchestrator.models import Host
 from orchestrator.plumbing import counters
 
@@ -65,5 +65,5 @@ def mark_silent_hosts_offline() -> list[str]:
     flipped = Host.mark_silent_offline(cutoff)
     for host_id, name in flipped:
         log.warning("host %s is offline: no heartbeat for %.0f s", name, settings.TFDASH_HEARTBEAT_TIMEOUT_S)
-        lifecycle.host_lost(host_id, name)
+        restarts.host_lost(host_id, name)
     return [name for _host_id, name in flipped]

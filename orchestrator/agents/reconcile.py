@@ -37,7 +37,7 @@ from django.utils import timezone
 from contracts.host_reports import RecordedExit, TaskReport
 from orchestrator.agents import events
 from orchestrator.identity import foreign
-from orchestrator.jobs import dispatch, lifecycle
+from orchestrator.jobs import dispatch, restarts
 from orchestrator.models import ACTIVE_TASK_STATES, Host, Job, Task, TaskState
 from orchestrator.models.row_locks import tasks_locked
 from orchestrator.plumbing import counters
@@ -173,7 +173,7 @@ def _settle(
             for task, detail in gone:
                 log.warning("task %s (%s) of job %s is over: %s", task.pk, task.label, job.pk, detail)
             why = "restarted" if restarted else "no longer runs them"
-            lifecycle.lose_tasks(
+            restarts.lose_tasks(
                 job, gone, f"the agent on {host.name} {why}", host_gone=False, stopping_as=TaskState.KILLED
             )
 

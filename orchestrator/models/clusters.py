@@ -49,7 +49,7 @@ class Cluster(models.Model):
         help_text="A folder every host mounts at the same path (NFS, ...). Jobs keep checkpoints there, so a job "
         "restarted on other hosts resumes. Blank: each agent uses its own work folder (resume only on the same host).",
     )
-    # Time limits (orchestrator/jobs/lifecycle.py): a job that names none gets the default, none may ask for
+    # Time limits (orchestrator/jobs/time_limits.py): a job that names none gets the default, none may ask for
     # more than the maximum; at the limit (and when preempted) its tasks get SIGTERM, then SIGKILL after the grace.
     default_time_limit_s = models.PositiveIntegerField("default time limit (s)", default=86_400)
     max_time_limit_s = models.PositiveIntegerField("maximum time limit (s)", default=7 * 86_400)

@@ -24,8 +24,8 @@ def two_hosts(cluster_sharing_a_folder):  # type: ignore[no-untyped-def]
     cluster = cluster_sharing_a_folder(2, "pre", 28800)
     Host.objects.filter(cluster=cluster).update(cpu_slots=1)  # a device each: two 2-worker jobs cannot run together
     # TF ignores SIGTERM: a victim trains on through the grace (and the stop order's way), and a run that completes
-    # in it is done, not resumed (lifecycle._completed_while_stopped). A short grace and a long run keep the preemption
-    # ahead of the low job's end on a loaded machine.
+    # in it is done, not resumed (task_events._completed_while_stopped). A short grace and a long run keep the
+    # preemption ahead of the low job's end on a loaded machine.
     cluster.stop_grace_s = 1
     cluster.save(update_fields=["stop_grace_s"])
     return cluster

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from contracts.protocol import TASK_LOGS, TASK_METRICS
 from orchestrator.identity import tokens
-from orchestrator.jobs import dispatch, lifecycle
+from orchestrator.jobs import dispatch, hangs, lifecycle
 from orchestrator.metrics import ingest
 from orchestrator.models import Job, JobState, Task, TaskState
 from tests import factories
@@ -130,7 +130,7 @@ def test_the_watchdogs_progress_marks_take_the_jobs_rows_in_id_order(django_user
 
     with transaction.atomic():
         Job.objects.select_for_update().get(pk=first.pk)  # as the ingest holds it, about to take the second's
-        marking = Beside(lambda: seq_scans_only() or lifecycle._store_marks(moved, timezone.now()))
+        marking = Beside(lambda: seq_scans_only() or hangs._store_marks(moved, timezone.now()))
         marking.wait_blocked()
         # The marks wait for the first job's row and have not taken the second's.
         assert list(Job.objects.select_for_update(nowait=True).filter(pk=second.pk).values_list("pk", flat=True))

@@ -16,7 +16,7 @@ from contracts.protocol import TASK_EVENT
 from contracts.task_messages import TaskEvent, TaskEventKind
 from orchestrator.agents import events
 from orchestrator.identity import auth
-from orchestrator.jobs import lifecycle
+from orchestrator.jobs import task_events
 from orchestrator.models import Host, Job, JobState, Task, TaskState
 from orchestrator.plumbing import counters
 from tests import factories
@@ -99,7 +99,7 @@ def test_a_job_whose_handler_raises_costs_the_other_jobs_nothing(fleet, monkeypa
     placed, [(job, tasks), (other, other_tasks)] = fleet
     agents = Agents(placed)
     batch = [agents.event(t, TaskEventKind.LISTENING) for t in tasks + other_tasks]
-    real = lifecycle.apply_event
+    real = task_events.apply_event
 
     def broken_for_job(task: Task, event: TaskEvent) -> None:
         if task.job_id == job.pk:
@@ -121,7 +121,7 @@ def test_an_outage_mid_batch_is_retried_and_applies_each_event_once(fleet, monke
     placed, [(job, tasks), (other, other_tasks)] = fleet
     agents = Agents(placed)
     batch = [agents.event(t, TaskEventKind.LISTENING) for t in tasks + other_tasks]
-    real = lifecycle.apply_event
+    real = task_events.apply_event
     outage = {"on": True}
 
     def away_for_the_second_job(task: Task, event: TaskEvent) -> None:

@@ -10,9 +10,11 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from contracts.strategies import speaks_for_job
 from contracts.task_messages import TaskEvent, TaskEventKind
 from orchestrator.core import restarts
-from orchestrator.jobs import lifecycle
+from orchestrator.jobs import hangs, lifecycle, reaping, task_events
+from orchestrator.jobs.restarts import host_lost
 from orchestrator.models import Job, JobState, Task, TaskLogLine, TaskState
 from orchestrator.scheduler import scheduling
 from tests import factories
@@ -63,7 +65,7 @@ def apply(task: Task, kind: str, **fields) -> None:  # type: ignore[no-untyped-d
     with transaction.atomic():
         Job.objects.select_for_update().get(pk=task.job_id)  # the lifecycle's lock order: job, then task
         locked = Task.objects.select_for_update(of=("self",)).select_related("job", "host").get(pk=task.pk)
-        lifecycle.apply_event(locked, TaskEvent(task_id=task.pk, attempt=task.attempt, kind=kind, **fields))
+        task_events.apply_event(locked, TaskEvent(task_id=task.pk, attempt=task.attempt, kind=kind, **fields))
 
 
 def task_of(job: Job, type_: str, index: int, restart: int = 0) -> Task:
@@ -108,7 +110,7 @@ def test_a_run_that_completes_while_being_preempted_succeeds_and_is_not_trained_
     job = running_job(alice, strategy=strategy, ps=1 if strategy == "parameter_server" else 0)
     with transaction.atomic():
         assert lifecycle.preempt(job.pk, by=job.pk + 1, why="a lower priority class")
-    speaker = task_of(job, *lifecycle.speaks_for_job(job.strategy))
+    speaker = task_of(job, *speaks_for_job(job.strategy))
     others = [task for task in job.current_tasks() if task.pk != speaker.pk]
 
     apply(speaker, TaskEventKind.EXITED, exit_code=0)
@@ -143,7 +145,7 @@ def test_a_program_error_fails_the_job_without_a_restart_once_its_peers_end_too(
     # Its peer still runs on another host, whose loss could have caused this: the verdict waits, saying so.
     job.refresh_from_db()
     assert (job.state, job.ending, job.restarts) == (JobState.RUNNING, JobState.FAILED, 0)
-    assert job.reason == f"{failed.label} exited with code 1" + lifecycle._awaiting_peers(lifecycle.peer_word_wait())
+    assert job.reason == f"{failed.label} exited with code 1" + lifecycle.awaiting_peers(lifecycle.peer_word_wait())
     assert task_of(job, "worker", 1).state == TaskState.RUNNING
     apply(task_of(job, "worker", 1), TaskEventKind.EXITED, exit_code=1)  # the same bug in the peer
 
@@ -157,12 +159,12 @@ def test_a_program_error_whose_peers_go_on_fails_the_job_after_the_wait_and_stop
     job = running_job(alice, max_restarts=3)
     failed = task_of(job, "worker", 0)
     apply(failed, TaskEventKind.EXITED, exit_code=1)
-    lifecycle.reap_finished_jobs()
+    reaping.reap_finished_jobs()
     assert Job.objects.get(pk=job.pk).ending == JobState.FAILED  # still within the wait
 
     just_inside = timezone.now() - lifecycle.peer_word_wait() - timedelta(seconds=1)
     Job.objects.filter(pk=job.pk).update(ending_at=just_inside)  # the wait has passed, every host still answering
-    lifecycle.reap_finished_jobs()
+    reaping.reap_finished_jobs()
 
     job.refresh_from_db()
     assert (job.state, job.reason, job.ending) == (JobState.FAILED, f"{failed.label} exited with code 1", "")
@@ -175,7 +177,7 @@ def test_a_permanent_exit_caused_by_a_lost_peer_host_restarts_the_job(alice):
     # The chief's host is gone: its survivor exits 1 (UnavailableError) before the host's heartbeats are missed.
     apply(survivor, TaskEventKind.EXITED, exit_code=1)
 
-    lifecycle.host_lost(lost.host_id, lost.host.name)
+    host_lost(lost.host_id, lost.host.name)
 
     job.refresh_from_db()
     assert (job.state, job.ending, job.restarts) == (JobState.RESTARTING, "", 1)
@@ -290,7 +292,7 @@ def test_a_lost_host_restarts_the_job_on_what_is_left_or_queues_it_with_the_reas
     lost.host.status = "offline"
     lost.host.save()
 
-    lifecycle.host_lost(lost.host_id, lost.host.name)
+    host_lost(lost.host_id, lost.host.name)
     apply(task_of(job, "worker", 0), TaskEventKind.EXITED, exit_code=-9)  # the stopped survivor
     scheduling.schedule_cluster(job.cluster_id)
 
@@ -304,15 +306,15 @@ def test_a_job_with_no_progress_for_its_timeout_is_failed_with_the_reason(alice)
     job = running_job(alice, max_restarts=0, progress_timeout_s=30)
     TaskLogLine.objects.create(task=task_of(job, "worker", 0), seq=0, stream="stdout", text="started")
 
-    assert lifecycle.check_progress() == []  # first look: the mark is taken now
+    assert hangs.check_progress() == []  # first look: the mark is taken now
     Job.objects.filter(pk=job.pk).update(progress_at=timezone.now() - timedelta(seconds=29))
-    assert lifecycle.check_progress() == []
+    assert hangs.check_progress() == []
     TaskLogLine.objects.create(task=task_of(job, "worker", 0), seq=1, stream="stdout", text="still alive")
     Job.objects.filter(pk=job.pk).update(progress_at=timezone.now() - timedelta(seconds=31))
-    assert lifecycle.check_progress() == []  # a new line is progress: the clock starts again
+    assert hangs.check_progress() == []  # a new line is progress: the clock starts again
     Job.objects.filter(pk=job.pk).update(progress_at=timezone.now() - timedelta(seconds=31))
 
-    assert lifecycle.check_progress() == [job.pk]
+    assert hangs.check_progress() == [job.pk]
 
     job.refresh_from_db()
     assert (job.state, job.reason) == (JobState.FAILED, "no progress for 30 s (no metric point or log line)")
@@ -321,10 +323,10 @@ def test_a_job_with_no_progress_for_its_timeout_is_failed_with_the_reason(alice)
 
 def test_a_hung_job_with_restarts_left_is_restarted(alice):
     job = running_job(alice, max_restarts=1, progress_timeout_s=30)
-    lifecycle.check_progress()
+    hangs.check_progress()
     Job.objects.filter(pk=job.pk).update(progress_at=timezone.now() - timedelta(seconds=31))
 
-    lifecycle.check_progress()
+    hangs.check_progress()
 
     job.refresh_from_db()
     assert job.state == JobState.RESTARTING

@@ -13,7 +13,7 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from orchestrator.jobs import lifecycle
+from orchestrator.jobs import lifecycle, time_limits
 from orchestrator.models import Job, JobEvent, JobState, MetricPoint, PriorityClass, Quota, Task, TaskState
 from orchestrator.scheduler import scheduling, waiting_reasons
 from tests import factories
@@ -173,12 +173,12 @@ def test_a_run_past_its_time_limit_ends_timed_out_and_its_tasks_are_stopped(alic
     scheduling.schedule_cluster(host.cluster_id)
     Job.objects.filter(pk=slow.pk).update(state=JobState.RUNNING, placed_at=timezone.now() - timedelta(seconds=61))
 
-    assert lifecycle.check_time_limits() == [slow.pk]
+    assert time_limits.check_time_limits() == [slow.pk]
 
     ended = Job.objects.get(pk=slow.pk)
     assert ended.state == JobState.TIMED_OUT and ended.reason == "time limit of 60 s reached"
     assert set(Task.objects.filter(job=ended).values_list("state", flat=True)) == {TaskState.STOPPING}
-    assert lifecycle.check_time_limits() == []  # once
+    assert time_limits.check_time_limits() == []  # once
 
 
 def test_the_api_takes_a_time_limit_and_priority_and_refuses_what_the_cluster_does_not_allow(alice):

@@ -218,7 +218,9 @@ def test_an_agent_restarted_after_its_exit_event_was_lost_reports_the_exit_and_t
     client.delete(events)
 
     _start_agent(deployment, "delivery-0", token, tmp_path / "agent")  # its next life, same workdir
-    _start_orchestrator(deployment)
+    # No ingest runs here, so the task's printed line never comes in: its exit is applied once the orchestrator has
+    # waited for its lines (TFDASH_EXIT_LINES_WAIT_S, 30 s by default), not sooner; 2 s here.
+    _start_orchestrator(deployment, TFDASH_EXIT_LINES_WAIT_S="2")
 
     task = wait_until(lambda: (t := Task.objects.using(DB).get(pk=task.pk)).state == TaskState.FAILED and t, 60,
                       what="the recorded exit applied")  # fmt: skip

@@ -33,9 +33,15 @@ def submit(cluster: NetnsCluster, strategy: str, config: dict[str, Any], **shape
 
 
 def wait_for_job(cluster: NetnsCluster, job_id: int, states: tuple[str, ...] = FINAL, timeout: float = 420) -> Job:
+    def reached() -> Job | bool:
+        job = Job.objects.using(DB).get(pk=job_id)
+        if job.state in FINAL and job.state not in states:  # it will never get there: say why now, not at the timeout
+            raise AssertionError(f"job {job_id} ended {job.state} waiting for {states}: {why(cluster, job)}")
+        return job.state in states and job
+
     try:
         return wait_until(
-            lambda: (job := Job.objects.using(DB).get(pk=job_id)).state in states and job,
+            reached,
             timeout,
             interval=0.5,
             what=f"job {job_id} to reach {states}",

@@ -14,7 +14,7 @@ from orchestrator import limits
 from orchestrator.metrics import live
 from orchestrator.metrics.lookups import DROPPED
 from orchestrator.models import Job, MetricPoint, Task
-from orchestrator.models.jobs import number_points
+from orchestrator.models.points import number_points
 from orchestrator.plumbing import counters
 
 MAX_EVENTS_PER_BATCH = 5000

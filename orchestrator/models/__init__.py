@@ -1,27 +1,24 @@
-"""The Django models, one module per concern: clusters and hosts, jobs and tasks (logs, points, rollups, artifacts),
-experiments, the queue's rows (priority classes, quotas, a job's story), webhooks and their outbox, leases, API
-tokens, task environments; row_locks.py says the one order in which writers lock job and task rows.
+"""The Django models, one module per concern: clusters and hosts, jobs and tasks with their log lines (jobs.py),
+uploaded scripts, metric points and their rollups, artifacts, ports found taken, experiments, the queue's rows
+(priority classes, quotas, a job's story), webhooks and their outbox, leases, API tokens, task environments;
+row_locks.py says the one order in which writers lock job and task rows.
 
 May import: contracts, core (the rules the models' choices and checks are made from). Never a feature package."""
 
 from __future__ import annotations
 
 from orchestrator.models.api_tokens import ApiToken
+from orchestrator.models.artifacts import JobArtifact
 from orchestrator.models.clusters import Cluster, Host, HostSample, HostStatus
 from orchestrator.models.environments import TaskEnvironment
 from orchestrator.models.experiments import Experiment, ExperimentMode
 from orchestrator.models.jobs import (
     ACTIVE_TASK_STATES,
     TERMINAL_JOB_STATES,
-    HostPortBlock,
     Job,
-    JobArtifact,
     JobState,
-    MetricPoint,
-    PointRollup,
     ProgramKind,
     RestartPolicy,
-    Script,
     Strategy,
     Task,
     TaskLogLine,
@@ -29,7 +26,10 @@ from orchestrator.models.jobs import (
     TaskType,
 )
 from orchestrator.models.leases import ControlLease
+from orchestrator.models.points import MetricPoint, PointRollup
+from orchestrator.models.port_blocks import HostPortBlock
 from orchestrator.models.queueing import JobEvent, PriorityClass, Quota
+from orchestrator.models.scripts import Script
 from orchestrator.models.webhooks import DeliveryState, JobStateChange, Webhook, WebhookDelivery
 
 __all__ = [

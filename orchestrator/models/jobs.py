@@ -1,17 +1,19 @@
-"""Jobs, their tasks (one OS process per TF_CONFIG task and attempt), task logs and uploaded scripts."""
+"""Jobs and their tasks (one OS process per TF_CONFIG task and attempt): their states, fields and task log lines.
+Beside them in orchestrator/models/: uploaded scripts (scripts.py), metric points and their rollups (points.py), the
+files tasks produce (artifacts.py) and ports found taken (port_blocks.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.conf import settings
-from django.contrib.postgres.fields import ArrayField
-from django.db import connection, models, transaction
+from django.db import models
 from django.urls import reverse
 
 from contracts import strategies
 from orchestrator.core import job_states, restarts
 from orchestrator.models.clusters import Cluster, Host
+from orchestrator.models.scripts import Script
 
 # Django's choices for the names defined once in contracts/strategies.py.
 Strategy = models.TextChoices(  # type: ignore[misc]
@@ -30,7 +32,7 @@ class JobState(models.TextChoices):
     FAILED = "failed"
     CANCELLED = "cancelled"
     # Its time limit came: its tasks got SIGTERM, the cluster's grace period, then SIGKILL (orchestrator/jobs/
-    # lifecycle.py, the watchdog). Final.
+    # time_limits.py, the watchdog). Final.
     TIMED_OUT = "timed_out", "timed out"
     # A job of a higher priority class (or a user reclaiming quota) needed its devices: its gang is being stopped and
     # it goes back to the queue with its place kept, to resume from its checkpoint
@@ -52,19 +54,6 @@ RestartPolicy = models.TextChoices(  # type: ignore[misc]
 class ProgramKind(models.TextChoices):
     SCRIPT = "script", "uploaded script"
     BUILTIN = "builtin", "built-in program"
-
-
-class Script(models.Model):
-    """An uploaded training script, stored once per content (SHA-256); it travels to agents inside launch orders."""
-
-    sha256 = models.CharField(max_length=64, primary_key=True)
-    content = models.BinaryField()
-    size = models.PositiveIntegerField()
-    filename = models.CharField(max_length=255, help_text="the name it was first uploaded under (display only)")
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    def __str__(self) -> str:
-        return f"{self.filename} ({self.sha256[:12]})"
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -142,7 +131,8 @@ class Job(models.Model):
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
     reason = models.TextField(blank=True, help_text="why the job is in its state (waiting, failed, ...)")
     # The final state the job's success rule decided while other tasks of it were still active: the job takes it
-    # once every task has ended (control/lifecycle.py), so a final job never has a live task. Empty: not ending.
+    # once every task has ended (orchestrator/jobs/lifecycle.py), so a final job never has a live task. Empty: not
+    # ending.
     ending = models.CharField(max_length=16, choices=JobState.choices, blank=True)
     ending_at = models.DateTimeField(null=True, blank=True)
     attempt = models.PositiveIntegerField(default=0, help_text="placements so far; tasks carry the one they belong to")
@@ -330,147 +320,3 @@ class TaskLogLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_id}#{self.seq}"
-
-
-def number_points(per_job: dict[int, int]) -> dict[int, int]:
-    """Take `per_job[job]` numbers from each job's point counter (Job.points_seq; contracts/protocol.py POINT_SEQ) and
-    return the first of each job's run; a job that does not exist gets none. Call inside a transaction: the jobs' rows
-    stay locked until it commits (taken in id order, so two writers never wait on each other in a circle), so a job's
-    numbers grow in commit order whoever writes its points."""
-    jobs = sorted(per_job)
-    if not jobs:
-        return {}
-    table = Job._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT id FROM {table} WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [jobs])  # noqa: S608
-        cursor.execute(
-            f"""UPDATE {table} j SET points_seq = j.points_seq + n.count
-                FROM unnest(%s::bigint[], %s::bigint[]) AS n(id, count) WHERE j.id = n.id
-                RETURNING j.id, j.points_seq""",  # noqa: S608 - the model's table; values are parameters
-            [jobs, [per_job[job] for job in jobs]],
-        )
-        return {job: top - per_job[job] + 1 for job, top in cursor.fetchall()}
-
-
-class PointQuerySet(models.QuerySet["MetricPoint"]):
-    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[MetricPoint]:
-        """Points made here (tools, tests; the ingest stores its own by COPY) are numbered like the ingest's."""
-        objs = list(objs)
-        with transaction.atomic(using=self.db):
-            per_job: dict[int, int] = {}
-            for point in objs:
-                if not point.seq:
-                    per_job[point.job_id] = per_job.get(point.job_id, 0) + 1
-            first = number_points(per_job)
-            for point in objs:
-                if not point.seq and point.job_id in first:
-                    point.seq = first[point.job_id]
-                    first[point.job_id] += 1
-            return super().bulk_create(objs, *args, **kwargs)
-
-
-class MetricPoint(models.Model):
-    """One value a task reported: idempotent on (task, phase, name, step), so a redelivered batch is stored once."""
-
-    id = models.BigAutoField(primary_key=True)
-    # No index of their own: (job, id) and the unique (task, phase, name, step) lead with them. No database
-    # constraint: its check per row (a key-share lock on the task, deferred to the commit) was a quarter of the
-    # ingest's database time (bench/pipeline.py). The ingest stores points only for a task it found, for its current
-    # attempt (metrics/lookups.py), tasks are never deleted but with their cluster, and the ORM deletes their points
-    # with them.
-    job = models.ForeignKey(
-        Job, on_delete=models.CASCADE, related_name="metric_points", db_index=False, db_constraint=False
-    )
-    task = models.ForeignKey(
-        Task, on_delete=models.CASCADE, related_name="metric_points", db_index=False, db_constraint=False
-    )
-    phase = models.CharField(max_length=10)  # train | epoch_end | custom
-    name = models.CharField(max_length=64)
-    step = models.BigIntegerField()
-    epoch = models.IntegerField(null=True, blank=True)
-    value = models.FloatField()
-    ts = models.FloatField(help_text="wall-clock seconds when the TF process measured it")
-    # Its number in its job, in commit order: the browser's resume cursor (contracts/protocol.py POINT_SEQ).
-    seq = models.BigIntegerField(default=0)
-
-    objects = PointQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["id"]
-        constraints = [
-            models.UniqueConstraint(fields=["task", "phase", "name", "step"], name="metric_point_unique"),
-        ]
-        indexes = [models.Index(fields=["job", "seq"])]
-
-    def __str__(self) -> str:
-        return f"{self.task_id}:{self.name}@{self.step}={self.value}"
-
-
-class PointRollup(models.Model):
-    """A block of 2**level consecutive steps of one series (task, phase, name), summed up: how many points, the first
-    and last step, and the points with the lowest and the highest value, whole. A long job's page draws a series from
-    the coarsest level still finer than its chart's buckets instead of reading millions of points
-    (orchestrator/metrics/rollups.py)."""
-
-    id = models.BigAutoField(primary_key=True)
-    # No database constraint, as for MetricPoint: the ORM deletes a job's rollups with it.
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False)
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False)
-    phase = models.CharField(max_length=10)
-    name = models.CharField(max_length=64)
-    level = models.SmallIntegerField(help_text="a block spans 2**level steps")
-    block = models.BigIntegerField(help_text="step >> level (rounded down)")
-    count = models.BigIntegerField()
-    first_step = models.BigIntegerField()
-    last_step = models.BigIntegerField()
-    # [value, step, seq, epoch (-1: none), ts] of the block's lowest and highest value (history.thinned's shape).
-    low = ArrayField(models.FloatField())
-    high = ArrayField(models.FloatField())
-
-    class Meta:
-        # Level before series: a read takes one level of a job's series (history.thinned), a range of this index.
-        constraints = [
-            models.UniqueConstraint(
-                fields=["job", "level", "task", "phase", "name", "block"], name="point_rollup_unique"
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.task_id}:{self.name}@{self.level}#{self.block} ({self.count} points)"
-
-
-class JobArtifact(models.Model):
-    """A file a task produced (the final model), uploaded by its agent so it can be downloaded from here."""
-
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="artifacts")
-    task = models.ForeignKey(Task, on_delete=models.SET_NULL, null=True, related_name="artifacts")
-    name = models.CharField(max_length=100)
-    sha256 = models.CharField(max_length=64)
-    size = models.PositiveBigIntegerField()
-    content = models.BinaryField(blank=True, default=b"")  # empty when it lies in the object store (`key`)
-    key = models.CharField("object store key", max_length=200, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    # The sealed time (its agent's clock) of the message it came with: an older one of the same name, late or
-    # replayed, does not replace it.
-    sent_at = models.FloatField(null=True, blank=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["job", "name"], name="artifact_name_unique_in_job")]
-
-    def __str__(self) -> str:
-        return f"{self.job_id}/{self.name}"
-
-
-class HostPortBlock(models.Model):
-    """A port an agent found taken by something else; placement avoids it until `until`."""
-
-    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="port_blocks")
-    port = models.PositiveIntegerField()
-    until = models.DateTimeField()
-    detail = models.CharField(max_length=500, blank=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["host", "port"], name="port_block_unique")]
-
-    def __str__(self) -> str:
-        return f"{self.host_id}:{self.port}"

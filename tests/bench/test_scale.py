@@ -25,7 +25,8 @@ def run_bench(tmp_path: Path, artifacts_dir: Path, name: str, *flags: str, stric
     env = own_stack_env()
     bench = ManagedProcess(
         name,
-        [sys.executable, "bench/scale.py", "--idle-s", "3", "--baseline-s", "1", "--duration", "1", "4",
+        [sys.executable, "bench/scale.py", "--start-up-s", "0", "--idle-s", "3", "--baseline-s", "1",
+         "--duration", "1", "4",
          "--page-jobs", "0", "--page-loads", "1", "--ingest-tasks", "0", "--sim-procs", "1", "--until-done",
          "--json", str(results_file), *flags],
         env,

@@ -37,7 +37,7 @@ from orchestrator.plumbing import pass_requests as passes
 from orchestrator.plumbing.celery_app import app
 from orchestrator.plumbing.outages import TRANSIENT
 from orchestrator.scheduler import scheduling
-from orchestrator.scheduler.scheduling import WAITING_STATES
+from orchestrator.scheduler.queueing import WAITING_STATES
 from orchestrator.webhooks import outbox as webhook_outbox
 
 log = logging.getLogger(__name__)

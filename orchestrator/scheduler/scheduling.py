@@ -45,9 +45,6 @@ from orchestrator.scheduler.waiting_reasons import (
 
 log = logging.getLogger(__name__)
 
-WAITING_STATES = queueing.WAITING_STATES  # (orchestrator/tasks.py reads it here)
-
-
 PASS_TIME = "scheduler_pass_s"  # noqa: S105 - a counter name; counters.observe: each pass (GET /metrics)
 
 

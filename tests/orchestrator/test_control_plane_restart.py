@@ -13,6 +13,7 @@ from django.conf import settings
 from orchestrator.models import Host, HostStatus, Job, MetricPoint, TaskLogLine
 from tests.orchestrator.test_redis_restart import (  # noqa: F401 - the fixtures are used by name
     DB,
+    EPOCHS,
     STEPS_PER_EPOCH,
     Deployment,
     _diagnose,
@@ -26,10 +27,6 @@ from tests.orchestrator.test_redis_restart import (  # noqa: F401 - the fixtures
 from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=[DB])
-
-# Killed after epoch 2, the control plane is down past the heartbeat timeout and then restarts (seconds on a busy
-# machine): ten epochs of 2-4 s keep the job training well after it is back.
-EPOCHS = 10
 
 
 def test_a_job_goes_on_while_the_orchestrator_and_web_server_are_restarted(

@@ -48,8 +48,7 @@ pytestmark = [
 AGENT_HEARTBEAT_S = 0.5
 FIRST_PORT = 30600  # TF gRPC ports of this test's hosts, apart from the other end-to-end tests' ranges
 # MultiWorkerMirrored x 2 takes 15-30 ms a step on a busy 2-core machine: epochs of 2-4 s, a few train windows each.
-# Killed after epoch 2 and down 2 s, the job still has three epochs or more (6 s or more) to train after the restart.
-EPOCHS = 6
+EPOCHS = 10
 STEPS_PER_EPOCH = 100
 KILL_AFTER_EPOCH = 2
 OUTAGE_S = 2.0

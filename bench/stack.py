@@ -40,6 +40,12 @@ from contracts.broker import without_credentials  # noqa: E402
 
 PY = sys.executable
 DATABASES = ("redis", "postgres")
+# A folder holding a stopped, migrated PostgreSQL data folder (`postgres/`) and its `postgres-password`, as a Stack
+# leaves them under its own (`python bench/stack.py pgdata FOLDER` makes one): a new Stack starts from a copy of it
+# instead of initdb and every migration from nothing. The suite makes one per session (tests/bench/conftest.py); unset,
+# as from a fresh shell, each stack initialises its own. migrate still runs on the copy: a no-op when the copy was made
+# from this checkout's migrations, it applies any newer ones.
+PGDATA_TEMPLATE = "TFDASH_BENCH_PGDATA"
 AGENT_HEARTBEAT_S = 1.0
 T = TypeVar("T")
 
@@ -150,6 +156,11 @@ class Stack:
         self.scheduler_apart = scheduler_apart
         self.logs = var / "log"
         self.logs.mkdir(parents=True)
+        template = os.environ.get(PGDATA_TEMPLATE)
+        if template and not (var / "postgres").exists():
+            shutil.copy2(Path(template) / "postgres-password", var / "postgres-password")
+            # -a: the owner too (as root the data folder is the server's user's, which it requires).
+            subprocess.run(["cp", "-a", str(Path(template) / "postgres"), str(var / "postgres")], check=True)
         self.pg = EmbeddedPostgres(var, port=free_port())
         self.redis = EmbeddedRedis(var / "redis", free_port(), password_file=var / "redis-password", bind=bind)
         self.web_port = free_port()
@@ -376,3 +387,20 @@ def django_in_process(prefix: str) -> Iterator[None]:
     finally:
         stack.stop_all()
         shutil.rmtree(var, ignore_errors=True)
+
+
+def make_pgdata_template(folder: Path) -> None:
+    """A stopped, migrated PostgreSQL data folder under `folder` (a new folder), for PGDATA_TEMPLATE."""
+    stack = Stack(folder)
+    try:
+        stack.set_up_django()
+    finally:
+        stack.stop_all()
+
+
+if __name__ == "__main__":
+    # python bench/stack.py pgdata FOLDER
+    if sys.argv[1:2] != ["pgdata"] or len(sys.argv) != 3:
+        raise SystemExit("usage: python bench/stack.py pgdata FOLDER")
+    os.environ.pop(PGDATA_TEMPLATE, None)
+    make_pgdata_template(Path(sys.argv[2]))

@@ -8,8 +8,10 @@ run: $(VENV)/.installed
 
 # PostgreSQL and Redis: DATABASE_URL / REDIS_URL when set; else the local PostgreSQL on 5432 when it answers, else an
 # embedded one, and a Redis of the session's own (tests/settings.py), as `make run` does.
+# Two workers (pytest-xdist): the tests whose agents run TensorFlow on loopback on one, one at a time; the rest on
+# the other (tests/conftest.py, _worker_group). `make test PYTEST_ARGS="-p no:xdist"` runs it in one process.
 test: $(VENV)/.installed
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 # The inner loop's tier: unit, API and contract tests, without the slow kinds (pyproject.toml's markers: TensorFlow
 # processes, the control plane's processes, browser, bench, soak, network namespaces, slow by design), which

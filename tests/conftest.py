@@ -25,7 +25,11 @@ from tests.support.processes import ManagedProcess
 
 AGENT_HEARTBEAT_S = 0.5
 # As in CI (root): test agents run each job's tasks under a uid of its own. Empty when not root.
-TASK_UIDS = "20000-29999" if os.geteuid() == 0 else ""
+# `make test` runs the suite on two pytest-xdist workers (gw0, gw1): each has its own test databases (pytest-django
+# suffixes their names), its own Redis (tests/settings.py) and its own half of the task uids, so the agents of one
+# never hand the other's uids to a job.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+TASK_UIDS = f"{20000 + 5000 * _WORKER}-{24999 + 5000 * _WORKER}" if os.geteuid() == 0 else ""
 
 
 # Test tiers (docs/development/testing.md). `make test` runs every test; `make test-fast` (TFDASH_TEST_TIER=fast) runs
@@ -94,6 +98,19 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         kinds.update(_FIXTURE_KINDS.get(name, ()))
     for kind in sorted(kinds - {mark.name for mark in item.iter_markers()}):
         item.add_marker(kind)
+    item.add_marker(pytest.mark.xdist_group(_worker_group(item.nodeid, kinds)))
+
+
+# The two workers' groups (`make test`: `-n 2 --dist loadgroup`). The tests whose agents run TensorFlow on this
+# machine's loopback share one worker and run one at a time, as they did in one process: their clusters' TF ports
+# (tests/factories.py and the tests' own ranges, 23000-29999) and the machine's cores are theirs. Everything else runs
+# on the other worker: unit, API and browser tests, the benches (the chaos soak's and the failover's stacks take
+# their TF ports from 10000-20000), and hosts with their own addresses (tests/network: ports of their own namespaces).
+_OWN_STACKS = ("tests/bench/", "tests/orchestrator/leases/test_failover_e2e.py", "tests/network/")
+
+
+def _worker_group(nodeid: str, kinds: set[str]) -> str:
+    return "loopback-tf" if "tf" in kinds and not nodeid.startswith(_OWN_STACKS) else "others"
 
 
 # The fast tier's honesty, beyond the marks: a fixture of a slow kind refuses to start (one a test asks for by

@@ -36,6 +36,7 @@ from django.db import connections
 from orchestrator.identity import api_tokens
 from orchestrator.models import Cluster, Host, HostStatus, TaskEnvironment
 from tests.agent_dist.conftest import agent_env, agent_venv  # noqa: F401 - agent_venv: a fixture used here
+from tests.conftest import TASK_UIDS  # root only here, as in CI: each job's tasks under a uid of its own
 from tests.conftest import _artifacts as test_artifacts
 from tests.support.netns import NetnsHost, Network, unavailable_reason
 from tests.support.object_store import ObjectStore, running_store
@@ -46,7 +47,6 @@ DB = "isolated"  # tests/settings.py: a test database of its own, made only in s
 HOSTS = 4  # enough for a ParameterServer job's four tasks on four machines, or a two-worker gang and a spare
 TF_PORTS = (23000, 23009)  # the same range on every host: each has its own address and its own ports
 AGENT_HEARTBEAT_S = 0.5
-TASK_UIDS = "20000-29999"  # root only here, as in CI: each job's tasks under a uid of its own
 
 
 def _database_url(alias: str) -> str:

@@ -222,7 +222,7 @@ def test_an_agent_restarted_after_its_exit_event_was_lost_reports_the_exit_and_t
     # waited for its lines (TFDASH_EXIT_LINES_WAIT_S, 30 s by default), not sooner; 2 s here.
     _start_orchestrator(deployment, TFDASH_EXIT_LINES_WAIT_S="2")
 
-    task = wait_until(lambda: (t := Task.objects.using(DB).get(pk=task.pk)).state == TaskState.FAILED and t, 60,
+    task = wait_until(lambda: (t := Task.objects.using(DB).get(pk=task.pk)).state == TaskState.FAILED and t, 180,
                       what="the recorded exit applied")  # fmt: skip
     assert task.exit_code == 3 and task.live_pid is None
     job.refresh_from_db(using=DB)

@@ -22,6 +22,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from contracts.strategies import speaks_for_job
 from orchestrator.jobs import dispatch
 from orchestrator.metrics import live
 from orchestrator.models import (
@@ -169,8 +170,12 @@ def cancel(job_id: int, by: str) -> bool:
 
 
 def last_epoch(job: Job) -> int:
-    """The last epoch the job completed (epochs count from 1; 0: none yet): its checkpoint is that epoch's end."""
-    done = MetricPoint.objects.filter(job=job, phase="epoch_end").aggregate(last=Max("epoch"))["last"]
+    """The last epoch the job completed (epochs count from 1; 0: none yet), as the task that speaks for the job
+    reported it: the runtime backs up before it reports an epoch's end, and a peer's report may run ahead."""
+    task_type, task_index = speaks_for_job(job.strategy)
+    done = MetricPoint.objects.filter(
+        job=job, phase="epoch_end", task__type=task_type, task__index=task_index
+    ).aggregate(last=Max("epoch"))["last"]
     return int(done or 0)
 
 
@@ -196,10 +201,5 @@ def preempt(job_id: int, *, by: int, why: str) -> bool:
 
 
 def resumed(jobs: list[Job], hosts_of: dict[int, list[str]]) -> None:
-    """Preempted jobs placed again: their story says where, and from which epoch they go on."""
-    JobEvent.objects.bulk_create(
-        JobEvent(
-            job=job, kind="resumed", text=f"resumed at epoch {last_epoch(job) + 1} on {', '.join(hosts_of[job.pk])}"
-        )
-        for job in jobs
-    )
+    """Preempted jobs placed again: their story says where (and, once its process says, from which epoch)."""
+    JobEvent.objects.bulk_create(JobEvent.resuming(job, hosts_of[job.pk]) for job in jobs)

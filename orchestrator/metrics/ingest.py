@@ -44,7 +44,7 @@ from orchestrator.metrics.points import (
     upsert_points,
     within_limits,
 )
-from orchestrator.models import Host, HostSample, Job, Task, TaskLogLine
+from orchestrator.models import Host, HostSample, Job, JobEvent, Task, TaskLogLine
 from orchestrator.models.row_locks import lock_rows
 from orchestrator.plumbing import counters
 
@@ -337,6 +337,10 @@ def _write(batch: Batch) -> None:
             continue
         if (task.type, task.index) == speaks_for_job(task.job.strategy):  # the task whose exit decides the job
             Job.objects.filter(pk=task.job_id).update(facts=facts)
+            # A preempted job placed again: its resume line names the checkpoint this process restored.
+            resumed = facts.get("resumed_from_epoch") if isinstance(facts, dict) else None
+            if isinstance(resumed, int) and not isinstance(resumed, bool) and resumed >= 0:
+                JobEvent.resumed_from(task.job_id, resumed)
     rows = [row for _host, host_rows in batch.samples.values() for row in host_rows]
     if rows:
         HostSample.objects.bulk_create(rows, ignore_conflicts=True)

@@ -91,3 +91,21 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} {self.kind}: {self.text}"
+
+    # A preempted job placed again says where; the epoch it went on from is written when its process says which
+    # checkpoint it restored (its facts' resumed_from_epoch), not guessed at placement: a peer may have reported an
+    # epoch end whose checkpoint the chief never finished writing before the stop's SIGKILL.
+    _RESUMING, _FROM = "resumed on ", " from its last checkpoint"
+
+    @classmethod
+    def resuming(cls, job: Job, hosts: list[str]) -> JobEvent:
+        return cls(job=job, kind="resumed", text=f"{cls._RESUMING}{', '.join(hosts)}{cls._FROM}")
+
+    @classmethod
+    def resumed_from(cls, job_id: int, epochs_done: int) -> None:
+        """The job's process restored the checkpoint of `epochs_done` epochs: its pending resume line says so (a
+        replayed report finds none pending and changes nothing)."""
+        for event in cls.objects.filter(job_id=job_id, kind="resumed", text__startswith=cls._RESUMING):
+            hosts = event.text.removeprefix(cls._RESUMING).removesuffix(cls._FROM)
+            event.text = f"resumed at epoch {epochs_done + 1} on {hosts}"
+            event.save(update_fields=["text"])

@@ -153,6 +153,19 @@ class Job(models.Model):
     artifact_refusal = models.TextField(blank=True, help_text="why the latest artifact was refused")
     # The task whose end failed the job; its log tail is read at display time, so late log lines still show.
     failed_task = models.ForeignKey("Task", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    # Why it ended so (orchestrator/diagnosis/): the cause task, the kind, one sentence, a hint, evidence lines and
+    # the peers that failed because of it. {} until a failed, timed out or hung job is diagnosed.
+    diagnosis = models.JSONField(default=dict, blank=True)
+    # Where its run is (orchestrator/metrics/progress.py): epoch k of N, examples/s, ETA; {} before its first epoch.
+    progress = models.JSONField(default=dict, blank=True)
+    # What its workers' measurements say (issue 45): input-bound share per worker, the slow worker; {} for none.
+    insights = models.JSONField(default=dict, blank=True)
+    # Its preflight (orchestrator/preflight/): {"state": "running" | "passed" | "failed", "job": id, ...}; {} for
+    # none. `preflight_for`: on a preflight run, the job it checks.
+    preflight = models.JSONField(default=dict, blank=True)
+    preflight_for = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="preflights"
+    )
     # A run of a compare-strategies experiment (orchestrator/experiments/actions.py), and which of its variants.
     experiment = models.ForeignKey(
         "orchestrator.Experiment", on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"

@@ -1,21 +1,24 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test test-fast test-parallel lint format install dist
+.PHONY: run test test-serial test-fast test-parallel lint format install dist
 
 run: $(VENV)/.installed
 	$(PY) scripts/run_local.py --exit-with-parent
 
 # PostgreSQL and Redis: DATABASE_URL / REDIS_URL when set; else the local PostgreSQL on 5432 when it answers, else an
-# embedded one, and a Redis of the session's own (tests/settings.py), as `make run` does.
+# embedded one, and a Redis of the session's own (tests/settings.py), as `make run` does. Two pytest-xdist workers:
+# the tests whose agents run TensorFlow on loopback on one, one at a time; the rest on the other (tests/conftest.py,
+# _worker_group), each with its own databases, Redis and half of the task uids. Figures: docs/sizing.md.
 test: $(VENV)/.installed
+	$(PY) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+
+# The same suite in one process (slower; a traceback reads in order, and pdb works).
+test-serial: $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The same suite on two pytest-xdist workers: the tests whose agents run TensorFlow on loopback on one, one at a time;
-# the rest on the other (tests/conftest.py, _worker_group). 16.5 min against 23 quiet here; beside `stress-ng --cpu 1`
-# two of its tests failed (docs/development/testing.md), so `make test` stays one process.
-test-parallel: $(VENV)/.installed
-	$(PY) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+# Kept for scripts written when two workers were not the default.
+test-parallel: test
 
 # The inner loop's tier: unit, API and contract tests, without the slow kinds (pyproject.toml's markers: TensorFlow
 # processes, the control plane's processes, browser, bench, soak, network namespaces, slow by design), which

@@ -16,6 +16,7 @@ from contracts import batching
 from contracts.host_samples import readable_gpus
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import RunConfig, train_examples
+from dashboard import verdict
 from orchestrator import limits
 from orchestrator.metrics import drops
 from orchestrator.models import Cluster, Host, HostSample, HostStatus, Job, Task
@@ -153,6 +154,8 @@ def job_parts(job: Job) -> dict[str, Any]:
         "story": list(job.events.order_by("at", "id")[:100]),
         "tasks": tasks,
         "failure_tail": failed.log_tail() if failed else [],
+        # Why it failed, above the failed task's tail (dashboard/verdict.py): {} while it runs or when none was made.
+        "verdict": verdict.shown(job),
         "artifacts": list(job.artifacts.order_by("name").values("name", "size")),
         # The hyperparameters' facts (batch sizes, learning rate) are in the asked-and-used table when there is one.
         "key_facts": job_facts(job, hyperparameters=not run),

@@ -1,0 +1,134 @@
+"""The verdict on the job page (issue 45): a failed job's Job.diagnosis above its failed task's exit code and tail,
+with the cause task's log linked, the evidence in a <pre> and the peers that failed because of it collapsed; nothing
+for a job without one or still running; a stored dict of the wrong shape does not break the page; and a page left
+open gets the verdict when the job ends, without a reload."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from orchestrator.models import Job, Task, TaskLogLine
+from tests import factories
+from tests.dashboard.test_job_socket import connect, next_frame, read_history
+
+pytestmark = pytest.mark.django_db
+
+DIAGNOSIS = {
+    "kind": "user_exception",
+    "title": "worker 1 raised ValueError",
+    "message": "worker 1 on node-1 raised ValueError: bad <shape> in train.py:42",
+    "hint": "Fix the error at train.py:42; the other workers stopped because worker 1 did.",
+    "task": "worker 1 on node-1",
+    "task_id": None,  # set to the cause's id
+    "evidence": ["Traceback (most recent call last):", '  File "train.py", line 42, in <module>', "ValueError: bad"],
+    "peers": [],
+    "at": "2026-11-27T23:00:00+00:00",
+}
+
+
+def failed_job(owner, **diagnosis) -> tuple[Job, Task, Task]:
+    """A failed two-worker job: worker 1 raised (the cause, exit 1), worker 0 failed because of it."""
+    host, _token = factories.host("node-1")
+    host.save()
+    job = Job.objects.create(owner=owner, cluster=host.cluster, name="j", strategy="multi_worker_mirrored",
+                             program_kind="script", workers=2, attempt=1, state="failed")  # fmt: skip
+    peer = Task.objects.create(job=job, attempt=1, type="worker", index=0, host=host, state="failed", exit_code=1)
+    cause = Task.objects.create(job=job, attempt=1, type="worker", index=1, host=host, state="failed", exit_code=1)
+    TaskLogLine.objects.create(task=cause, seq=0, stream="stderr", text="ValueError: bad <shape>")
+    peers = [{"task": "worker 0 on node-1", "task_id": peer.pk, "kind": "peer_failure",
+              "message": "UnavailableError: failed because worker 1 failed first"}]  # fmt: skip
+    job.failed_task = cause
+    job.diagnosis = {**DIAGNOSIS, "task_id": cause.pk, "peers": peers, **diagnosis}
+    job.save()
+    return job, cause, peer
+
+
+def test_the_verdict_is_above_the_failed_tasks_exit_code_and_the_logs(client, alice):
+    job, cause, peer = failed_job(alice)
+    client.force_login(alice)
+
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+
+    verdict = page.index('id="verdict"')
+    assert verdict < page.index('id="failure"') < page.index('id="logs"')
+    assert "Why it failed: worker 1 raised ValueError" in page
+    assert "raised ValueError: bad &lt;shape&gt; in train.py:42" in page  # escaped
+    assert "<strong>What to do:</strong> Fix the error at train.py:42" in page
+    assert f'Cause: <a href="/jobs/{job.pk}/tasks/{cause.pk}/log/">worker 1 on node-1</a>' in page
+    evidence = page[page.index('id="verdict-evidence"') :]
+    assert evidence.index("Traceback (most recent call last):") < evidence.index("</pre>")
+    assert "line 42, in &lt;module&gt;" in evidence
+    # The peers are there, collapsed: a <details> without `open`, each peer's log linked.
+    peers = page[page.index('<details class="verdict-peers"') : page.index("</details>", verdict)]
+    assert peers.startswith('<details class="verdict-peers" id="verdict-peers">')
+    assert "1 other task failed because of it" in peers
+    assert f'<a href="/jobs/{job.pk}/tasks/{peer.pk}/log/">worker 0 on node-1</a>: UnavailableError' in peers
+    # The failed task's own block stays: its exit code and tail.
+    assert "worker 1 on node-1 failed with exit code 1" in page and "ValueError: bad &lt;shape&gt;" in page
+
+
+def test_a_time_limit_verdict_names_no_task(client, alice):
+    job, _cause, _peer = failed_job(alice, kind="time_limit", title="the job reached its time limit", task="",
+                                    task_id=None, peers=[], evidence=[], hint="Raise time_limit_s.")  # fmt: skip
+    Job.objects.filter(pk=job.pk).update(state="timed_out", failed_task=None)
+    client.force_login(alice)
+
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+
+    assert "Why it stopped: the job reached its time limit" in page and "Raise time_limit_s." in page
+    assert 'id="verdict-cause"' not in page and 'id="verdict-evidence"' not in page and "verdict-peers" not in page
+
+
+def test_no_verdict_without_a_diagnosis_or_while_the_job_runs_again(client, alice):
+    job, _cause, _peer = failed_job(alice)
+    client.force_login(alice)
+    Job.objects.filter(pk=job.pk).update(diagnosis={})
+    assert 'id="verdict"' not in client.get(f"/jobs/{job.pk}/").content.decode()
+
+    # A job restarted after its failure runs again: the old attempt's verdict is not its state.
+    Job.objects.filter(pk=job.pk).update(diagnosis=DIAGNOSIS, state="running")
+    assert 'id="verdict"' not in client.get(f"/jobs/{job.pk}/").content.decode()
+
+
+def test_a_diagnosis_of_the_wrong_shape_does_not_break_the_page(client, alice):
+    job, _cause, _peer = failed_job(alice, task_id="1/../../admin", evidence="not a list", peers=[7, {"task_id": -1}])
+    client.force_login(alice)
+
+    response = client.get(f"/jobs/{job.pk}/")
+
+    page = response.content.decode()
+    assert response.status_code == 200 and "Why it failed: worker 1 raised ValueError" in page
+    assert "admin" not in page and 'id="verdict-evidence"' not in page
+    assert "Cause: worker 1 on node-1</p>" in page  # named, not linked
+    assert "1 other task failed because of it" in page  # the dict, without a link; the 7 left out
+
+
+def test_another_users_verdict_is_not_shown(client, alice, bob):
+    job, _cause, _peer = failed_job(alice)
+    client.force_login(bob)
+
+    assert client.get(f"/jobs/{job.pk}/").status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_an_open_page_gets_the_verdict_when_the_job_ends(alice):
+    job, cause, _peer = await sync_to_async(failed_job)(alice)
+    await sync_to_async(Job.objects.filter(pk=job.pk).update)(state="running", diagnosis={}, failed_task=None)
+    socket, connected, _ = await connect(alice, job.pk)
+    assert connected
+    state: list[dict] = []
+    await read_history(socket, state)
+    assert state[0]["type"] == "job" and 'id="verdict"' not in state[0]["html"]
+
+    def fail() -> None:
+        ended = Job.objects.get(pk=job.pk)
+        ended.state, ended.failed_task, ended.diagnosis = "failed", cause, {**DIAGNOSIS, "task_id": cause.pk}
+        ended.save()
+
+    await sync_to_async(fail)()
+    frame = await next_frame(socket, "job", lambda frame: frame["state"] == "failed")
+    assert 'id="verdict"' in frame["html"] and "Why it failed: worker 1 raised ValueError" in frame["html"]
+    assert frame["html"].index('id="verdict"') < frame["html"].index('id="failure"')
+    await socket.disconnect()

@@ -19,6 +19,9 @@ What is captured, in the coordinator (chief) process only, as phase "train" metr
 - a "facts" line once: source "injected", loop "ClusterCoordinator", the strategy's class name, replicas in sync.
 Not captured: examples/s (the batch size is inside the user's dataset function), epochs, validation.
 
+`patch_coordinator` also has worker_agent/runtime/worker_pace.py count each worker's completed closures (for `fit`
+under ParameterServer as well) and, in a worker process, report its own CPU share: what the slow-worker insight reads.
+
 Cost and synchronisation: on the training thread `schedule` adds one lock-held append and `join` one event set; the
 rest runs on a daemon thread. A result is only read from a closure that is already done (its value is on a worker:
 reading it is one small copy, on the reporting thread), so the user's loop never waits for anything it did not wait
@@ -44,6 +47,7 @@ from typing import Any
 
 from worker_agent.runtime.emitter import Emitter, get_emitter
 from worker_agent.runtime.metrics import MIN_INTERVAL_S, last_step
+from worker_agent.runtime.worker_pace import patch_workers, start_process_load
 
 POLL_S = 0.1
 STOP_WAIT_S = 3.0
@@ -56,6 +60,11 @@ _keras_depth = threading.local()
 
 def patch_coordinator(module: ModuleType) -> bool:
     """Wrap `module.ClusterCoordinator.schedule` and `join` (once); True when they are wrapped now or already were."""
+    try:  # per-worker pace (fit and custom loops alike) and each worker's CPU share: worker_pace.py
+        patch_workers(module)
+        start_process_load()
+    except Exception as exc:
+        _warn(f"per-worker pace is off: {exc!r}")
     cls = getattr(module, "ClusterCoordinator", None)
     if cls is None or not callable(getattr(cls, "schedule", None)) or not callable(getattr(cls, "join", None)):
         _warn(f"{module.__name__} has no ClusterCoordinator.schedule/join: custom loops report nothing")

@@ -7,7 +7,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from contracts.terminal_text import render_lines
 from orchestrator import limits
+from orchestrator.insights import slow_worker
 from orchestrator.metrics import drops
 from orchestrator.models import Cluster, Job, Task
 from orchestrator.submit import job_fields, submission
@@ -110,8 +112,8 @@ def _serializer_field(spec: JobField) -> serializers.Field:
     common: dict[str, Any] = {"help_text": spec.help or None}
     if not spec.required:
         common["default"] = spec.default
-    if spec.kind is bool:
-        return serializers.BooleanField(**common)
+    if spec.kind is bool:  # one whose default is None (the preflight) takes null: the default rule applies
+        return serializers.BooleanField(allow_null=spec.default is None and not spec.required, **common)
     if spec.choices:
         return serializers.ChoiceField(choices=spec.choices, **common)
     if spec.kind is int:
@@ -199,12 +201,37 @@ class FailureSerializer(serializers.Serializer):
     log_tail = serializers.ListField(child=serializers.CharField())
 
 
+class DiagnosisPeerSerializer(serializers.Serializer):
+    task = serializers.CharField()
+    task_id = serializers.IntegerField(allow_null=True)
+    kind = serializers.CharField()
+    message = serializers.CharField()
+
+
+class DiagnosisSerializer(serializers.Serializer):
+    """Why the job failed or timed out (orchestrator/diagnosis/); docs/user-guide/why.md lists the kinds."""
+
+    kind = serializers.CharField(help_text="the rule that matched (orchestrator/diagnosis/rules.py), or unknown")
+    title = serializers.CharField(help_text="one line, for lists and the CLI")
+    message = serializers.CharField(help_text="one sentence: what happened")
+    hint = serializers.CharField(help_text="what to do")
+    task = serializers.CharField(help_text="the cause task's label; empty when the cause is the job (a time limit)")
+    task_id = serializers.IntegerField(allow_null=True)
+    evidence = serializers.ListField(child=serializers.CharField(), help_text="at most 12 lines: why this kind")
+    peers = DiagnosisPeerSerializer(many=True, help_text="the tasks that failed because of the cause")
+    at = serializers.CharField(help_text="when it was computed (ISO 8601)")
+
+
 class JobSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
     cluster_name = serializers.CharField(source="cluster.name", read_only=True)
     script_name = serializers.CharField(source="script.filename", default=None, allow_null=True, read_only=True)
     script_sha256 = serializers.CharField(source="script_id", default=None, allow_null=True, read_only=True)
     failure = serializers.SerializerMethodField()
+    diagnosis = serializers.SerializerMethodField(help_text="why it failed or timed out; {} when not (none yet)")
+    insights = serializers.SerializerMethodField(
+        help_text="what the workers' measurements say (orchestrator/insights/): slow_worker on a job's own page"
+    )
     priority = serializers.CharField(read_only=True, help_text="the priority class's name")
     events = JobEventSerializer(many=True, read_only=True, help_text="what the state alone does not tell")
     output_dropped = serializers.SerializerMethodField(
@@ -241,6 +268,8 @@ class JobSerializer(serializers.ModelSerializer):
             "time_limit_s",
             "priority",
             "held",
+            "preflight",
+            "preflight_for",
             "expected_start",
             "reservation",
             "preemptions",
@@ -252,6 +281,8 @@ class JobSerializer(serializers.ModelSerializer):
             "restarts",
             "restart_reason",
             "failure",
+            "diagnosis",
+            "insights",
             "output_dropped",
             "facts",
             "created_at",
@@ -264,6 +295,18 @@ class JobSerializer(serializers.ModelSerializer):
     def get_output_dropped(self, obj: Job) -> str:
         return drops.job_note(obj)
 
+    @extend_schema_field(DiagnosisSerializer())
+    def get_diagnosis(self, obj: Job) -> dict[str, Any]:
+        # The row's own JSON, as stored: no query per job in a list.
+        return obj.diagnosis if isinstance(obj.diagnosis, dict) else {}
+
+    @extend_schema_field(serializers.DictField())
+    def get_insights(self, obj: Job) -> dict[str, Any]:
+        stored = obj.insights if isinstance(obj.insights, dict) else {}
+        if getattr(self.context.get("view"), "action", None) != "retrieve":
+            return stored  # a list: the row's own JSON, no query per job
+        return {**stored, "slow_worker": slow_worker.judge(obj)}  # read time: a few bounded queries
+
     @extend_schema_field(FailureSerializer(allow_null=True))
     def get_failure(self, obj: Job) -> dict[str, Any] | None:
         task = obj.failed_task
@@ -274,7 +317,7 @@ class JobSerializer(serializers.ModelSerializer):
             "task_id": task.pk,
             "exit_code": task.exit_code,
             "detail": task.detail,
-            "log_tail": [line.text for line in task.log_tail()],
+            "log_tail": render_lines([line.text for line in task.log_tail()]),  # a progress bar at its last state
         }
 
 

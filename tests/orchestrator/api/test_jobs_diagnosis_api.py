@@ -1,0 +1,86 @@
+"""`diagnosis` over REST (issue 45): a failed job's verdict on its detail and in the jobs list, the same dict the job
+page shows, {} for a job without one; only its owner and staff see it; and the list reads it from the row: no query
+more for a page of diagnosed jobs than for the same page without."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient
+
+from orchestrator.models import Job
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+DIAGNOSIS = {
+    "kind": "missing_import",
+    "title": "worker 0 could not import tensorflow_datasets",
+    "message": "worker 0 on node-0 raised ModuleNotFoundError: No module named 'tensorflow_datasets' at train.py:3",
+    "hint": "Install tensorflow_datasets in the job's environment (requirements) or on every host.",
+    "task": "worker 0 on node-0",
+    "task_id": 7,
+    "evidence": ["Traceback (most recent call last):", "ModuleNotFoundError: No module named 'tensorflow_datasets'"],
+    "peers": [{"task": "worker 1 on node-1", "task_id": 8, "kind": "peer_failure", "message": "CancelledError"}],
+    "at": "2026-11-27T23:00:00+00:00",
+}
+
+
+def as_user(user) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def a_job(owner, **fields) -> Job:
+    defaults = {"name": "j", "strategy": "multi_worker_mirrored", "program_kind": "script", "workers": 2}
+    return Job.objects.create(owner=owner, cluster=factories.cluster(), **{**defaults, **fields})
+
+
+def test_a_failed_jobs_detail_and_list_carry_its_diagnosis_and_others_an_empty_one(alice):
+    failed = a_job(alice, state="failed", diagnosis=DIAGNOSIS)
+    running = a_job(alice, state="running")
+    api = as_user(alice)
+
+    assert api.get(f"/api/jobs/{failed.pk}/").json()["diagnosis"] == DIAGNOSIS
+    assert api.get(f"/api/jobs/{running.pk}/").json()["diagnosis"] == {}
+    listed = {job["id"]: job["diagnosis"] for job in api.get("/api/jobs/").json()["results"]}
+    assert listed == {failed.pk: DIAGNOSIS, running.pk: {}}
+    assert [j["id"] for j in api.get("/api/jobs/?state=failed").json()["results"]] == [failed.pk]
+
+
+def test_only_the_owner_and_staff_see_a_diagnosis(alice, bob, admin_user):
+    failed = a_job(alice, state="failed", diagnosis=DIAGNOSIS)
+
+    assert as_user(bob).get(f"/api/jobs/{failed.pk}/").status_code == 404
+    assert as_user(bob).get("/api/jobs/").json()["results"] == []
+    assert as_user(admin_user).get(f"/api/jobs/{failed.pk}/").json()["diagnosis"] == DIAGNOSIS
+
+
+def test_the_list_reads_diagnoses_from_the_rows_with_no_query_more(alice):
+    jobs = [a_job(alice, state="failed", name=f"j{i}") for i in range(6)]
+    api = as_user(alice)
+
+    def list_queries() -> tuple[int, list[dict]]:
+        with CaptureQueriesContext(connection) as queries:
+            body = api.get("/api/jobs/").json()
+        return len(queries.captured_queries), [job["diagnosis"] for job in body["results"]]
+
+    without, shown = list_queries()
+    assert shown == [{}] * 6
+    Job.objects.filter(pk__in=[j.pk for j in jobs]).update(diagnosis=DIAGNOSIS)
+    with_diagnoses, shown = list_queries()
+
+    assert shown == [DIAGNOSIS] * 6
+    assert with_diagnoses == without
+
+
+def test_the_schema_documents_the_diagnosis(alice):
+    schema = as_user(alice).get("/api/schema/", HTTP_ACCEPT="application/json").json()
+
+    diagnosis = schema["components"]["schemas"]["Diagnosis"]
+    assert {"kind", "title", "message", "hint", "task", "task_id", "evidence", "peers", "at"} <= set(
+        diagnosis["properties"]
+    )
+    assert "diagnosis" in schema["components"]["schemas"]["Job"]["properties"]

@@ -32,7 +32,7 @@ from contracts.strategies import speaks_for_job
 from contracts.task_messages import TaskLogBatch
 from orchestrator.identity import auth
 from orchestrator.identity.stream_marks import Appended, appended_entries
-from orchestrator.metrics import drops, hosts, live, log_store
+from orchestrator.metrics import drops, hosts, live, log_store, progress
 from orchestrator.metrics.artifacts import handle_task_artifact
 from orchestrator.metrics.batch import Batch
 from orchestrator.metrics.lookups import DROPPED, body_as, lookups, opened, task_in
@@ -341,6 +341,11 @@ def _write(batch: Batch) -> None:
             resumed = facts.get("resumed_from_epoch") if isinstance(facts, dict) else None
             if isinstance(resumed, int) and not isinstance(resumed, bool) and resumed >= 0:
                 JobEvent.resumed_from(task.job_id, resumed)
+    # Job.progress of the jobs whose speaking task sent train or epoch_end points or facts: one UPDATE for them all.
+    progress.update(
+        {p[1] for points in batch.stored_points.values() for p in points if p[2] in progress.PHASES}
+        | batch.facts.keys()
+    )
     rows = [row for _host, host_rows in batch.samples.values() for row in host_rows]
     if rows:
         HostSample.objects.bulk_create(rows, ignore_conflicts=True)

@@ -43,7 +43,7 @@ from django.conf import settings
 from django.template.loader import render_to_string
 
 from dashboard import access, page_data
-from orchestrator.metrics import history, hosts
+from orchestrator.metrics import history, hosts, log_reader
 from orchestrator.metrics.live import JOB_CHANGED, LOGS_STORED, group_name
 from orchestrator.models import Job, TaskLogLine
 
@@ -122,7 +122,8 @@ def _new_log_lines(job_id: int, sent: dict[int, int]) -> dict[int, list[list[Any
         lines = TaskLogLine.objects.filter(task_id=task_id)
         if task_id in sent:
             lines = lines.filter(seq__gt=sent[task_id])
-        rows = list(reversed(lines.order_by("-seq").values_list("seq", "stream", "text")[: page_data.LOG_TAIL_LINES]))
+        newest = lines.order_by("-seq").values_list("seq", "stream", "text")[: page_data.LOG_TAIL_LINES]
+        rows = log_reader.shown(list(reversed(newest)))  # each line as a terminal shows it (a bar at its last state)
         if not rows:
             continue
         new[task_id] = [list(row) for row in rows]

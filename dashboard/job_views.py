@@ -166,6 +166,7 @@ def task_log(request: HttpRequest, job_id: int, task_id: int) -> HttpResponse:
         raise Http404("No such task in this job")
     page = render_to_string("dashboard/task_log.html", {"job": job, "task": task, "log_slot": _LOG_SLOT}, request)
     head, _slot, tail = page.partition(_LOG_SLOT)
+    # Each line as a terminal shows it (a progress bar at its last state); the raw text is the download's `?raw=1`.
     body = log_reader.chunks(task.pk, _log_html, head=head, empty="No output yet.", tail=tail)
     return log_reader.streaming(body, "text/html; charset=utf-8")
 

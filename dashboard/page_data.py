@@ -16,10 +16,11 @@ from contracts import batching
 from contracts.host_samples import readable_gpus
 from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import RunConfig, train_examples
+from contracts.terminal_text import render_line
 from dashboard import verdict
 from orchestrator import limits
-from orchestrator.metrics import drops
-from orchestrator.models import Cluster, Host, HostSample, HostStatus, Job, Task
+from orchestrator.metrics import drops, log_reader
+from orchestrator.models import Cluster, Host, HostSample, HostStatus, Job, Task, TaskLogLine
 from orchestrator.scheduler import fleet_state, queue_view
 
 # A sample older than this many heartbeat timeouts is not "live" load any more (the agent stopped sampling).
@@ -153,7 +154,7 @@ def job_parts(job: Job) -> dict[str, Any]:
         # What the state alone does not tell: preempted by whom and when, resumed where, timed out, held.
         "story": list(job.events.order_by("at", "id")[:100]),
         "tasks": tasks,
-        "failure_tail": failed.log_tail() if failed else [],
+        "failure_tail": shown_lines(failed.log_tail()) if failed else [],
         # Why it failed, above the failed task's tail (dashboard/verdict.py): {} while it runs or when none was made.
         "verdict": verdict.shown(job),
         "artifacts": list(job.artifacts.order_by("name").values("name", "size")),
@@ -170,6 +171,13 @@ def job_parts(job: Job) -> dict[str, Any]:
         # What the agents dropped of its tasks' output for the per-task bounds (contracts/publish_limits.py).
         "output_dropped_note": drops.job_note(job),
     }
+
+
+def shown_lines(lines: list[TaskLogLine]) -> list[TaskLogLine]:
+    """Stored lines (not saved again) with their text as a terminal shows it (contracts/terminal_text.py)."""
+    for line in lines:
+        line.text = render_line(line.text)
+    return lines
 
 
 def latest_runs(job: Job) -> list[Task]:
@@ -208,7 +216,8 @@ def log_tail(job: Job, tasks: list[Task] | None, chosen: int | None) -> dict[str
     task = task or (tasks[0] if tasks else None)
     lines = []
     if task is not None:
-        lines = list(reversed(task.log_lines.order_by("-seq").values_list("seq", "stream", "text")[:LOG_TAIL_LINES]))
+        rows = task.log_lines.order_by("-seq").values_list("seq", "stream", "text")[:LOG_TAIL_LINES]
+        lines = log_reader.shown(list(reversed(rows)))  # each line as a terminal shows it (a bar at its last state)
     cursor = log_cursor(None, [seq for seq, _stream, _text in lines]) if lines else None
     return {"tail_tasks": tasks, "tail_task": task, "tail_lines": lines, "tail_cursor": cursor}
 

@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 METRICS_PAGE = 10_000
 _CURSOR = re.compile(r"^-?[0-9]{1,12}$")  # ASCII digits only: int() takes "²" and "٣" too
 CSV_PAGE = 5000
+_RAW_HELP = (
+    "1: each line as the task wrote it; by default each line as a terminal shows it (a progress bar drawn with "
+    "carriage returns and backspaces at its last state, ANSI colours dropped)"
+)
 
 
 class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -293,23 +297,28 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
 
     @extend_schema(
         responses={(200, "text/plain"): str},
-        parameters=[OpenApiParameter("download", bool, description="as an attachment")],
+        parameters=[
+            OpenApiParameter("download", bool, description="as an attachment"),
+            OpenApiParameter(log_reader.RAW_PARAM, bool, description=_RAW_HELP),
+        ],
     )
     @action(detail=True, methods=["get"], url_path=r"logs/(?P<task_id>\d+)")
     def logs(self, request: Request, pk: str | None = None, task_id: str | None = None) -> StreamingHttpResponse:
         """The task's whole log, streamed a page of lines at a time (metrics/log_reader.py)."""
         job = self.get_object()
         task = get_object_or_404(Task, pk=task_id, job=job)
+        raw = log_reader.wants_raw(request.query_params.get(log_reader.RAW_PARAM))
         filename = None
         if request.query_params.get("download"):
-            filename = f"job{job.pk}-{task.type}{task.index}-attempt{task.attempt}.log"
-        body = log_reader.chunks(task.pk, lambda lines: "".join(f"{text}\n" for _seq, _stream, text in lines))
+            filename = f"job{job.pk}-{task.type}{task.index}-attempt{task.attempt}{'.raw' if raw else ''}.log"
+        body = log_reader.chunks(task.pk, lambda lines: "".join(f"{text}\n" for _seq, _stream, text in lines), raw=raw)
         return log_reader.streaming(body, "text/plain; charset=utf-8", filename)
 
     @extend_schema(
         responses={200: LogPageSerializer},
         parameters=[
             OpenApiParameter("since", int, description="return lines with seq greater than this cursor (default -1)"),
+            OpenApiParameter(log_reader.RAW_PARAM, bool, description=_RAW_HELP),
         ],
         description=(
             "The task's log lines after a cursor, at most 2,000 a page, as JSON; pass `next` back as `since` to "
@@ -325,9 +334,10 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
             return Response({"since": [f"{raw[:20]!r} is not a line number."]}, status=status.HTTP_400_BAD_REQUEST)
         since = int(raw)
         page = log_reader.page_after(task.pk, since, log_reader.PAGE_LINES)
+        shown = log_reader.shown(page, raw=log_reader.wants_raw(request.query_params.get(log_reader.RAW_PARAM)))
         return Response(
             {
-                "lines": [{"seq": seq, "stream": stream, "text": text} for seq, stream, text in page],
+                "lines": [{"seq": seq, "stream": stream, "text": text} for seq, stream, text in shown],
                 "next": page[-1][0] if page else since,
                 "more": len(page) == log_reader.PAGE_LINES,
             }

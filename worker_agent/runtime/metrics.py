@@ -162,9 +162,21 @@ class _MetricsLogic:
     def _start(self, resumed_from_epoch: int) -> None:
         self._started = True
         if self.facts is not None:
-            self.emitter.facts({**self.facts, "resumed_from_epoch": resumed_from_epoch})
+            self.emitter.facts({**self._run_length(), **self.facts, "resumed_from_epoch": resumed_from_epoch})
         if self._on_start is not None:
             self._on_start(resumed_from_epoch)
+
+    def _run_length(self) -> dict[str, int]:
+        """The fit's epochs and steps per epoch as Keras tells callbacks (`params`), for the job's progress and ETA
+        (orchestrator/core/progress.py): a user's script says them nowhere else; the builtin runtime's facts do, and
+        win. Steps are unknown (absent) for a dataset of unknown length without steps_per_epoch."""
+        params = getattr(self, "params", None) or {}
+        length: dict[str, int] = {}
+        for fact, param in (("epochs", "epochs"), ("steps_per_epoch", "steps")):
+            value = params.get(param)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                length[fact] = value
+        return length
 
     def _emit_window(self, now: float, batch: int, logs: Mapping[str, Any] | None) -> None:
         steps = batch + 1 - self._window_base

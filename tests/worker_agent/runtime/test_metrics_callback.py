@@ -91,7 +91,8 @@ def test_train_lines_are_throttled_to_the_window_and_epoch_end_lines_always_come
 
     events = lines(path)
     assert events[0]["kind"] == "facts"
-    assert events[0]["facts"] == {"global_batch": 64, "resumed_from_epoch": 0}
+    # The fit's length as Keras tells callbacks, for the job's progress and ETA.
+    assert events[0]["facts"] == {"epochs": 3, "steps_per_epoch": 40, "global_batch": 64, "resumed_from_epoch": 0}
     train = [e for e in events if e["kind"] == "metric" and e["phase"] == "train"]
     ends = [e for e in events if e["kind"] == "metric" and e["phase"] == "epoch_end"]
     # 2.5 s of 1/16 s steps per epoch, 0.5 s windows (8 steps). The first epoch's first window opens after its first
@@ -147,12 +148,12 @@ def test_a_resumed_run_continues_the_step_axis_and_says_where_it_resumed(sink: t
 
 def test_a_run_resumed_after_its_last_epoch_still_sends_its_facts(sink: tuple[Emitter, Path]) -> None:
     emitter, path = sink
-    callback = make_callback(emitter, Clock(), epochs=5, facts={"x": 1})
+    callback = make_callback(emitter, Clock(), steps=None, epochs=5, facts={"x": 1, "epochs": 6})
     callback.on_train_begin()
     callback.on_train_end()
-    assert lines(path) == [
-        {"kind": "facts", "ts": pytest.approx(lines(path)[0]["ts"]), "facts": {"x": 1, "resumed_from_epoch": 5}}
-    ]
+    # The facts' own epochs win over Keras' params; unknown steps per epoch are left out.
+    facts = {"x": 1, "epochs": 6, "resumed_from_epoch": 5}
+    assert lines(path) == [{"kind": "facts", "ts": pytest.approx(lines(path)[0]["ts"]), "facts": facts}]
 
 
 def test_unknown_epoch_length_counts_steps_as_they_come(sink: tuple[Emitter, Path]) -> None:

@@ -14,25 +14,25 @@ from tfdash.errors import NotFound
 
 class LogsApi(JobsApi):
     # --- logs -----------------------------------------------------------------------------------------------------
-    def log_page(self, job_id: int, task_id: int, *, since: int = -1) -> dict[str, Any]:
-        """One task's lines after the cursor `since`: `lines` (seq, stream, text), `next`, `more`."""
-        return dict(
-            self._request("GET", f"/api/jobs/{int(job_id)}/logs/{int(task_id)}/lines/", params={"since": since})
-        )
+    def log_page(self, job_id: int, task_id: int, *, since: int = -1, raw: bool = False) -> dict[str, Any]:
+        """One task's lines after the cursor `since`: `lines` (seq, stream, text), `next`, `more`. Each line's text
+        as a terminal shows it (a progress bar at its last state), or as the task wrote it when `raw`."""
+        params: dict[str, Any] = {"since": since, **({"raw": 1} if raw else {})}
+        return dict(self._request("GET", f"/api/jobs/{int(job_id)}/logs/{int(task_id)}/lines/", params=params))
 
-    def logs(self, job_id: int, *, task: str | None = None) -> Iterator[LogLine]:
+    def logs(self, job_id: int, *, task: str | None = None, raw: bool = False) -> Iterator[LogLine]:
         """Every stored line of the job's current tasks (or of `task`, e.g. "worker:0"), task after task."""
         for t in self._select_tasks(job_id, task):
             cursor = -1
             while True:
-                page = self.log_page(job_id, t["id"], since=cursor)
+                page = self.log_page(job_id, t["id"], since=cursor, raw=raw)
                 yield from (_line(t, line) for line in page["lines"])
                 cursor = page["next"]
                 if not page["more"]:
                     break
 
     def follow_logs(
-        self, job_id: int, *, task: str | None = None, poll_s: float = 1.0, settle_s: float = 2.0
+        self, job_id: int, *, task: str | None = None, poll_s: float = 1.0, settle_s: float = 2.0, raw: bool = False
     ) -> Iterator[LogLine]:
         """The job's lines as they are stored, until it has ended and its last lines are in (a restarted job's new
         tasks are followed too). Polls each task's cursor, so nothing is missed or repeated. A task's last lines may
@@ -46,7 +46,7 @@ class LogsApi(JobsApi):
             new = 0
             for t in self._followed_tasks(job_id, task, ended=ended_at is not None):
                 while True:
-                    page = self.log_page(job_id, t["id"], since=cursors.get(t["id"], -1))
+                    page = self.log_page(job_id, t["id"], since=cursors.get(t["id"], -1), raw=raw)
                     new += len(page["lines"])
                     yield from (_line(t, line) for line in page["lines"])
                     cursors[t["id"]] = page["next"]

@@ -147,10 +147,14 @@ def status(ns: argparse.Namespace, client: Callable[[], Client]) -> int:
 
 def logs(ns: argparse.Namespace, client: Callable[[], Client]) -> int:
     with client() as api:
-        lines = api.follow_logs(ns.id, task=ns.task, poll_s=ns.poll) if ns.follow else api.logs(ns.id, task=ns.task)
+        if ns.follow:
+            lines = api.follow_logs(ns.id, task=ns.task, poll_s=ns.poll, raw=ns.raw)
+        else:
+            lines = api.logs(ns.id, task=ns.task, raw=ns.raw)
         several = ns.task is None
-        # A task's output may hold terminal escapes (a clipboard write, a title change): stripped unless --raw.
-        # JSON needs nothing: json.dumps writes every control character as an escape.
+        # The server sends each line as a terminal shows it (a progress bar at its last state) unless --raw. A task's
+        # output may still hold what a terminal acts on (a C1 control, a bidirectional override; an older server
+        # sends lines as written): stripped unless --raw. JSON needs nothing: json.dumps escapes every control.
         shown = (lambda text: text) if ns.raw else printable
         for line in lines:
             if ns.json:

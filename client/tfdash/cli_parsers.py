@@ -108,8 +108,9 @@ def build_parsers() -> dict[str, tuple[argparse.ArgumentParser, Command, bool]]:
     p.add_argument(
         "--raw",
         action="store_true",
-        help="print the lines as the tasks wrote them, terminal escape sequences included (by default they are "
-        "removed: a script's output could otherwise write your clipboard or retitle your terminal)",
+        help="print the lines as the tasks wrote them: every redraw of a progress bar, terminal escape sequences "
+        "included (by default each line is shown as a terminal would leave it, a progress bar at its last state, and "
+        "escapes are removed: a script's output could otherwise write your clipboard or retitle your terminal)",
     )
     parsers["logs"] = (p, logs, False)
 

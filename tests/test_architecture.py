@@ -39,7 +39,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("orchestrator.plumbing",),
     ("orchestrator.identity",),
     ("orchestrator.objectstore",),
-    ("orchestrator.environments", "orchestrator.leases", "orchestrator.metrics", "orchestrator.webhooks"),
+    ("orchestrator.environments", "orchestrator.leases", "orchestrator.metrics", "orchestrator.webhooks",
+     "orchestrator.diagnosis"),  # fmt: skip
     ("orchestrator.jobs",),
     ("orchestrator.scheduler",),
     ("orchestrator.submit",),

@@ -23,6 +23,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from contracts.strategies import speaks_for_job
+from orchestrator.diagnosis.store import DIAGNOSED_STATES, diagnose_after_commit
 from orchestrator.jobs import dispatch
 from orchestrator.metrics import live
 from orchestrator.models import (
@@ -129,6 +130,8 @@ def finish_task(task: Task, state: str, code: int | None, detail: str, now: Any)
     if detail:
         task.detail = detail[:2000]
     save_fields(task, ["state", "exit_code", "finished_at", "detail", "event_seq"])
+    if task.job.state in DIAGNOSED_STATES:  # a peer stopped after the job's end: its lines may name it a consequence
+        diagnose_after_commit(task.job_id)
     _maybe_final(task.job)
 
 
@@ -150,6 +153,8 @@ def end_job(job: Job, state: str, reason: str, failed: Task | None = None) -> No
     job.ending = ""
     save_fields(job, ["state", "reason", "finished_at", "failed_task", "ending"])
     log.info("job %s %s: %s", job.pk, state, reason)
+    if state in DIAGNOSED_STATES:
+        diagnose_after_commit(job.pk)  # why it failed, once its tasks' rows are committed
     if state == JobState.SUCCEEDED:
         pass  # every task has ended (succeed)
     else:

@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from contracts.terminal_text import render_lines
 from orchestrator import limits
+from orchestrator.api.progress_serializer import ProgressSerializer
 from orchestrator.insights import slow_worker
 from orchestrator.metrics import drops
 from orchestrator.models import Cluster, Job, Task
@@ -235,6 +236,7 @@ class JobSerializer(serializers.ModelSerializer):
     script_name = serializers.CharField(source="script.filename", default=None, allow_null=True, read_only=True)
     script_sha256 = serializers.CharField(source="script_id", default=None, allow_null=True, read_only=True)
     failure = serializers.SerializerMethodField()
+    progress = serializers.SerializerMethodField(help_text="epoch k of N, step, examples/s and ETA; {} before any")
     diagnosis = serializers.SerializerMethodField(help_text="why it failed or timed out; {} when not (none yet)")
     insights = serializers.SerializerMethodField(
         help_text="what the workers' measurements say (orchestrator/insights/): slow_worker on a job's own page"
@@ -287,6 +289,7 @@ class JobSerializer(serializers.ModelSerializer):
             "attempt",
             "restarts",
             "restart_reason",
+            "progress",
             "failure",
             "diagnosis",
             "insights",
@@ -301,6 +304,10 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_output_dropped(self, obj: Job) -> str:
         return drops.job_note(obj)
+
+    @extend_schema_field(ProgressSerializer())
+    def get_progress(self, obj: Job) -> dict[str, Any]:
+        return obj.progress if isinstance(obj.progress, dict) else {}  # the row's own JSON: no query per job
 
     @extend_schema_field(DiagnosisSerializer())
     def get_diagnosis(self, obj: Job) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from worker_agent.runtime.coordinator import inside_keras, patch_coordinator
 from worker_agent.runtime.flavour import module_flavour
+from worker_agent.runtime.input_wait import patch_make_train_function
 from worker_agent.runtime.metrics import is_ours, last_step, metrics_callback_class
 
 KERAS_DEFAULT_BATCH = 32
@@ -49,6 +50,10 @@ def patch_keras(module: ModuleType) -> bool:
         return True
     flavour = module_flavour(module)
     model_class.fit = _wrap_fit(fit, base, flavour)
+    try:  # fit's steps then sample how long they wait for input (worker_agent/runtime/input_wait.py)
+        patch_make_train_function(model_class, flavour)
+    except Exception as exc:
+        _warn_once("input-wait", f"input-wait sampling is off: {exc!r}")
     return True
 
 

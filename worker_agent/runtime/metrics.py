@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from worker_agent.runtime.emitter import Emitter, as_float, finite_floats, get_emitter
+from worker_agent.runtime.input_wait import recorder as input_waits
+from worker_agent.runtime.input_wait import wait_fraction
 
 MIN_INTERVAL_S = 0.5
 
@@ -98,6 +100,8 @@ class _MetricsLogic:
         self._last_emit_t = -math.inf
         self._batch_scale = 1.0
         self._first_epoch_of_fit = True
+        self._waits_at_open = (0.0, 0)  # input_wait.recorder's sums when the window opened
+        self._sampling = False
 
     # --- Keras hooks --------------------------------------------------------------------------------------------
     @_guarded
@@ -105,6 +109,9 @@ class _MetricsLogic:
         self._window_t0 = None
         self._first_epoch_of_fit = True
         self._batch_scale = _batch_log_scale(getattr(self, "model", None), self._tfdash_legacy)
+        if not self._sampling:  # input_wait.py samples fit's steps only while a callback reads the samples
+            self._sampling = True
+            input_waits.start()
 
     @_guarded
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
@@ -117,6 +124,7 @@ class _MetricsLogic:
         self._window_base = 0
         # The first epoch of a fit: open the window after the first step (tracing); later epochs: now.
         self._window_t0 = None if self._first_epoch_of_fit else now
+        self._waits_at_open = input_waits.snapshot()
         self._first_epoch_of_fit = False
 
     @_guarded
@@ -126,6 +134,7 @@ class _MetricsLogic:
         if self._window_t0 is None:
             self._window_t0 = now
             self._window_base = batch + 1
+            self._waits_at_open = input_waits.snapshot()
         elif now - self._window_t0 >= self.min_interval_s:
             self._emit_window(now, batch, logs)
 
@@ -154,6 +163,9 @@ class _MetricsLogic:
 
     @_guarded
     def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
+        if self._sampling:
+            self._sampling = False
+            input_waits.stop()
         if not self._started:  # every epoch was done before this process started (resumed at the very end)
             params = getattr(self, "params", None) or {}
             self._start(resumed_from_epoch=int(params.get("epochs") or 0))
@@ -191,6 +203,11 @@ class _MetricsLogic:
             values = {name: value * self._batch_scale for name, value in values.items()}
         values["step_time_s"] = elapsed / steps
         values["steps_per_s"] = steps / elapsed
+        waits = input_waits.snapshot()
+        fraction = wait_fraction(self._waits_at_open, waits, elapsed / steps)
+        self._waits_at_open = waits
+        if fraction is not None:
+            values["input_wait_fraction"] = fraction
         if self.examples_per_step:
             values["examples_per_s"] = self.examples_per_step * steps / elapsed
         lr = self._learning_rate()

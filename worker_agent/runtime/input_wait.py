@@ -1,0 +1,228 @@
+"""How long `Model.fit` waits for its input pipeline: sampled steps whose batch is fetched outside the compiled step.
+
+Inside a compiled train step, `next(iterator)` is an op of the graph (IteratorGetNext): nothing in Python can time it,
+and TensorFlow keeps its own tf.data counters (/tensorflow/data/iterator_busy, getnext_duration) out of Python's
+reach. So `patch_make_train_function` wraps the train function Keras builds in a `SampledTrainFunction`: most steps
+call Keras' own function unchanged; a sampled step fetches its batch eagerly (`next(iterator)`, timed) and then runs
+the same step on that batch, compiled once more with the batch as its argument:
+- tf_keras: the compiled function calls tf_keras' own `train_function` Python body (`train_tf_function
+  .python_function`) with a one-batch stand-in iterator, so the step is tf_keras' code (strategy.run, reduction,
+  step counter, jit_compile) exactly; only where the batch comes from differs.
+- Keras 3: its train function already accepts a Python iterable and runs its compiled `one_step_on_data` on each
+  element; a sampled step hands it a one-batch list.
+The end of the data is the same on both paths: eager `next` raises StopIteration, which fit catches as it catches
+OutOfRangeError from the compiled path.
+
+Which steps are sampled: one whose start is at least SAMPLE_GAP_S after the previous sample's end, so the extra cost
+(the eager fetch and a call with the batch as arguments, some tens of µs) stays under ~0.5 % whatever the step time;
+steps of 20 ms or more are all sampled. MultiWorkerMirrored is sampled by step count instead (every SYNC_EVERY-th
+step, the same steps on every worker): the eager fetch of a distributed iterator may run a collective (whether any
+worker still has data), which every worker must run at the same step. The first sampled step traces the second
+function and is not counted.
+
+Left alone (no samples, so no input_wait_fraction): ParameterServer (fit schedules closures on remote workers: the
+wait is theirs), steps_per_execution > 1, run_eagerly, a model whose class overrides make_train_function without
+calling ours, and custom training loops (what they fetch is the user's own code).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+SAMPLE_GAP_S = 0.05
+SYNC_EVERY = 16
+
+
+class InputWaitRecorder:
+    """Sums over sampled steps: the seconds spent fetching, and how many steps. Read by the metrics callback."""
+
+    def __init__(self) -> None:
+        self.wait_s = 0.0
+        self.steps = 0
+        self.active = 0  # fits in progress with a callback reading us; sampling costs nothing while 0
+        self._lock = threading.Lock()
+
+    def add(self, wait_s: float) -> None:
+        self.wait_s += wait_s  # the training thread is the only writer; readers take a consistent enough pair
+        self.steps += 1
+
+    def snapshot(self) -> tuple[float, int]:
+        return self.wait_s, self.steps
+
+    def start(self) -> None:
+        with self._lock:
+            self.active += 1
+
+    def stop(self) -> None:
+        with self._lock:
+            self.active = max(0, self.active - 1)
+
+
+recorder = InputWaitRecorder()
+
+
+class _OneBatch:
+    """A stand-in iterator for tf_keras' step body: at trace time `next()` gives the compiled function's argument."""
+
+    def __init__(self, data: Any) -> None:
+        self._data = data
+
+    def __iter__(self) -> _OneBatch:
+        return self
+
+    def __next__(self) -> Any:
+        return self._data
+
+    def get_next(self) -> Any:
+        return self._data
+
+
+class SampledTrainFunction:
+    """Keras' train function, with a sampled step now and then fetched outside the compiled step (see the module)."""
+
+    _tfdash_sampled = True
+
+    def __init__(
+        self,
+        original: Callable[[Any], Any],
+        fetch: Callable[[Any], Any],
+        on_batch: Callable[[Any], Any],
+        every_steps: int = 0,
+        clock: Callable[[], float] = time.perf_counter,
+        rec: InputWaitRecorder | None = None,
+    ) -> None:
+        self.original = original
+        self._fetch = fetch  # iterator -> (batch, seconds the fetch took inside the graph)
+        self._on_batch = on_batch
+        self._every = every_steps  # > 0: sample by step count (synchronous workers), else by time
+        self._clock = clock
+        self._rec = rec if rec is not None else recorder
+        self._calls = 0
+        self._last_sample_end = -1e18
+        self._traced = False
+
+    def __call__(self, iterator: Any) -> Any:
+        self._calls += 1
+        if not self._rec.active or not self._due():
+            return self.original(iterator)
+        data, waited = self._fetch(iterator)  # OutOfRangeError at the end of the data, as Keras' own step raises
+        outputs = self._on_batch(data)
+        if self._traced:  # the first sample traced both functions: its time is not a step's
+            self._rec.add(float(waited))
+        self._traced = True
+        self._last_sample_end = self._clock()
+        return outputs
+
+    def _due(self) -> bool:
+        if self._every > 0:
+            return self._calls % self._every == 1 or self._every == 1
+        return self._clock() - self._last_sample_end >= SAMPLE_GAP_S
+
+    def __getattr__(self, name: str) -> Any:  # anything else Keras or a user reads of the function
+        return getattr(self.original, name)
+
+
+def sampled(model: Any, function: Any, flavour: str) -> Any:
+    """`function` wrapped for sampling, or `function` itself when this model's steps cannot be sampled."""
+    if function is None or getattr(function, "_tfdash_sampled", False):
+        return function
+    if getattr(model, "_cluster_coordinator", None) is not None or getattr(model, "run_eagerly", False):
+        return function
+    import tensorflow as tf  # loaded already: Keras imported it
+
+    every = SYNC_EVERY if _synchronous_workers(model) else 0
+    fetch = tf.function(_timed_next, autograph=False)
+    if flavour == "keras3":
+        if int(getattr(model, "steps_per_execution", 1) or 1) != 1:
+            return function
+        return SampledTrainFunction(function, fetch, lambda data: function([data]), every)  # Keras 3 takes a list
+    compiled_body = getattr(getattr(model, "train_tf_function", None), "python_function", None)
+    if compiled_body is None or not _one_step_per_call(model):
+        return function
+    step = tf.function(lambda data: compiled_body(_OneBatch(data)), reduce_retracing=True)
+    return SampledTrainFunction(function, fetch, step, every)
+
+
+def _timed_next(iterator: Any) -> Any:
+    """The next batch and the seconds IteratorGetNext took, timed inside the graph: an eager `next()` would add
+    ~0.2-0.3 ms of Python and op dispatch to every fetch (measured here), which a compiled step never pays."""
+    import tensorflow as tf
+
+    start = tf.timestamp()
+    with tf.control_dependencies([start]):
+        data = next(iterator)
+    with tf.control_dependencies(tf.nest.flatten(data, expand_composites=True)):
+        end = tf.timestamp()
+    return data, end - start
+
+
+def _one_step_per_call(model: Any) -> bool:
+    if getattr(model, "autotune_steps_per_execution", False):
+        return False
+    steps = getattr(model, "_steps_per_execution", None)
+    if steps is None:
+        return True
+    try:
+        return int(steps.numpy().item()) == 1
+    except Exception:
+        return False
+
+
+def _synchronous_workers(model: Any) -> bool:
+    strategy = getattr(model, "distribute_strategy", None)
+    if strategy is None or "CollectiveAllReduce" not in type(strategy).__name__:
+        return False
+    try:
+        return bool(strategy.extended._in_multi_worker_mode())
+    except Exception:
+        return True  # cannot tell: the step count is safe either way
+
+
+def patch_make_train_function(model_class: Any, flavour: str) -> None:
+    """Wrap `model_class.make_train_function` (once) so the function it leaves on the model samples input waits."""
+    make = getattr(model_class, "make_train_function", None)
+    if make is None or getattr(make, "_tfdash_patched", False):
+        return
+
+    @functools.wraps(make)
+    def make_train_function(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = make(self, *args, **kwargs)
+        try:
+            wrapped = sampled(self, self.train_function, flavour)
+            if wrapped is not self.train_function:
+                self.train_function = wrapped
+                if result is not None:
+                    result = wrapped
+        except Exception as exc:  # never stand between the user and their training
+            print(f"tfdash: input-wait sampling is off: {exc!r}", file=sys.stderr, flush=True)
+        return result
+
+    make_train_function._tfdash_patched = True  # type: ignore[attr-defined]
+    model_class.make_train_function = make_train_function
+
+
+def wait_fraction(before: tuple[float, int], after: tuple[float, int], step_time_s: float) -> float | None:
+    """The share of a window's mean step time spent waiting for input, from two recorder snapshots; None without
+    samples in between."""
+    steps = after[1] - before[1]
+    if steps <= 0 or step_time_s <= 0:
+        return None
+    mean_wait = (after[0] - before[0]) / steps
+    return min(1.0, max(0.0, mean_wait / step_time_s))
+
+
+__all__ = [
+    "SAMPLE_GAP_S",
+    "SYNC_EVERY",
+    "InputWaitRecorder",
+    "SampledTrainFunction",
+    "patch_make_train_function",
+    "recorder",
+    "sampled",
+    "wait_fraction",
+]

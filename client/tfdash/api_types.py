@@ -25,6 +25,7 @@ class Job(TypedDict, total=False):
     attempt: int
     restarts: int
     failure: dict[str, Any] | None
+    diagnosis: dict[str, Any]  # why it failed or timed out; {} when not (docs/user-guide/why.md)
     created_at: str
     started_at: str | None
     finished_at: str | None

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tfdash import fields
-from tfdash.api_types import Job, task_label
+from tfdash.api_types import TERMINAL_STATES, Job, task_label
 from tfdash.errors import Refused, error_text
 from tfdash.exit_codes import OK
 from tfdash.terminal import printable
@@ -54,7 +54,7 @@ def _jobs_table(jobs: list[Job]) -> Table:
     return table
 
 
-def _print_job(job: Job) -> None:
+def _print_job(job: Job, *, verdict: bool = True) -> None:
     out.print(f"job {job.get('id')} [bold]{escape(str(job.get('name')))}[/]: {_state(str(job.get('state')))}")
     shape = f"{job.get('workers')} worker(s)" + (f" + {job.get('ps')} ps" if job.get("ps") else "")
     out.print(
@@ -63,6 +63,8 @@ def _print_job(job: Job) -> None:
     )
     if job.get("reason"):
         out.print(f"  reason: {escape(str(job['reason']))}")
+    if verdict:
+        _print_verdict(job)
     if job.get("env"):
         out.print("  env: " + escape(" ".join(f"{k}={v}" for k, v in (job.get("env") or {}).items())))
     failure = job.get("failure")
@@ -76,7 +78,43 @@ def _print_job(job: Job) -> None:
 
 
 def _print_outcome(job: Job) -> None:
-    _print_job(job)
+    _print_job(job, verdict=False)
+    line = verdict_line(job)
+    if line:  # last, where a CI log's reader looks first
+        out.print(f"[red]{escape(line)}[/]")
+
+
+def _diagnosis(job: Job) -> dict[str, str]:
+    """The job's verdict (the API's `diagnosis`: docs/user-guide/why.md) as printable text, {} when it has none: its
+    words come from the job's own output, so terminal escapes are stripped."""
+    diagnosis = job.get("diagnosis")
+    if not isinstance(diagnosis, dict) or not diagnosis or job.get("state") not in TERMINAL_STATES:
+        return {}
+    return {key: printable(str(diagnosis.get(key) or "")) for key in ("title", "message", "hint")}
+
+
+def _print_verdict(job: Job) -> None:
+    """`tfdash status`: why the job failed, in three lines (title, message, hint)."""
+    diagnosis = _diagnosis(job)
+    if not diagnosis:
+        return
+    out.print(f"  [red]why:[/] [bold]{escape(diagnosis['title'] or 'the cause was not recognised')}[/]")
+    if diagnosis["message"]:
+        out.print(f"    {escape(diagnosis['message'])}")
+    if diagnosis["hint"]:
+        out.print(f"    what to do: {escape(diagnosis['hint'])}")
+
+
+def verdict_line(job: Job) -> str:
+    """`--wait`'s last line for a job that failed or timed out: its verdict in one line; "" without one."""
+    diagnosis = _diagnosis(job)
+    if not diagnosis:
+        return ""
+    said = (diagnosis["message"] or diagnosis["title"] or "the cause was not recognised").rstrip()
+    line = f"why job {job.get('id')} {job.get('state')}: {said}"
+    if not diagnosis["hint"]:
+        return line
+    return f"{line}{'' if said.endswith(('.', '!', '?')) else '.'} What to do: {diagnosis['hint']}"
 
 
 def _plan_table(plan: dict[str, Any]) -> Table:

@@ -1,0 +1,116 @@
+"""The verdict in the terminal (issue 45): `tfdash status` prints a failed job's diagnosis (title, message, hint), and
+`tfdash wait` (the end of `submit --wait` too) prints it as its last line, even when the verdict is written a moment
+after the job ended; a job without one prints none. The real command, in process, against the real API (httpx's WSGI
+transport): what the server stores is what the terminal shows, its terminal escapes stripped."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from typing import Any
+
+import httpx
+import pytest
+from django.core.wsgi import get_wsgi_application
+from tfdash import cli
+from tfdash.client import Client
+
+from orchestrator.identity import api_tokens
+from orchestrator.models import Job, Task
+from tests import factories
+
+pytestmark = pytest.mark.django_db(transaction=True)  # each WSGI request closes the connection at its end
+
+DIAGNOSIS = {
+    "kind": "user_exception",
+    "title": "worker 1 raised ValueError",
+    "message": "worker 1 on node-1 raised ValueError: bad shape [bold]x[/] in train.py:42\x1b]0;pwned\x07",
+    "hint": "Fix the error at train.py:42; the other workers stopped because worker 1 did.",
+    "task": "worker 1 on node-1",
+    "task_id": None,
+    "evidence": ["ValueError: bad shape"],
+    "peers": [],
+    "at": "2026-11-27T23:00:00+00:00",
+}
+SHOWN_MESSAGE = "worker 1 on node-1 raised ValueError: bad shape [bold]x[/] in train.py:42"  # markup literal, no OSC
+LAST_LINE = f"failed: {SHOWN_MESSAGE}. What to do: {DIAGNOSIS['hint']}"
+
+
+def a_job(owner: Any, state: str, diagnosis: dict[str, Any]) -> Job:
+    host, _token = factories.host()
+    host.save()
+    job = Job.objects.create(owner=owner, cluster=host.cluster, name="j", strategy="multi_worker_mirrored",
+                             program_kind="script", workers=2, attempt=1, state=state, diagnosis=diagnosis)  # fmt: skip
+    Task.objects.create(job=job, attempt=1, type="worker", index=1, host=host, state=state, exit_code=1)
+    return job
+
+
+def run_cli(alice: Any, monkeypatch: pytest.MonkeyPatch, *args: str, api: Client | None = None) -> tuple[int, str]:
+    """`tfdash ARGS`: its exit code and what it printed on its standard output."""
+    api = api or in_process_client(alice)
+    monkeypatch.setattr(cli.Client, "from_config", classmethod(lambda _cls, _url: api))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = cli.main(list(args))
+    return code, printed.getvalue()
+
+
+def in_process_client(alice: Any) -> Client:
+    token = api_tokens.issue(alice)[0]
+    return Client("http://testserver", token, transport=httpx.WSGITransport(app=get_wsgi_application()))
+
+
+def test_status_prints_the_verdicts_title_message_and_hint(alice, monkeypatch):
+    job = a_job(alice, "failed", DIAGNOSIS)
+
+    code, printed = run_cli(alice, monkeypatch, "status", str(job.pk))
+
+    assert code == 0
+    lines = [line.strip() for line in printed.splitlines()]
+    why = lines.index("why: worker 1 raised ValueError")
+    assert lines[why + 1] == SHOWN_MESSAGE
+    assert lines[why + 2] == f"what to do: {DIAGNOSIS['hint']}"
+    assert "pwned" not in printed and "\x1b" not in printed
+
+
+def test_wait_ends_with_the_verdict_as_its_last_line(alice, monkeypatch):
+    job = a_job(alice, "failed", DIAGNOSIS)
+
+    code, printed = run_cli(alice, monkeypatch, "wait", str(job.pk))
+
+    assert code == 1  # the job failed
+    assert printed.splitlines()[-1] == f"why job {job.pk} {LAST_LINE}"
+    assert printed.count(SHOWN_MESSAGE) == 1  # once, last: not also in the job's block above it
+    code, printed = run_cli(alice, monkeypatch, "wait", str(job.pk), "--json")
+    assert code == 1 and json.loads(printed)["diagnosis"]["title"] == DIAGNOSIS["title"]
+
+
+def test_wait_reads_a_verdict_written_just_after_the_job_ended(alice, monkeypatch):
+    job = a_job(alice, "failed", {})
+    api = in_process_client(alice)
+    read = api.job
+    reads: list[int] = []
+
+    def job_then_verdict(job_id: int) -> Any:
+        reads.append(job_id)
+        if len(reads) == 2:  # the watch saw the job end without a verdict; the control plane writes it now
+            Job.objects.filter(pk=job.pk).update(diagnosis=DIAGNOSIS)
+        return read(job_id)
+
+    monkeypatch.setattr(api, "job", job_then_verdict)
+    code, printed = run_cli(alice, monkeypatch, "wait", str(job.pk), api=api)
+
+    assert code == 1 and len(reads) == 2
+    assert printed.splitlines()[-1] == f"why job {job.pk} {LAST_LINE}"
+
+
+def test_a_job_without_a_verdict_prints_none(alice, monkeypatch):
+    succeeded = a_job(alice, "succeeded", {})
+    timed_out = a_job(alice, "timed_out", {**DIAGNOSIS, "message": "", "hint": "", "title": "time limit reached"})
+
+    code, printed = run_cli(alice, monkeypatch, "wait", str(succeeded.pk))
+    assert code == 0 and "why" not in printed
+    assert "why" not in run_cli(alice, monkeypatch, "status", str(succeeded.pk))[1]
+    code, printed = run_cli(alice, monkeypatch, "wait", str(timed_out.pk))
+    assert code == 9 and printed.splitlines()[-1] == f"why job {timed_out.pk} timed_out: time limit reached"

@@ -107,15 +107,7 @@ RULES: tuple[Rule, ...] = (
         hint="A task whose TF server never listens waits forever for it: check that the script builds its strategy "
         "(which starts the server) before anything slow, and that its hosts can reach each other's ports.",
     ),
-    # --- one task's own failure, specific rows first ------------------------------------------------------------------
-    Rule(
-        "stopped",
-        task_states=frozenset({"killed"}),
-        consequence=True,
-        title="{task} was stopped",
-        message="{task} was stopped by the product after the job's end was decided ({detail}).",
-        hint="Nothing to fix in this task.",
-    ),
+    # --- one task's own failure, specific rows first (a task the product stopped: the consequence rows only) --------
     Rule(
         "host_lost",
         task_states=frozenset({"lost"}),
@@ -242,6 +234,14 @@ RULES: tuple[Rule, ...] = (
         title="{task} lost a peer",
         message="{task} failed because a peer did: {last}",
         hint="Look at the cause task; this one failed after it.",
+    ),
+    Rule(
+        "stopped",
+        task_states=frozenset({"killed"}),
+        consequence=True,
+        title="{task} was stopped",
+        message="{task} was stopped by the product after the job's end was decided ({detail}).",
+        hint="Nothing to fix in this task.",
     ),
     Rule(
         "user_exception",

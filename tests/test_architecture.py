@@ -41,7 +41,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("orchestrator.objectstore",),
     ("orchestrator.environments", "orchestrator.leases", "orchestrator.metrics", "orchestrator.webhooks",
      "orchestrator.diagnosis"),  # fmt: skip
-    ("orchestrator.jobs",),
+    ("orchestrator.jobs", "orchestrator.insights"),
     ("orchestrator.scheduler",),
     ("orchestrator.submit",),
     ("orchestrator.experiments",),

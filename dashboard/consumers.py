@@ -7,7 +7,7 @@ Frames (JSON, each with a `type`):
   LOG_TAIL_LINES, or, for a task the page names in `?log_since=<task>:<seq>,...`, only the lines after its cursor;
 - `metrics` (history, then live batches), `history_end` with the metric cursor, `hosts` (on connect the stored
   samples of every host that ran a task of the job, over the job's time, with `history` and the hosts' `windows`;
-  then live samples), `facts`.
+  then live samples), `facts`, `progress` (the job's epoch k of N and ETA, with the words to show).
 
 No gap, no duplicate: the consumer joins the job's group *before* reading anything, so a change made meanwhile
 arrives as a frame after the read. Metric points: history ends at a cursor (the highest point id sent); live points at
@@ -22,7 +22,7 @@ current state, so a missed one is repaired by the next, or by a reconnect.
 Who may watch is checked at connect and again while the socket is open (dashboard/access.py): on every hint that the
 job changed, when the user changes, and every TFDASH_SOCKET_RECHECK_S; a socket whose rights ended is closed with
 4403, and one whose session ended (sign-out, flush) with 4401 at once. From the job's group, only the frames the
-control plane publishes there are relayed (metrics, hosts, facts, and the two hints); the page's `job`, `task` and
+control plane publishes there are relayed (metrics, hosts, facts, progress, and the two hints); the page's `job`, `task` and
 `log` frames are made here alone, so a frame put on the group by anyone else never reaches a page as one of them.
 
 Hints ("job changed", "logs stored") are answered by one read at a time: the handler only marks what is stale, so the
@@ -57,7 +57,9 @@ SESSION_ENDED = 4401
 MAX_LOG_CURSORS = 1000  # `log_since` pairs read; a page names only its current placement's tasks
 
 
-RELAYED = ("hosts", "facts")  # frames of the job's group sent on as they are; metrics are filtered by the cursor
+# Frames of the job's group sent on as they are (metrics are filtered by the cursor); `progress`: Job.progress and its
+# words, after an ingest batch moved it (orchestrator/metrics/progress.py).
+RELAYED = ("hosts", "facts", "progress")
 
 _may_watch = database_sync_to_async(access.may_watch)
 _access_groups = database_sync_to_async(access.groups)

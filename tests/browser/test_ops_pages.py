@@ -5,6 +5,7 @@ export. No CSP violation on any of them. Screenshots at 1280 and 390 px go to $T
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from orchestrator.metrics import live
-from orchestrator.models import Job, MetricPoint, Task
+from orchestrator.models import Job, Task
 from tests import factories
 from tests.browser.conftest import Orm, WebServer
 from tests.browser.test_job_e2e import watch_errors
@@ -41,8 +42,8 @@ def setup() -> dict[str, int]:
         Task.objects.create(job=running, attempt=1, type=kind, index=0, state="running", started_at=started)
         for kind in ("chief", "worker", "ps")
     ]
-    MetricPoint.objects.create(job=running, task=tasks[0], phase="train", name="loss", step=10, epoch=2, value=0.5,
-                               ts=1.7e9)  # fmt: skip
+    # What the ingest keeps from the chief's points (orchestrator/metrics/progress.py): no ETA before an epoch ended.
+    Job.objects.filter(pk=running.pk).update(progress=progress(epoch=2, eta_s=None))
     Job.objects.create(
         owner=alice, cluster=cluster, name="broken-run", strategy="mirrored", program_kind="script", state="failed",
         reason="worker 0 exited 1: ValueError: bad shape", started_at=started,
@@ -61,9 +62,18 @@ def end_job(job_id: int) -> None:
         live.job_changed(job_id)
 
 
+def progress(epoch: int, eta_s: float | None) -> dict[str, Any]:
+    return {"epoch": epoch, "epochs": 5, "step": 10 * epoch, "steps": 50, "examples_per_s": 640.0, "eta_s": eta_s,
+            "resumed_from_epoch": 0, "at": time.time()}  # fmt: skip
+
+
+def progress_frame(job_id: int) -> None:
+    text = "epoch 4/5 · step 40/50 · 640 examples/s · ETA 1 min"
+    live.publish(job_id, {"type": "progress", "progress": progress(epoch=4, eta_s=60.0), "text": text})
+
+
 def next_epoch(ids: dict[str, int]) -> None:
-    MetricPoint.objects.create(job_id=ids["job"], task_id=ids["chief"], phase="train", name="loss", step=20, epoch=3,
-                               value=0.4, ts=1.7e9 + 5)  # fmt: skip
+    Job.objects.filter(pk=ids["job"]).update(progress=progress(epoch=3, eta_s=150.0))
 
 
 def shoot(page: Any, folder: Path, name: str) -> None:
@@ -82,13 +92,13 @@ def test_jobs_list_job_page_and_experiments_in_the_browser(orm: Orm, web: WebSer
 
     # The jobs list: progress, duration, the failure's reason; live while a job runs.
     row = page.locator(f"tr[data-job='{ids['job']}']")
-    expect(row.locator("td.progress")).to_have_text("epoch 2 of 5", timeout=WAIT_MS)
+    expect(row.locator("td.progress")).to_have_text("epoch 2/5", timeout=WAIT_MS)
     expect(row.locator("td.duration")).to_contain_text(" s")
     failed = page.locator("tr[data-state='failed']")
     expect(failed.locator(".failure-reason")).to_have_text("worker 0 exited 1: ValueError: bad shape")
     shoot(page, folder, "jobs-list")
     orm(next_epoch, ids)
-    expect(row.locator("td.progress")).to_have_text("epoch 3 of 5", timeout=WAIT_MS)  # no reload
+    expect(row.locator("td.progress")).to_have_text("epoch 3/5 · ETA 2 min", timeout=WAIT_MS)  # no reload
     page.fill("#filter-name", "broken")
     page.click("#job-filters button[type=submit]")
     expect(page.locator("tbody#job-rows tr[data-job]")).to_have_count(1)
@@ -103,9 +113,13 @@ def test_jobs_list_job_page_and_experiments_in_the_browser(orm: Orm, web: WebSer
     page.goto(f"{web.url}/jobs/{ids['job']}/")
     page.wait_for_function("() => window.tfdashLive && window.tfdashLive.jobFrames > 0", timeout=WAIT_MS)
     expect(page.locator("#cancel-job")).to_be_visible()
+    expect(page.locator("#job-progress")).to_contain_text("epoch 3/5 · step 30/50 · 640 examples/s · ETA ")
+    orm(progress_frame, ids["job"])  # as the ingest sends it after a batch (orchestrator/metrics/progress.py)
+    expect(page.locator("#job-progress")).to_have_text("epoch 4/5 · step 40/50 · 640 examples/s · ETA 1 min")
     expect(page.locator("#tensorboard-export")).to_have_attribute("href", f"/api/jobs/{ids['job']}/tensorboard/")
     orm(end_job, ids["job"])
     expect(page.locator("#cancel-job")).to_be_hidden(timeout=WAIT_MS)
+    expect(page.locator("#job-progress")).to_have_text("epoch 3/5 · step 30/50 · 640 examples/s")  # no ETA once ended
     for kind in ("worker", "ps"):
         cell = page.locator(f"tr[data-task='{kind}-0'] [data-stopped-with-job]")
         expect(cell).to_have_text("stopped with the job")

@@ -90,6 +90,17 @@ function start(root) {
     showStragglers(); // the fresh rows get their pace back
   }
 
+  // The job's epoch k of N and ETA (Job.progress), in the words the server wrote for it (orchestrator/core/progress.py
+  // describe). Its element is part of #job-live, which each `job` frame renders again with the stored progress.
+  let progress = null;
+  function onProgress(frame) {
+    progress = frame.progress && typeof frame.progress === "object" ? { ...frame.progress } : null;
+    const el = document.getElementById("job-progress");
+    if (!el || typeof frame.text !== "string") return;
+    el.textContent = frame.text;
+    el.hidden = frame.text === "";
+  }
+
   function onTasks(frame) {
     page.taskFrames += 1;
     for (const t of frame.tasks || []) if (!taskNames[t.id]) taskNames[t.id] = t.label;
@@ -150,6 +161,9 @@ function start(root) {
         case "facts":
           onFacts(frame);
           break;
+        case "progress":
+          onProgress(frame);
+          return; // nothing to draw
         case "job":
           onJob(frame);
           break;
@@ -184,6 +198,8 @@ function start(root) {
     get jobFrames() { return page.jobFrames; },
     get taskFrames() { return page.taskFrames; },
     get jobState() { return page.state; },
+    /** The job's progress as the last `progress` frame said it (null before one). */
+    get progress() { return progress ? { ...progress } : null; },
     /** Log lines received over the socket (each once). */
     get logLinesReceived() { return logs.linesReceived; },
     /** Tasks flagged as stragglers now: [{task, median, others, ratio}]. */

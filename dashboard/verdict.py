@@ -1,5 +1,6 @@
 """The verdict the job page shows above the failed task's log tail (dashboard/_job_verdict.html): Job.diagnosis, which
-orchestrator/diagnosis/ writes when a job ends failed or timed out (its shape: docs/api.md), read as the page needs it.
+orchestrator/diagnosis/ writes when a job ends failed or timed out (its shape: docs/api.md), read through its
+`store.current` (one query when nothing changed) and shaped as the page needs it.
 
 The stored dict is read, never trusted for shape: a field of the wrong type is left out rather than break the page
 (or the socket's `job` frames, which render the same partial), and the links to the cause's and its peers' logs are
@@ -13,6 +14,7 @@ from typing import Any
 from django.urls import reverse
 
 from contracts.limits import MAX_WORKERS
+from orchestrator.diagnosis import store
 from orchestrator.models import Job
 
 # Evidence lines and peers shown: the contract bounds the evidence to 12 lines; peers are one per other task of the
@@ -24,8 +26,12 @@ MAX_PEERS = 2 * MAX_WORKERS
 def shown(job: Job) -> dict[str, Any]:
     """The verdict to render for `job`, or {} for none: only an ended job has one (a job restarted after a failure
     runs again; its old verdict is not its state)."""
-    diagnosis = job.diagnosis
-    if not job.is_terminal or not isinstance(diagnosis, dict) or not diagnosis:
+    if not job.is_terminal:
+        return {}
+    # Made now when the job's end has not made it yet, or again when log lines came in since (a peer's last lines):
+    # the page, and the socket frame sent when the job ends, never wait for the after-commit verdict.
+    diagnosis = store.current(job)
+    if not isinstance(diagnosis, dict) or not diagnosis:
         return {}
     verdict = {key: _text(diagnosis.get(key)) for key in ("kind", "title", "message", "hint", "task")}
     verdict["log_url"] = _log_url(job, diagnosis.get("task_id"))

@@ -3,4 +3,4 @@ experiments, webhooks, priority classes and who may use them, API tokens and sig
 endpoint, and the OpenAPI schema's error answers. Thin: each view hands the work to the package that owns it.
 
 May import: contracts, limits, models, identity, objectstore, metrics, webhooks, jobs, scheduler, submit,
-experiments, agents, insights."""
+experiments, agents, insights, diagnosis."""

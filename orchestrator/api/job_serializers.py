@@ -9,7 +9,9 @@ from rest_framework import serializers
 
 from contracts.terminal_text import render_lines
 from orchestrator import limits
+from orchestrator.api.diagnosis_serializer import DiagnosisSerializer
 from orchestrator.api.progress_serializer import ProgressSerializer
+from orchestrator.diagnosis import store
 from orchestrator.insights import slow_worker
 from orchestrator.metrics import drops
 from orchestrator.models import Cluster, Job, Task
@@ -202,34 +204,6 @@ class FailureSerializer(serializers.Serializer):
     log_tail = serializers.ListField(child=serializers.CharField())
 
 
-class DiagnosisPeerSerializer(serializers.Serializer):
-    task = serializers.CharField(required=False, allow_blank=True)
-    task_id = serializers.IntegerField(required=False, allow_null=True)
-    kind = serializers.CharField(required=False, allow_blank=True)
-    message = serializers.CharField(required=False, allow_blank=True)
-
-
-class DiagnosisSerializer(serializers.Serializer):
-    """Why the job failed or timed out (orchestrator/diagnosis/); docs/user-guide/why.md lists the kinds. No field is
-    required: a job without a verdict has {}."""
-
-    kind = serializers.CharField(
-        required=False, help_text="the rule that matched (orchestrator/diagnosis/rules.py), or unknown"
-    )
-    title = serializers.CharField(required=False, allow_blank=True, help_text="one line, for lists and the CLI")
-    message = serializers.CharField(required=False, allow_blank=True, help_text="one sentence: what happened")
-    hint = serializers.CharField(required=False, allow_blank=True, help_text="what to do")
-    task = serializers.CharField(
-        required=False, help_text="the cause task's label; empty when the cause is the job (a time limit)"
-    )
-    task_id = serializers.IntegerField(required=False, allow_null=True)
-    evidence = serializers.ListField(
-        required=False, child=serializers.CharField(allow_blank=True), help_text="at most 12 lines: why this kind"
-    )
-    peers = DiagnosisPeerSerializer(many=True, required=False, help_text="the tasks that failed because of the cause")
-    at = serializers.CharField(required=False, allow_blank=True, help_text="when it was computed (ISO 8601)")
-
-
 class JobSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
     cluster_name = serializers.CharField(source="cluster.name", read_only=True)
@@ -311,7 +285,9 @@ class JobSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(DiagnosisSerializer())
     def get_diagnosis(self, obj: Job) -> dict[str, Any]:
-        # The row's own JSON, as stored: no query per job in a list.
+        if self.parent is None:  # one job (detail, cancel): as the page shows it, made now if its end's is not in
+            return store.current(obj)
+        # In a list: the row's own JSON, as stored, with no query per job.
         return obj.diagnosis if isinstance(obj.diagnosis, dict) else {}
 
     @extend_schema_field(serializers.DictField())

@@ -24,6 +24,7 @@ DIAGNOSIS = {
     "evidence": ["Traceback (most recent call last):", '  File "train.py", line 42, in <module>', "ValueError: bad"],
     "peers": [],
     "at": "2026-11-27T23:00:00+00:00",
+    "lines_in": 0,  # the log lines it was made from (Task.log_lines_in summed): equal, so it is not made again
 }
 
 
@@ -80,15 +81,26 @@ def test_a_time_limit_verdict_names_no_task(client, alice):
     assert 'id="verdict-cause"' not in page and 'id="verdict-evidence"' not in page and "verdict-peers" not in page
 
 
-def test_no_verdict_without_a_diagnosis_or_while_the_job_runs_again(client, alice):
+def test_no_verdict_for_a_job_that_runs_again_or_succeeded(client, alice):
     job, _cause, _peer = failed_job(alice)
     client.force_login(alice)
-    Job.objects.filter(pk=job.pk).update(diagnosis={})
-    assert 'id="verdict"' not in client.get(f"/jobs/{job.pk}/").content.decode()
 
     # A job restarted after its failure runs again: the old attempt's verdict is not its state.
-    Job.objects.filter(pk=job.pk).update(diagnosis=DIAGNOSIS, state="running")
+    Job.objects.filter(pk=job.pk).update(state="running")
     assert 'id="verdict"' not in client.get(f"/jobs/{job.pk}/").content.decode()
+    Job.objects.filter(pk=job.pk).update(state="succeeded", diagnosis={}, failed_task=None)
+    assert 'id="verdict"' not in client.get(f"/jobs/{job.pk}/").content.decode()
+
+
+def test_a_failed_job_without_a_verdict_yet_gets_one_made_from_its_tasks(client, alice):
+    job, cause, _peer = failed_job(alice)
+    Job.objects.filter(pk=job.pk).update(diagnosis={})  # its end's after-commit verdict has not landed
+    client.force_login(alice)
+
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+
+    assert page.index('id="verdict"') < page.index('id="failure"')
+    assert Job.objects.get(pk=job.pk).diagnosis["kind"]  # made, and saved
 
 
 def test_a_diagnosis_of_the_wrong_shape_does_not_break_the_page(client, alice):
@@ -114,8 +126,22 @@ def test_another_users_verdict_is_not_shown(client, alice, bob):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
 async def test_an_open_page_gets_the_verdict_when_the_job_ends(alice):
-    job, cause, _peer = await sync_to_async(failed_job)(alice)
-    await sync_to_async(Job.objects.filter(pk=job.pk).update)(state="running", diagnosis={}, failed_task=None)
+    """The job's end hints its pages; the frame they get carries the verdict, made from the tasks' log lines by the
+    diagnosis store if the job's own after-commit verdict has not landed yet."""
+    job, cause, peer = await sync_to_async(failed_job)(alice)
+
+    def running() -> None:
+        Job.objects.filter(pk=job.pk).update(state="running", diagnosis={}, failed_task=None)
+        TaskLogLine.objects.filter(task=cause).delete()
+        lines = ["Traceback (most recent call last):", '  File "/home/alice/train.py", line 42, in <module>',
+                 "ValueError: bad shape"]  # fmt: skip
+        TaskLogLine.objects.bulk_create(
+            TaskLogLine(task=cause, seq=i, stream="stderr", text=t) for i, t in enumerate(lines)
+        )
+        TaskLogLine.objects.create(task=peer, seq=0, stream="stderr", text="tensorflow.python.framework.errors_impl."
+                                   "UnavailableError: failed to connect to all addresses")  # fmt: skip
+
+    await sync_to_async(running)()
     socket, connected, _ = await connect(alice, job.pk)
     assert connected
     state: list[dict] = []
@@ -124,11 +150,14 @@ async def test_an_open_page_gets_the_verdict_when_the_job_ends(alice):
 
     def fail() -> None:
         ended = Job.objects.get(pk=job.pk)
-        ended.state, ended.failed_task, ended.diagnosis = "failed", cause, {**DIAGNOSIS, "task_id": cause.pk}
+        ended.state, ended.failed_task, ended.reason = "failed", cause, "worker 1 on node-1 exited with code 1"
         ended.save()
 
     await sync_to_async(fail)()
     frame = await next_frame(socket, "job", lambda frame: frame["state"] == "failed")
-    assert 'id="verdict"' in frame["html"] and "Why it failed: worker 1 raised ValueError" in frame["html"]
-    assert frame["html"].index('id="verdict"') < frame["html"].index('id="failure"')
+    html = frame["html"]
+    assert 'id="verdict"' in html and html.index('id="verdict"') < html.index('id="failure"')
+    assert "ValueError" in html and "train.py:42" in html
+    assert f'<a href="/jobs/{job.pk}/tasks/{cause.pk}/log/">worker 1 on node-1</a>' in html
+    assert (await sync_to_async(Job.objects.get)(pk=job.pk)).diagnosis["task_id"] == cause.pk  # saved once made
     await socket.disconnect()

@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from orchestrator.models import Job
+from orchestrator.models import Job, Task, TaskLogLine
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -24,6 +24,7 @@ DIAGNOSIS = {
     "evidence": ["Traceback (most recent call last):", "ModuleNotFoundError: No module named 'tensorflow_datasets'"],
     "peers": [{"task": "worker 1 on node-1", "task_id": 8, "kind": "peer_failure", "message": "CancelledError"}],
     "at": "2026-11-27T23:00:00+00:00",
+    "lines_in": 0,  # the log lines it was made from: the job has none, so it is not made again
 }
 
 
@@ -87,3 +88,20 @@ def test_the_schema_documents_the_diagnosis(alice):
     # {} and empty strings (a time limit names no task) conform: the fuzz test checks every response against it.
     assert "required" not in diagnosis and "required" not in schema["components"]["schemas"]["DiagnosisPeer"]
     assert "minLength" not in diagnosis["properties"]["task"]
+
+
+def test_a_failed_jobs_detail_makes_its_verdict_when_its_end_has_not_yet(alice):
+    host, _token = factories.host()
+    host.save()
+    job = a_job(alice, state="failed", attempt=1)  # on factories.cluster(), the host's
+    task = Task.objects.create(job=job, attempt=1, type="worker", index=1, host=host, state="failed", exit_code=1)
+    lines = ["Traceback (most recent call last):", "ModuleNotFoundError: No module named 'tensorflow_datasets'"]
+    TaskLogLine.objects.bulk_create(TaskLogLine(task=task, seq=i, stream="stderr", text=t) for i, t in enumerate(lines))
+    Job.objects.filter(pk=job.pk).update(failed_task=task)
+    api = as_user(alice)
+    assert api.get("/api/jobs/").json()["results"][0]["diagnosis"] == {}  # the list reads the row alone
+
+    made = api.get(f"/api/jobs/{job.pk}/").json()["diagnosis"]
+
+    assert made["task_id"] == task.pk and "tensorflow_datasets" in made["message"]
+    assert api.get("/api/jobs/").json()["results"][0]["diagnosis"] == made  # saved on the row

@@ -51,6 +51,13 @@ def render_line(text: str, width: int = MAX_LOG_LINE_CHARS) -> str:
     """`text` (one line, without its newline) as a terminal `width` columns wide would leave it on the screen."""
     if _CONTROL.search(text) is None:
         return text[:width]
+    cells = screen_cells(text, width)
+    return _text_only(text, width) if cells is None else cells.rstrip(" ")
+
+
+def screen_cells(text: str, width: int = MAX_LOG_LINE_CHARS) -> str | None:
+    """What `text` leaves on the screen, every cell (trailing spaces included), or None when its escapes would cost
+    more than the work budget to play."""
     screen = _Screen(width, budget=_WORK_PER_CHAR * len(text) + _WORK_PER_CHAR * width)
     try:
         for match in _TOKEN.finditer(text):
@@ -65,8 +72,21 @@ def render_line(text: str, width: int = MAX_LOG_LINE_CHARS) -> str:
                 screen.csi(match.group("params"), match.group("final"))
             # Anything else (an OSC, another escape or control character) leaves no mark.
     except _OverBudget:
-        return _text_only(text, width)
-    return "".join(screen.cells).rstrip(" ")
+        return None
+    return "".join(screen.cells)
+
+
+def fold(text: str, width: int = MAX_LOG_LINE_CHARS) -> str:
+    """`text` with everything before its last carriage return replaced by the cells it leaves on the screen: what the
+    agent ships of a long line of redraws. Exact: the cells hold no control character, so playing them and then the
+    `\r` leaves the screen as the replaced part did (cells and cursor), and the rest plays the same; `render_line`
+    of the result is `render_line(text)` (for any line whose escapes stay within the work budget). Unchanged when
+    there is nothing to fold or the part is over its budget."""
+    cut = text.rfind("\r")
+    if cut <= 0:
+        return text
+    cells = screen_cells(text[:cut], width)
+    return text if cells is None else cells + text[cut:]
 
 
 def render_lines(texts: list[str], width: int = MAX_LOG_LINE_CHARS) -> list[str]:

@@ -11,6 +11,8 @@ line is sent at least once and, numbered the same each time, stored once (the in
 What was read and published is punched out of the files (FALLOC_FL_PUNCH_HOLE), so on disk they hold only what is not
 yet sent. The files go once the task's last line is published.
 
+A long line of progress-bar redraws is folded as it grows, its last state exact (output_lines.py).
+
 Bounded (contracts/publish_limits.py, publish_budget.py): past its output rate, a task's whole lines are read and
 dropped unnumbered, and a numbered line "lines dropped: N" stands where they went (at most one a second while it
 lasts, and one when the task ends), so the log says what is missing and the line count its exit carries still holds.
@@ -26,8 +28,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 from contracts import broker
 from contracts.limits import MAX_LOG_LINE_CHARS
@@ -36,6 +39,8 @@ from contracts.publish_limits import lines_dropped_text
 from contracts.task_messages import TaskLogBatch
 from worker_agent import atomic
 from worker_agent.supervision.output_holes import punch
+from worker_agent.supervision.output_lines import carry_after, fold_at, line_text
+from worker_agent.supervision.output_position import Position
 from worker_agent.supervision.publish_budget import OutputBudget
 
 log = logging.getLogger(__name__)
@@ -53,24 +58,6 @@ TAIL_LINES = 200
 TAIL_POLL_S = 0.1  # how often a live task's files are looked at (a stat and a read: cheap)
 # While a task's output is over its rate, one "lines dropped: N" line at most this often (and one when it ends).
 DROPPED_NOTE_S = 1.0
-
-
-@dataclass(frozen=True)
-class Position:
-    """How far a task's output has been read: the next byte of each file, the next line's number, and whether a
-    file's reader is inside a line it already cut at MAX_LINE_BYTES (the rest of it is skipped)."""
-
-    stdout: int = 0
-    stderr: int = 0
-    seq: int = 0
-    skipping_stdout: bool = False
-    skipping_stderr: bool = False
-
-    def offset(self, stream: str) -> int:
-        return int(getattr(self, stream))
-
-    def skipping(self, stream: str) -> bool:
-        return bool(getattr(self, f"skipping_{stream}"))
 
 
 class OutputFiles:
@@ -107,6 +94,8 @@ class OutputFiles:
                 raise ValueError(f"bad offsets {raw}")
             if not isinstance(position.seq, int) or position.seq < 0:
                 raise ValueError(f"bad seq {raw}")
+            if not all(isinstance(getattr(position, f"carry_{s}"), str) for s in STREAMS):
+                raise ValueError("bad carry")
             return position
         except FileNotFoundError:
             return Position()
@@ -218,6 +207,10 @@ class TaskLogs:
         used = 0
         while used < len(data):
             end = data.find(b"\n", used)
+            cut = -1 if skipping else fold_at(data, used, len(data) if end < 0 else end)
+            if cut >= 0 and self._fold(stream, data[used:cut], offset + cut):
+                used = cut  # read on from the line's last \r: its rest is short, or long enough for a head cut
+                continue
             if end < 0:
                 rest = len(data) - used
                 if rest >= MAX_LINE_BYTES and not skipping:
@@ -244,13 +237,23 @@ class TaskLogs:
         with self._cond:
             self._position = replace(self._position, **{stream: offset, f"skipping_{stream}": skipping})
 
+    def _fold(self, stream: str, part: bytes, offset: int) -> bool:
+        """Fold `part` (an unfinished line up to its last \r, read up to `offset`) into the stream's carry."""
+        with self._cond:
+            carry = carry_after(self._position.carry(stream), part)
+            if carry is not None:
+                moved: dict[str, Any] = {stream: offset, f"carry_{stream}": carry}
+                self._position = replace(self._position, **moved)
+            return carry is not None
+
     def _add(self, stream: str, raw: bytes, offset: int, *, skipping: bool) -> None:
         with self._cond:
+            moved: dict[str, Any] = {stream: offset, f"skipping_{stream}": skipping, f"carry_{stream}": ""}
             if not self.budget.admit(len(raw)):  # over the task's output rate: read past, not numbered
-                self._position = replace(self._position, **{stream: offset, f"skipping_{stream}": skipping})
+                self._position = replace(self._position, **moved)
                 return
             self._note_dropped(stream, force=False)
-            self._number(stream, _decode_line(raw), **{stream: offset, f"skipping_{stream}": skipping})
+            self._number(stream, line_text(self._position.carry(stream), raw), **moved)
 
     def _note_dropped(self, stream: str, *, force: bool) -> None:
         """Number a "lines dropped: N" line for the lines dropped since the last one (called holding the lock)."""
@@ -368,15 +371,6 @@ class TaskLogs:
             self._close_readers()
         self.flush(last=True)
         return self.lines
-
-
-def _decode_line(raw: bytes) -> str:
-    text = raw.decode("utf-8", errors="replace")
-    if text.endswith("\n"):
-        text = text[:-1]
-    if text.endswith("\r"):
-        text = text[:-1]
-    return text[:MAX_LOG_LINE_CHARS]
 
 
 def _chunks(lines: list[tuple[LogLine, Position]]) -> list[list[tuple[LogLine, Position]]]:

@@ -16,6 +16,7 @@ from tfdash import fields
 from tfdash.api_types import TERMINAL_STATES, Job, task_label
 from tfdash.errors import Refused, error_text
 from tfdash.exit_codes import OK
+from tfdash.job_progress import progress_text
 from tfdash.terminal import printable
 
 out = Console(highlight=False, soft_wrap=True)
@@ -38,7 +39,7 @@ def _show(ns: argparse.Namespace, value: Any, table: Callable[[Any], Any]) -> in
 
 
 def _jobs_table(jobs: list[Job]) -> Table:
-    table = Table("id", "name", "state", "strategy", "shape", "owner", "created", box=None)
+    table = Table("id", "name", "state", "progress", "strategy", "shape", "owner", "created", box=None)
     for job in jobs:
         shape = f"{job.get('workers')}w" + (f"+{job.get('ps')}ps" if job.get("ps") else "")
         shape += f" × {job.get('devices_per_worker')}"
@@ -46,6 +47,7 @@ def _jobs_table(jobs: list[Job]) -> Table:
             str(job.get("id")),
             escape(str(job.get("name"))),
             _state(str(job.get("state"))),
+            escape(progress_text(job, short=True)) or "-",
             str(job.get("strategy")),
             shape,
             escape(str(job.get("owner"))),
@@ -63,6 +65,8 @@ def _print_job(job: Job, *, verdict: bool = True) -> None:
     )
     if job.get("reason"):
         out.print(f"  reason: {escape(str(job['reason']))}")
+    if progress := progress_text(job):
+        out.print(f"  progress: {escape(progress)}")
     if verdict:
         _print_verdict(job)
     if job.get("env"):

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from tfdash.api_types import TERMINAL_STATES, Job
 from tfdash.client import Client
+from tfdash.job_progress import progress_text
 
 
 class JobWatch:
@@ -41,7 +42,7 @@ class JobWatch:
         while True:
             job = self._step()
             said = self.line(job, plain=True)
-            key = f"{job.get('state')} {self.epoch}"
+            key = f"{job.get('state')} {self.epoch} {progress_text(job, short=True).split(' · ')[0]}"
             if key != self._said:
                 self._said = key
                 self.console.print(said, markup=False)
@@ -82,7 +83,9 @@ class JobWatch:
         if job.get("attempt", 0) and int(job.get("attempt") or 0) > 1:
             parts.append(f"attempt {job.get('attempt')}")
         epochs = _epochs(job)
-        if self.epoch is not None:
+        if shown := progress_text(job):  # the server's: epoch k of N, step, examples/s, ETA
+            parts.append(shown if plain else escape(shown))
+        elif self.epoch is not None:
             parts.append(f"epoch {self.epoch}" + (f"/{epochs}" if epochs else ""))  # reported from 1
         if self.loss is not None:
             parts.append(f"loss {self.loss:.4f}")

@@ -1,0 +1,60 @@
+"""Progress in the terminal (issue 45): `tfdash ls` has a progress column ("epoch 3/10 · ETA 2 min"), `tfdash status`
+and the end of `tfdash wait` a progress line, `--wait`'s live line the same words; the ETA only while the job runs.
+The real command, in process, against the real API (tests/client/test_cli_verdict.py's harness)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from rich.console import Console
+from tfdash.job_progress import progress_text
+from tfdash.progress import JobWatch
+
+from orchestrator.models import Job
+from tests import factories
+from tests.client.test_cli_verdict import in_process_client, run_cli
+
+pytestmark = pytest.mark.django_db(transaction=True)  # each WSGI request closes the connection at its end
+
+PROGRESS = {"epoch": 3, "epochs": 10, "step": 90, "steps": 300, "examples_per_s": 1234.5, "eta_s": 150.0,
+            "resumed_from_epoch": 0}  # fmt: skip
+FULL = "epoch 3/10 · step 90/300 · 1,234 examples/s"
+
+
+def a_job(owner, state: str, progress: dict) -> Job:
+    cluster = factories.cluster()
+    return Job.objects.create(owner=owner, cluster=cluster, name="j", strategy="mirrored", program_kind="script",
+                              state=state, progress=progress, attempt=1)  # fmt: skip
+
+
+def test_ls_and_status_show_the_progress_and_the_eta_while_it_runs(alice, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # rich's table on one line per job
+    running = a_job(alice, "running", {**PROGRESS, "at": time.time() - 30})
+    a_job(alice, "queued", {})
+
+    code, printed = run_cli(alice, monkeypatch, "ls")
+    assert code == 0
+    row = next(line for line in printed.splitlines() if line.strip().startswith(str(running.pk)))
+    assert "epoch 3/10 · ETA 2 min" in row  # 150 s as of 30 s ago
+    code, printed = run_cli(alice, monkeypatch, "status", str(running.pk))
+    assert code == 0 and f"  progress: {FULL} · ETA 2 min" in printed.splitlines()
+
+
+def test_wait_shows_the_progress_live_and_at_the_end_without_an_eta(alice, monkeypatch):
+    ended = a_job(alice, "succeeded", {**PROGRESS, "epoch": 10, "step": 300, "eta_s": 0.0, "at": time.time()})
+
+    code, printed = run_cli(alice, monkeypatch, "wait", str(ended.pk))
+    assert code == 0
+    assert "  progress: epoch 10/10 · step 300/300 · 1,234 examples/s" in printed.splitlines()
+
+    running = {"id": 7, "state": "running", "attempt": 1, "progress": {**PROGRESS, "at": time.time()}}
+    watch = JobWatch(in_process_client(alice), 7, Console())
+    assert f"{FULL} · ETA 2 min" in watch.line(running, plain=True)
+
+
+def test_the_words_leave_out_what_is_unknown():
+    assert progress_text({"state": "running", "progress": {}}) == ""
+    unknown = {"epoch": 2, "epochs": None, "step": 7, "steps": None, "examples_per_s": None, "eta_s": None, "at": 1.0}
+    assert progress_text({"state": "running", "progress": unknown}) == "epoch 2"
+    assert progress_text({"state": "running", "progress": {**PROGRESS, "at": 100.0}}, now=5000.0) == f"{FULL} · ETA 0 s"

@@ -6,7 +6,8 @@ safe to run in several workers at once (rows claimed with SKIP LOCKED):
 1. fan out: each new JobStateChange (written by the jobs table's trigger, in the state change's own transaction)
    becomes one WebhookDelivery per matching active hook of an active owner (the owner's, and staff's hooks on the
    job's cluster, that subscribed to that state), with its idempotency key and the exact body to sign; the change
-   row is then deleted.
+   row is then deleted. A change to failed or timed out waits (VERDICT_WAIT_S at most) for the job's verdict, which
+   its body carries.
 2. deliver (delivering.py): each delivery that is due is claimed when a thread is free to POST it, POSTed within its
    deadline, and marked delivered only after a 2xx answer; otherwise it is tried again after a backoff
    (TFDASH_WEBHOOK_RETRY_BASE_S doubling up to TFDASH_WEBHOOK_RETRY_MAX_S) until TFDASH_WEBHOOK_MAX_ATTEMPTS, then
@@ -26,6 +27,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import DurationField, ExpressionWrapper, F
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from orchestrator.models import Job, JobStateChange, Webhook, WebhookDelivery
@@ -36,6 +39,11 @@ log = logging.getLogger(__name__)
 FAN_OUT_BATCH = 500
 # How often a sweep with POSTs in flight looks for new changes and due deliveries.
 POLL_S = 0.25
+# A failed or timed-out job's verdict (Job.diagnosis, its `diagnosis` in the body) is made just after the transaction
+# that ended it commits (orchestrator/diagnosis/store.py, in milliseconds): its change waits in the outbox until the
+# verdict is on the row, for at most this long (by the database's clock), then goes without one.
+VERDICT_WAIT_S = 10.0
+DIAGNOSED_STATES = ("failed", "timed_out")  # orchestrator/diagnosis/store.py's, which webhooks may not import: tested
 
 
 def sweep(budget_s: float | None = None) -> tuple[int, int]:
@@ -63,7 +71,9 @@ def sweep(budget_s: float | None = None) -> tuple[int, int]:
 # --- fan out --------------------------------------------------------------------------------------------------------
 def fan_out() -> int:
     with transaction.atomic():
-        changes = list(JobStateChange.objects.select_for_update(skip_locked=True).order_by("id")[:FAN_OUT_BATCH])
+        outbox = JobStateChange.objects.select_for_update(skip_locked=True).order_by("id")
+        age = ExpressionWrapper(Now() - F("at"), output_field=DurationField())
+        changes = list(outbox.annotate(age=age)[:FAN_OUT_BATCH])
         if not changes:
             return 0
         jobs = Job.objects.select_related("owner", "cluster", "failed_task").in_bulk({c.job_id for c in changes})
@@ -71,9 +81,13 @@ def fan_out() -> int:
         active = list(Webhook.objects.filter(active=True, owner__is_active=True).select_related("owner"))
         now = timezone.now()
         deliveries = []
+        waiting = set()
         for change in changes:
             job = jobs.get(change.job_id)
             if job is None:
+                continue
+            if _awaits_verdict(change, job):
+                waiting.add(change.pk)
                 continue
             for hook in active:
                 if change.state in hook.events and _hears_of(hook, job):
@@ -83,8 +97,18 @@ def fan_out() -> int:
                     delivery.body = body_of(delivery, job, change)
                     deliveries.append(delivery)
         WebhookDelivery.objects.bulk_create(deliveries, ignore_conflicts=True)
-        JobStateChange.objects.filter(pk__in=[c.pk for c in changes]).delete()
+        JobStateChange.objects.filter(pk__in=[c.pk for c in changes if c.pk not in waiting]).delete()
     return len(deliveries)
+
+
+def _awaits_verdict(change: JobStateChange, job: Job) -> bool:
+    """A change to failed or timed out whose job, still in that state, has no verdict yet, for VERDICT_WAIT_S."""
+    return (
+        change.state in DIAGNOSED_STATES
+        and job.state == change.state
+        and not job.diagnosis
+        and change.age.total_seconds() < VERDICT_WAIT_S  # type: ignore[attr-defined]
+    )
 
 
 def _hears_of(hook: Webhook, job: Job) -> bool:
@@ -101,6 +125,9 @@ def body_of(delivery: WebhookDelivery, job: Job, change: JobStateChange) -> byte
     text = f"Job #{job.pk} {job.name!r} {change.state}"
     if job.reason:
         text += f": {job.reason[:300]}"
+    title = _verdict(job).get("title") if change.state in DIAGNOSED_STATES else None
+    if isinstance(title, str) and title:
+        text += f" — why: {title[:300]}"
     record: dict[str, Any] = {
         "id": job.pk,
         "name": job.name,
@@ -117,6 +144,8 @@ def body_of(delivery: WebhookDelivery, job: Job, change: JobStateChange) -> byte
         "started_at": _iso(job.started_at),
         "finished_at": _iso(job.finished_at),
         "failure": None,
+        # Why it failed or timed out: the API's `diagnosis` (docs/api.md); {} for other changes.
+        "diagnosis": _verdict(job) if change.state in DIAGNOSED_STATES else {},
         "url": link,
     }
     if job.failed_task is not None:
@@ -132,6 +161,10 @@ def body_of(delivery: WebhookDelivery, job: Job, change: JobStateChange) -> byte
         "job": record,
     }
     return json.dumps(payload, sort_keys=True).encode()
+
+
+def _verdict(job: Job) -> dict[str, Any]:
+    return job.diagnosis if isinstance(job.diagnosis, dict) else {}
 
 
 def _iso(value: Any) -> str | None:

@@ -6,11 +6,13 @@ Computed at read time from stored metric points and host samples (the job page a
 ParameterServer (asynchronous: each worker takes the next step as soon as it is free, so a slow worker completes
 fewer). The chief reports every worker's completed steps per second per 2 s window (`worker_steps_per_s/<index>`,
 worker_agent/runtime/worker_pace.py). Over the last WINDOWS (10) windows (20 s of training), a worker is slow when its
-steps/s is below SLOW_SHARE (70 %) of the median of the other workers' steps/s in at least MIN_SLOW_WINDOWS (7) of
-them. Why these figures (docs/user-guide/metrics.md, "The slow worker"): on an even 2-worker run on a loaded 2-core
-machine a worker's window-by-window share of the other's pace ranged 0.80-1.25, and below 0.7 in at most 2 windows
-of 10; a worker beside `stress-ng` pinned to its CPU ran at 0.25-0.55 of the other's pace in every window. 7 of 10
-forgives a worker a couple of bad windows (a GC pause, a checkpoint) and names a steady laggard within 20 s.
+steps/s is below SLOW_SHARE (50 %) of the median of the other workers' steps/s in at least MIN_SLOW_WINDOWS (7) of
+them. Why these figures (measured with tests/orchestrator/test_slow_worker_e2e.py: 2 workers, 1 ps and a chief on one
+shared, loaded 2-core machine; docs/user-guide/metrics.md, "The slow worker"): running free, a worker's pace was
+0.67-1.2 of the other's in every window but the run's first (0.35: the workers start one after the other); pinned to
+one CPU beside `stress-ng --cpu 1` it was 0.14-0.36 of the other's, with one window of 0.64. Half the others' pace
+sits between the two with a margin on each side; 7 of 10 forgives a worker a few odd windows (start-up, a GC pause, a
+checkpoint) and names a steady laggard within 20 s.
 
 MultiWorkerMirrored (synchronous: every worker steps together, so steps/s is the same for all and a slow worker slows
 everyone). Each worker reports `step_time_s` and `input_wait_fraction` per window (the input-bound measurement); its
@@ -43,7 +45,7 @@ from orchestrator.models import HostSample, Job, MetricPoint, Task
 
 WINDOWS = 10
 MIN_SLOW_WINDOWS = 7
-SLOW_SHARE = 0.7
+SLOW_SHARE = 0.5
 MWMS_EXCESS = 0.10
 HOST_BUSY_PERCENT = 75.0
 OTHERS_PERCENT = 25.0

@@ -6,6 +6,7 @@ The training scripts in tests/programs are plain tf.distribute programs that kno
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import time
 from pathlib import Path
@@ -96,6 +97,12 @@ def test_multi_worker_mirrored_trains_in_sync_on_two_hosts(api, cluster_of, open
     assert [t.exit_code for t in tasks] == [0, 0]
     w0, w1 = np.load(out / "weights-worker-0.npz"), np.load(out / "weights-worker-1.npz")
     assert all(np.array_equal(w0[k], w1[k]) for k in w0.files)  # the all-reduce really kept them in sync
+    # Its progress, kept at ingest from worker 0's points and the epochs and steps Keras told the injected callback
+    # (2048 examples in global batches of 64: 32 steps an epoch): the last epoch of 3, nothing left.
+    progress = wait_until(
+        lambda: (p := Job.objects.get(pk=job_id).progress).get("epoch") == 3 and p, 30, what="progress at epoch 3"
+    )
+    assert (progress["epochs"], progress["step"], progress["steps"], progress["eta_s"]) == (3, 96, 96, 0.0), progress
     wait_until(lambda: "final loss" in log_text(tasks[0]), 30, what="the final loss line")
     assert_gone([t.pid for t in tasks], timeout=5)
 
@@ -121,10 +128,15 @@ def test_parameter_server_with_a_coordinator_succeeds_and_stops_its_servers(api,
     assert_gone([t.pid for t in tasks.values()], timeout=10)
 
 
-def test_mirrored_gets_two_logical_devices_on_one_host(api, cluster_of):
+def test_mirrored_gets_two_logical_devices_on_one_host(api, cluster_of, client, alice):
     cluster_of(1)
     job_id = submit(
-        api, "mirrored_fit.py", strategy="mirrored", workers=1, devices_per_worker=2, args="--expect-replicas 2"
+        api,
+        "mirrored_fit.py",
+        strategy="mirrored",
+        workers=1,
+        devices_per_worker=2,
+        args="--expect-replicas 2 --verbose 1 --epochs 2",
     )
 
     job = wait_for_job(job_id)
@@ -133,7 +145,22 @@ def test_mirrored_gets_two_logical_devices_on_one_host(api, cluster_of):
     (task,) = job.current_tasks()
     assert task.tf_config is None and task.port is None  # one process needs no cluster
     assert task.devices == [0, 1]
-    wait_until(lambda: "replicas in sync 2" in log_text(task), 30, what="the replicas line")
+    wait_until(lambda: "final loss" in log_text(task), 30, what="the final loss line")
+    assert "replicas in sync 2" in log_text(task)
+    # tf_keras drew its bar with \r and backspaces (stored so), and the job page, the task log page and the download
+    # show each epoch's bar at its last state; ?raw=1 gives the redraws.
+    assert "\x08" in log_text(task)
+    client.force_login(alice)
+    last_state = re.compile(r"^32/32 \[=+\] - \d+s \d+ms/step - loss: [\d.]+ - accuracy: [\d.]+$", re.MULTILINE)
+    for page in (
+        client.get(f"/jobs/{job_id}/").content.decode(),
+        streamed(client.get(f"/jobs/{job_id}/tasks/{task.pk}/log/")).decode(),
+        streamed(client.get(f"/api/jobs/{job_id}/logs/{task.pk}/?download=1")).decode(),
+    ):
+        assert "\x08" not in page and "\r" not in page
+        assert len(last_state.findall(re.sub(r"</?span[^>]*>", "", page))) == 2  # one bar per epoch, at 32 of 32
+    raw = streamed(client.get(f"/api/jobs/{job_id}/logs/{task.pk}/?download=1&raw=1")).decode()
+    assert "\x08" in raw and "\r" in raw
 
 
 def test_a_job_larger_than_free_capacity_waits_then_runs(api, cluster_of):

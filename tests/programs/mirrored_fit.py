@@ -31,6 +31,7 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=64, help="global batch size")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--expect-replicas", type=int, default=None, help="exit 2 unless this many replicas")
+    parser.add_argument("--verbose", type=int, default=2, help="model.fit's: 1 draws a progress bar per epoch")
     args = parser.parse_args()
 
     gpus = tf.config.list_logical_devices("GPU")
@@ -66,7 +67,7 @@ def main() -> int:
             metrics=["accuracy"],
         )
 
-    history = model.fit(dataset, epochs=args.epochs, verbose=2)
+    history = model.fit(dataset, epochs=args.epochs, verbose=args.verbose)
     print(f"final loss {history.history['loss'][-1]:.6f}", flush=True)
     return 0
 

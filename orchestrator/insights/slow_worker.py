@@ -125,7 +125,10 @@ def readiness(considered: int) -> str:
 
 # --- reading a job ------------------------------------------------------------------------------------------------
 def judge(job: Job) -> dict[str, Any] | None:
-    """The job's slow-worker insight (see the module's docstring), or None for a strategy it does not apply to."""
+    """The job's slow-worker insight (see the module's docstring), or None for a job it does not apply to (another
+    strategy, one worker: there are no others to compare with)."""
+    if job.workers < 2:
+        return None
     tasks = list(Task.objects.filter(job_id=job.pk, attempt=job.attempt).select_related("host"))
     if job.strategy == Strategy.PARAMETER_SERVER:
         return _parameter_server(job, tasks)

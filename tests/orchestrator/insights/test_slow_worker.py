@@ -143,7 +143,9 @@ def test_an_even_a_short_and_an_unmeasured_run_name_no_one(alice) -> None:  # ty
     found = slow_worker.judge(job)
     assert found["state"] == "even" and found["workers"] == []  # type: ignore[index]
     assert found["message"] == "No slow worker: none fell behind in the last 10 windows."  # type: ignore[index]
-    job.strategy = "mirrored"
+    job.workers = 1
+    assert slow_worker.judge(job) is None  # no others to compare with
+    job.strategy, job.workers = "mirrored", 2
     assert slow_worker.judge(job) is None
 
 

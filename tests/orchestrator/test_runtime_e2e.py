@@ -48,6 +48,13 @@ def test_the_digits_mlp_learns_under_each_strategy_and_reports_from_every_task(a
     assert replicas == (1 if strategy == "parameter_server" else 2)
     assert facts["global_batch"] == 32 * replicas
     assert facts["effective_learning_rate"] == pytest.approx(0.001 * replicas)
+    # Its progress, kept at ingest from the chief's (worker 0's) points: the last epoch of 6, nothing left.
+    progress = wait_until(
+        lambda: (p := Job.objects.get(pk=job_id).progress).get("epoch") == 6 and p, 30, what="progress at epoch 6"
+    )
+    steps = 6 * facts["steps_per_epoch"]
+    assert (progress["epochs"], progress["step"], progress["steps"], progress["eta_s"]) == (6, steps, steps, 0.0)
+    assert progress["examples_per_s"] > 0 and progress["resumed_from_epoch"] == 0, progress
     # Every task reported (for ParameterServer the coordinator trains; workers and ps report their facts).
     assert all(t.facts for t in Job.objects.get(pk=job_id).current_tasks()), [t.facts for t in tasks]
     trainers = [

@@ -45,4 +45,11 @@ def _duration(job: Job, now) -> str:  # type: ignore[no-untyped-def]
 
 
 def _failure(job: Job) -> str:
+    """Why it failed or timed out: its verdict's title (Job.diagnosis, on the row: no query), else a failed job's
+    reason."""
+    if job.state not in (JobState.FAILED, JobState.TIMED_OUT):
+        return ""
+    title = job.diagnosis.get("title") if isinstance(job.diagnosis, dict) else None
+    if isinstance(title, str) and title:
+        return f"why: {title}"
     return job.reason if job.state == JobState.FAILED else ""

@@ -5,8 +5,11 @@ open gets the verdict when the job ends, without a reload."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from asgiref.sync import sync_to_async
+from django.utils import timezone
 
 from orchestrator.models import Job, Task, TaskLogLine
 from tests import factories
@@ -36,7 +39,11 @@ def failed_job(owner, **diagnosis) -> tuple[Job, Task, Task]:
                              program_kind="script", workers=2, attempt=1, state="failed")  # fmt: skip
     peer = Task.objects.create(job=job, attempt=1, type="worker", index=0, host=host, state="failed", exit_code=1)
     cause = Task.objects.create(job=job, attempt=1, type="worker", index=1, host=host, state="failed", exit_code=1)
-    TaskLogLine.objects.create(task=cause, seq=0, stream="stderr", text="ValueError: bad <shape>")
+    lines = ["Traceback (most recent call last):", '  File "/home/alice/train.py", line 42, in <module>',
+             "ValueError: bad <shape>"]  # fmt: skip
+    TaskLogLine.objects.bulk_create(
+        TaskLogLine(task=cause, seq=i, stream="stderr", text=t) for i, t in enumerate(lines)
+    )
     peers = [{"task": "worker 0 on node-1", "task_id": peer.pk, "kind": "peer_failure",
               "message": "UnavailableError: failed because worker 1 failed first"}]  # fmt: skip
     job.failed_task = cause
@@ -93,14 +100,19 @@ def test_no_verdict_for_a_job_that_runs_again_or_succeeded(client, alice):
 
 
 def test_a_failed_job_without_a_verdict_yet_gets_one_made_from_its_tasks(client, alice):
-    job, cause, _peer = failed_job(alice)
+    job, cause, peer = failed_job(alice)
     Job.objects.filter(pk=job.pk).update(diagnosis={})  # its end's after-commit verdict has not landed
+    ended = timezone.now()
+    Task.objects.filter(pk=cause.pk).update(finished_at=ended - timedelta(seconds=2))
+    Task.objects.filter(pk=peer.pk).update(finished_at=ended)
     client.force_login(alice)
 
     page = client.get(f"/jobs/{job.pk}/").content.decode()
 
     assert page.index('id="verdict"') < page.index('id="failure"')
-    assert Job.objects.get(pk=job.pk).diagnosis["kind"]  # made, and saved
+    assert "Why it failed: worker 1 on node-1 raised ValueError" in page
+    made = Job.objects.get(pk=job.pk).diagnosis  # and saved
+    assert (made["kind"], made["task_id"]) == ("user_exception", cause.pk)
 
 
 def test_a_diagnosis_of_the_wrong_shape_does_not_break_the_page(client, alice):
@@ -114,6 +126,21 @@ def test_a_diagnosis_of_the_wrong_shape_does_not_break_the_page(client, alice):
     assert "admin" not in page and 'id="verdict-evidence"' not in page
     assert "Cause: worker 1 on node-1</p>" in page  # named, not linked
     assert "1 other task failed because of it" in page  # the dict, without a link; the 7 left out
+
+
+def test_the_jobs_list_says_why_with_the_verdicts_title_read_from_the_row(client, alice):
+    job, _cause, _peer = failed_job(alice, title="worker 1 raised <ValueError>")
+    Job.objects.filter(pk=job.pk).update(reason="worker 1 on node-1 exited with code 1")
+    plain = Job.objects.create(owner=alice, cluster=job.cluster, name="k", strategy="mirrored", program_kind="script",
+                               state="failed", reason="worker 0 exited 1")  # fmt: skip
+    client.force_login(alice)
+
+    page = client.get("/jobs/").content.decode()
+
+    row = page[page.index(f'<tr data-job="{job.pk}"') :]
+    assert '<small class="failure-reason">why: worker 1 raised &lt;ValueError&gt;</small>' in row[: row.index("</tr>")]
+    row = page[page.index(f'<tr data-job="{plain.pk}"') :]
+    assert '<small class="failure-reason">worker 0 exited 1</small>' in row[: row.index("</tr>")]  # none: its reason
 
 
 def test_another_users_verdict_is_not_shown(client, alice, bob):

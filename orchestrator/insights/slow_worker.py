@@ -172,20 +172,15 @@ def _multi_worker(job: Job, tasks: list[Task]) -> dict[str, Any]:
     series: dict[int, list[tuple[float, float]]] = {}
     stamps: list[float] = []
     for index, task in workers.items():
-        rows = (
-            MetricPoint.objects.filter(task_id=task.pk, phase="train", name__in=(INPUT_WAIT_METRIC, STEP_TIME_METRIC))
-            .order_by("-step")
-            .values_list("step", "name", "value", "ts")[: 2 * WINDOWS]
+        points = MetricPoint.objects.filter(task_id=task.pk, phase="train")
+        # Not every window carries an input wait (the runtime samples some steps only): its last WINDOWS that do.
+        waits = list(
+            points.filter(name=INPUT_WAIT_METRIC).order_by("-step").values_list("step", "value", "ts")[:WINDOWS]
         )
-        by_step: dict[int, dict[str, float]] = defaultdict(dict)
-        for step, name, value, ts in rows:
-            by_step[step][name] = value
-            stamps.append(ts)
-        pairs = [
-            (values[INPUT_WAIT_METRIC], values[STEP_TIME_METRIC])
-            for _step, values in sorted(by_step.items())
-            if len(values) == 2
-        ]
+        at = [step for step, _v, _ts in waits]
+        steps = dict(points.filter(name=STEP_TIME_METRIC, step__in=at).values_list("step", "value"))
+        stamps += [ts for step, _v, ts in waits if step in steps]
+        pairs = [(value, steps[step]) for step, value, _ts in reversed(waits) if step in steps]
         if pairs:
             series[index] = pairs
     lagging = lagging_multi_worker(series)

@@ -160,6 +160,11 @@ def test_a_stored_multi_worker_job_names_the_worker_waiting_for_its_input(alice)
             for n in range(10)
             for name, value in (("input_wait_fraction", fraction), ("step_time_s", 0.25))
         )
+        # Windows in which the runtime sampled no input wait carry a step time alone: they are passed over.
+        MetricPoint.objects.bulk_create(
+            MetricPoint(job=job, task=task, phase="train", name="step_time_s", step=10 * n + 5, value=0.25, ts=1000.0)
+            for n in range(1, 30)
+        )
     found = slow_worker.judge(job)
     assert found is not None and found["state"] == "slow"
     [named] = found["workers"]

@@ -80,7 +80,8 @@ def run_facts(facts: Mapping[str, Any] | None, epochs_asked: Any = None) -> RunF
 def compute(run: RunFacts, ends: Sequence[EpochEnd], window: Window | None, now: float) -> dict[str, Any]:
     """The progress dict (see the module's docstring) of a run; {} when nothing is known yet."""
     resumed = run.resumed_from_epoch
-    mine = sorted({e.epoch: e for e in ends if e.epoch > resumed}.values(), key=lambda e: e.epoch)
+    # In the order they happened (a second `fit` in one script counts its epochs from 1 again, its steps on).
+    mine = sorted((e for e in ends if e.epoch > resumed), key=lambda e: e.step)
     last = mine[-1] if mine else None
     done = last.epoch if last is not None else resumed
     # An earlier attempt's window, or one of an epoch already finished, says nothing of the epoch in progress.

@@ -120,3 +120,11 @@ def test_the_words_count_the_eta_down_and_show_it_only_while_the_job_runs():
     assert describe(p, now=T0 + 400, running=True, short=True) == "epoch 3/10 · ETA 0 s"
     assert describe({}, now=T0, running=True) == ""
     assert [eta_words(s) for s in (42.4, 90, 3599, 3600, 3900)] == ["42 s", "2 min", "60 min", "1 h", "1 h 5 min"]
+
+
+def test_a_second_fit_in_one_script_is_read_in_the_order_it_ran():
+    run = RunFacts(epochs=10, steps_per_epoch=SPE)
+    first_fit = ends(5.0, 5.0, 5.0, first=8)  # epochs 8-10, steps 240-300
+    second_fit = [EpochEnd(epoch=1, step=330, seconds=7.0, ts=first_fit[-1].ts + 7)]  # its step axis goes on
+    p = compute(run, first_fit + second_fit, None, now=0)
+    assert p["epoch"] == 1 and p["step"] == 330 and p["at"] == second_fit[0].ts

@@ -27,3 +27,6 @@ TENSORBOARD_DIR_ENV = "TFDASH_TENSORBOARD_DIR"
 PROGRAM_CONFIG_ENV = "TFDASH_PROGRAM_CONFIG"
 # Set by the agent on a CPU task: split the first CPU into this many logical devices (worker_agent/hooks/).
 LOGICAL_CPU_DEVICES_ENV = "TFDASH_LOGICAL_CPU_DEVICES"
+# Set on a preflight's tasks (orchestrator/preflight/): the runtime stops `fit` after this many steps in all
+# (worker_agent/runtime/step_bound.py); a custom loop has the preflight's time limit instead.
+PREFLIGHT_STEPS_ENV = "TFDASH_PREFLIGHT_STEPS"

@@ -163,11 +163,23 @@ JobForm = type(
 # Long choices read better as radios than cut off in a narrow select.
 JobForm.base_fields["restart_policy"].widget = forms.RadioSelect(choices=job_fields.BY_NAME["restart_policy"].choices)
 JobForm.base_fields["requirements"].widget = forms.Textarea(attrs={"rows": 3, "spellcheck": "false"})
+# The preflight is yes, no or the default rule (orchestrator/core/preflight.py): a checkbox cannot say the third.
+JobForm.base_fields["preflight"] = forms.NullBooleanField(
+    required=False,
+    label=job_fields.BY_NAME["preflight"].label,
+    help_text=job_fields.BY_NAME["preflight"].help,
+    widget=forms.NullBooleanSelect(),
+)
+JobForm.base_fields["preflight"].widget.choices = [
+    ("unknown", "default (on when its gang must wait)"),
+    ("true", "always"),
+    ("false", "never"),
+]
 # Sections in the order people decide; the template renders each section's fields in this order.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("What to train", ("name", "program", "script", "earlier_script", "args", *PROGRAM_KEYS, "env", "requirements")),
     ("Strategy and shape", ("cluster", "strategy", "workers", "ps", "devices_per_worker", "labels", "environment")),
-    ("Scheduling", ("time_limit_s", "priority")),
+    ("Scheduling", ("time_limit_s", "priority", "preflight")),
     ("Hyperparameters", tuple(f.name for f in job_fields.HYPERPARAMETERS)),
     (
         "Resilience",

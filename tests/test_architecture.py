@@ -42,6 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("orchestrator.environments", "orchestrator.leases", "orchestrator.metrics", "orchestrator.webhooks",
      "orchestrator.diagnosis"),  # fmt: skip
     ("orchestrator.jobs", "orchestrator.insights"),
+    ("orchestrator.preflight",),
     ("orchestrator.scheduler",),
     ("orchestrator.submit",),
     ("orchestrator.experiments",),

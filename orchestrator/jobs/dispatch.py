@@ -24,6 +24,7 @@ from contracts.run_config import script_env
 from contracts.signing import WIRE_VERSION, sign_order
 from contracts.strategies import Strategy
 from contracts.task_messages import KillOrder, LaunchSpec, ProgramSpec, launch_body_for
+from contracts.task_wire import PREFLIGHT_STEPS_ENV
 from orchestrator.core import tf_config
 from orchestrator.identity.keys import control_private_key
 from orchestrator.models import Host, Job, ProgramKind, Task, TaskEnvironment, TaskState
@@ -154,6 +155,8 @@ def launch_tasks(task_ids: list[int]) -> None:
             env = tf_config.environment(task.tf_config, Strategy(job.strategy), legacy_keras=job.legacy_keras)
             if job.program_kind == ProgramKind.SCRIPT:
                 env.update(script_env(job.builtin_config or {}))  # a builtin gets it in TFDASH_PROGRAM_CONFIG
+            if job.preflight_for_id and isinstance(steps := (job.preflight or {}).get("steps"), int):
+                env[PREFLIGHT_STEPS_ENV] = str(steps)  # the runtime stops fit after them (orchestrator/preflight/)
             if job.pk not in programs:
                 programs[job.pk] = program_spec(job)
             if job.pk not in interpreters:

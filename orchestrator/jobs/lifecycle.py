@@ -23,6 +23,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from contracts.strategies import speaks_for_job
+from orchestrator.core import preflight
 from orchestrator.diagnosis.store import DIAGNOSED_STATES, diagnose_after_commit
 from orchestrator.jobs import dispatch
 from orchestrator.metrics import live
@@ -160,8 +161,10 @@ def end_job(job: Job, state: str, reason: str, failed: Task | None = None) -> No
     else:
         # The rest of a failed gang would wait forever for its peer.
         stop_tasks(job, f"job {state}")
-    if not _has_active_tasks(job):
+    if not _has_active_tasks(job) or job.preflight_for_id:  # a preflight's end clears or refuses its job: a pass
         schedule_later(job.cluster_id)
+    if (running := preflight.awaited(job.preflight)) is not None:  # it ended while its preflight ran (a cancel)
+        transaction.on_commit(lambda: cancel(running, f"the end of job #{job.pk}, which it checks"))
 
 
 def cancel(job_id: int, by: str) -> bool:

@@ -3,5 +3,5 @@ classes, quotas and fair share (queueing.py, class_rights.py), the fleet as a pa
 active_tasks.py), backfill reservations and preemption (the choices themselves are plain Python in
 orchestrator/core/), plans that write nothing (job_plans.py), the queue view staff act on, task rows and uid slots.
 
-May import: contracts, core, models, plumbing, identity, environments, metrics, jobs (to place and stop jobs). Jobs
-never import the scheduler."""
+May import: contracts, core, models, plumbing, identity, environments, metrics, jobs (to place and stop jobs),
+preflight (a pass applies ended preflights before it places). Jobs never import the scheduler."""

@@ -43,7 +43,8 @@ def consider(
     # their devices count free after fleet_state.release_margin) waits for them: preempting more for it would stop
     # jobs for nothing.
     due = planner.now + fleet_state.release_margin(cluster) + cluster.stop_grace_s
-    preemptors = [job for job in waiting if job.pk in reserved and reserved[job.pk].start > due]
+    # A preflight never preempts: it is one device for a few steps, not worth another job's work.
+    preemptors = [job for job in waiting if job.pk in reserved and reserved[job.pk].start > due and job.checks is None]
     if not preemptors:
         return []
     classes_by_id, default_value = classes

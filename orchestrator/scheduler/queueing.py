@@ -1,6 +1,7 @@
 """The queue's order and its rules: priority classes, time limits, quotas and fair share, preemption candidates.
 
-Order (Slurm's multifactor, reduced to what a team needs): the priority class's value first, then fair share (an
+Order (Slurm's multifactor, reduced to what a team needs): preflights first (orchestrator/core/preflight.py), then
+the priority class's value, then fair share (an
 account under its quota before one over it, then the account using the smaller part of its quota), then submission
 (a restarted or preempted job keeps its `created_at`, so its place). Without quotas, fair share is the devices
 an account uses now: fewer first. An account is the user's own quota on the
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from django.contrib.auth import get_user_model
 from django.db import connection
 
+from orchestrator.core import preflight
 from orchestrator.models import Cluster, Job, JobState, PriorityClass, Quota
 from orchestrator.models.queueing import STANDARD_CLASSES
 from orchestrator.scheduler import class_rights
@@ -169,6 +171,8 @@ class Queued:
     environment: str
     restarts: int
     told_start: bool  # an expected start (and its reservation) is stored on its row
+    awaits: int | None  # the preflight it waits for (orchestrator/core/preflight.py `awaited`): not placed meanwhile
+    checks: int | None  # on a preflight: the job it checks (placed ahead of the queue)
     rank: int  # its place by submission (created_at, then id): a restarted or preempted job keeps it
     borrowing: bool = False  # a pass that starts it beyond its owner's quota says so
 
@@ -178,7 +182,10 @@ class Queued:
 _QUEUED_SQL = f"""
     SELECT id, owner_id, state, reason, held, priority_class_id, time_limit_s, strategy, workers, ps,
            devices_per_worker, labels, environment, restarts,
-           (expected_start IS NOT NULL OR reservation <> '{{}}'::jsonb)
+           (expected_start IS NOT NULL OR reservation <> '{{}}'::jsonb),
+           CASE WHEN preflight->>'state' = %s AND jsonb_typeof(preflight->'job') = 'number'
+                THEN (preflight->>'job')::bigint END,
+           preflight_for_id
     FROM {Job._meta.db_table} WHERE cluster_id = %s AND state = ANY(%s) ORDER BY created_at, id
 """  # noqa: S608 - a table name from the model, every value a parameter
 
@@ -187,7 +194,7 @@ def queued(cluster_id: int) -> list[Queued]:
     """The cluster's waiting jobs, by submission. (Read as plain rows: every pass reads the whole queue, and the
     ORM's rows cost twice as much as the query.)"""
     with connection.cursor() as cursor:
-        cursor.execute(_QUEUED_SQL, [cluster_id, [str(state) for state in WAITING_STATES]])
+        cursor.execute(_QUEUED_SQL, [preflight.RUNNING, cluster_id, [str(state) for state in WAITING_STATES]])
         rows = cursor.fetchall()
     return [Queued(*row, rank=rank) for rank, row in enumerate(rows)]
 
@@ -217,11 +224,13 @@ def sort_queue(
     queue)."""
     standings: dict[tuple[int | None, int, int], tuple[int, bool, float]] = {}
 
-    def key(job: Queued) -> tuple[tuple[int, bool, float], int]:
+    def key(job: Queued) -> tuple[bool, tuple[int, bool, float], int]:
         asked = (job.priority_class_id, job.owner_id, need_of(job))
         standing = standings.get(asked)
         if standing is None:
             standing = standings[asked] = _standing(*asked, classes, default_value, share)
-        return (standing, job.rank)
+        # Preflights first: one device each for at most their time limit (orchestrator/core/preflight.py), so a job
+        # is refused or cleared before it waits for its gang.
+        return (job.checks is None, standing, job.rank)
 
     jobs.sort(key=key)

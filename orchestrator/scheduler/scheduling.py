@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from orchestrator.core import backfill, placement, scheduler_policy
+from orchestrator.core import backfill, placement, preflight, scheduler_policy
 from orchestrator.core.backfill_terms import Reservation, Waiting
 from orchestrator.core.shapes import devices_needed
 from orchestrator.models import (
@@ -31,6 +31,7 @@ from orchestrator.models import (
 )
 from orchestrator.plumbing import counters, gc_pause, thread_times
 from orchestrator.plumbing import pass_requests as passes
+from orchestrator.preflight import runs, settling
 from orchestrator.scheduler import fleet_state, preemption, queueing, task_uids
 from orchestrator.scheduler.job_plans import job_shape, packing_of
 from orchestrator.scheduler.starts import start
@@ -76,7 +77,7 @@ def _pass(cluster_id: int, *, wait: bool) -> list[int]:
             if Cluster.objects.filter(pk=cluster_id).exists():
                 log.debug("cluster %s: a scheduler pass is already running", cluster_id)
             return []
-        waiting = queueing.queued(cluster.pk)
+        waiting = _settle_preflights(queueing.queued(cluster.pk))
         if not waiting:
             return []
         now = timezone.now()  # the pass's one clock: its reservations count from the placements it writes
@@ -120,6 +121,9 @@ def _plan_pass(
     for job in waiting:
         if job.held:
             reasons[job.pk] = HELD
+            continue
+        if job.awaits is not None:  # its preflight runs (orchestrator/core/preflight.py): it holds nothing meanwhile
+            reasons[job.pk] = runs.waiting_reason(job.awaits)
             continue
         if job.pk in stopping:
             # Its previous gang is still being stopped: a new one must not meet the old processes.
@@ -170,6 +174,19 @@ def _plan_all_due(cluster_id: int, waiting: list[queueing.Queued]) -> bool:
         _planned_at[cluster_id] = now
         return True
     return False
+
+
+def _settle_preflights(waiting: list[queueing.Queued]) -> list[queueing.Queued]:
+    """The queue once the ended preflights of its jobs are applied (orchestrator/preflight/settling.py): a job
+    refused by its preflight leaves it, one cleared is placed as any other."""
+    awaiting = {job.pk: job.awaits for job in waiting if job.awaits is not None}
+    if not awaiting:
+        return waiting
+    settled = settling.settle(awaiting)
+    for job in waiting:
+        if job.pk in settled:
+            job.awaits, job.reason = None, ""
+    return [job for job in waiting if settled.get(job.pk) != preflight.FAILED]
 
 
 def _still_stopping(jobs: list[queueing.Queued]) -> set[int]:

@@ -12,7 +12,7 @@ from typing import Any
 from django.db.models import F
 
 from contracts.strategies import Strategy
-from orchestrator.core import placement, tf_config
+from orchestrator.core import placement, preflight, tf_config
 from orchestrator.jobs import dispatch, lifecycle
 from orchestrator.metrics import live
 from orchestrator.models import Job, JobState, Task
@@ -27,13 +27,15 @@ def start(
 ) -> list[int]:
     """Write the pass's placements: every started job in one UPDATE, every task in one INSERT, and their launch orders
     in one batch once the pass commits (a statement per job was most of a pass over a 1,000-job queue). Returns the
-    ids of the jobs started. The placed jobs are read whole here, locked: one cancelled or held since the queue was
-    read is not started (its devices stay unused until the next pass)."""
+    ids of the jobs started. The placed jobs are read whole here, locked: one cancelled, held or waiting for a
+    preflight since the queue was read is not started (its devices stay unused until the next pass)."""
     if not planned:
         return []
     where_of = {job.pk: where for job, where in planned}
     borrowing = {job.pk for job, _where in planned if job.borrowing}
     rows_now = Job.objects.select_for_update().filter(pk__in=where_of, state__in=WAITING_STATES, held=False)
+    # Not one whose preflight started since the read (containment: a row without the key is no NULL to exclude).
+    rows_now = rows_now.exclude(preflight__contains={"state": preflight.RUNNING})
     placed = [(job, where_of[job.pk]) for job in rows_now.order_by("pk")]
     if not placed:
         return []

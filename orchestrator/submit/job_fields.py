@@ -17,6 +17,7 @@ from contracts.environments import MAX_REQUIREMENTS_BYTES
 from contracts.limits import MAX_DEVICES_PER_WORKER, MAX_PS, MAX_WORKERS
 from contracts.run_config import BOUNDS, DEFAULT_HIDDEN, MAX_PATH_CHARS, OPTIMIZERS, PROGRAM_KEYS, RunConfig
 from contracts.strategies import STRATEGY_LABELS, Strategy
+from orchestrator.core import preflight
 from orchestrator.core.restarts import EXIT_CODE, POLICIES
 
 MAX_NAME_CHARS = 200
@@ -133,11 +134,22 @@ FIELDS: tuple[JobField, ...] = (
         max_length=32,
         optional_in_form=True,
     ),
+    JobField(
+        "preflight",
+        bool,
+        "Preflight",
+        None,
+        help=f"first run the script on one worker of one device for {preflight.STEPS} steps or "
+        f"{preflight.TIME_LIMIT_S} s, on a free device, and refuse the job with its verdict if it fails; blank: on "
+        f"for a gang of {preflight.DEFAULT_MIN_WORKERS} or more workers that must wait for its devices",
+        optional_in_form=True,
+    ),
 )
 
 BY_NAME = {f.name: f for f in FIELDS}
-# Fields that are no Job column as given: the priority class is named, the row is found by submission.validate.
-NAMED_FIELDS = ("priority",)
+# Fields that are no Job column as given: the priority class is named, the row is found by submission.validate; the
+# preflight is asked for (yes, no, or the default: submission.submit decides, orchestrator/preflight/ makes it).
+NAMED_FIELDS = ("priority", "preflight")
 # The Job columns these fields set as they are given.
 SHAPE_FIELDS = tuple(f.name for f in FIELDS if f.name not in NAMED_FIELDS)
 

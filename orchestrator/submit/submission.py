@@ -20,6 +20,7 @@ from contracts.programs import BUILTIN_PROGRAMS
 from contracts.run_config import ConfigError, parse_config, parse_script_config
 from orchestrator import limits
 from orchestrator.core import placement, tf_config
+from orchestrator.core import preflight as preflight_rules
 from orchestrator.core.hosts import machine_of
 from orchestrator.core.shapes import validate_shape
 from orchestrator.environments import availability
@@ -27,6 +28,7 @@ from orchestrator.models import TERMINAL_JOB_STATES, Cluster, Host, Job, Program
 from orchestrator.models.environments import default_environment
 from orchestrator.models.validators import parse_labels
 from orchestrator.plumbing import pass_requests as passes
+from orchestrator.preflight import runs as preflight_runs
 from orchestrator.scheduler import fleet_state, job_plans, queueing
 from orchestrator.submit import job_fields
 
@@ -97,6 +99,7 @@ def new_job(owner: Any, cluster: Cluster, data: Mapping[str, Any], file: Any = N
         **{field: data[field] for field in job_fields.SHAPE_FIELDS if data.get(field) is not None},
     )
     job.asked_priority = data.get("priority") or ""  # type: ignore[attr-defined] # resolved by validate()
+    job.asked_preflight = data.get("preflight")  # type: ignore[attr-defined] # True, False or None: submit() decides
     if data.get("time_limit_s") is None:
         job.time_limit_s = 0  # the cluster's default, set by validate()
     return job, upload
@@ -249,13 +252,30 @@ def submit(job: Job, upload: Upload | None) -> Job:
     """Validate, store the script, save the job as `queued` and ask the scheduler to look at its cluster. Refused
     (JobInvalid, nothing saved) when its owner already has as many jobs not yet ended as allowed."""
     validate(job, upload)
+    wants_preflight = preflight_wanted(job)
     with transaction.atomic():
         _check_active_jobs(job.owner_id)
         if upload is not None:
             job.script = store_script(upload)
         job.save()
+        if wants_preflight:
+            preflight_runs.start(job)  # part of this submission: not counted against the owner's active jobs
         passes.schedule_after_commit(job.cluster_id)
     return job
+
+
+def preflight_wanted(job: Job) -> bool:
+    """Whether the (validated, unsaved) job gets a preflight: what its submitter asked (`asked_preflight`, from the
+    form, the API or the CLI; a job made otherwise, an experiment's run, gets none), else the default rule
+    (orchestrator/core/preflight.py), asked against the devices free now."""
+    asked = getattr(job, "asked_preflight", False)
+    if asked is not None:
+        return bool(asked)
+    if job.workers < preflight_rules.DEFAULT_MIN_WORKERS:
+        return False  # (no plan needed)
+    gang_fits_now = isinstance(job_plans.plan(job), placement.Placement)
+    single_fits_now = not gang_fits_now and isinstance(job_plans.plan(preflight_runs.build(job)), placement.Placement)
+    return preflight_rules.wanted(None, job.workers, gang_fits_now, single_fits_now)
 
 
 def lock_owner_and_count_active(owner_id: int) -> int:

@@ -7,7 +7,8 @@ the user's script knowing. Without that variable nothing is imported: a process 
 With TFDASH_METRICS_FD set (the agent's metrics pipe), an import hook waits for `keras` (Keras 3) or `tf_keras` to be
 imported — by the user, or by `tf.keras` — and then patches `Model.fit` so every fit reports metrics
 (worker_agent/runtime/inject.py); likewise, once TensorFlow loads its ClusterCoordinator module, `schedule` / `join`
-are patched so a ParameterServer custom loop reports steps/s and its loss (worker_agent/runtime/coordinator.py).
+are patched so a ParameterServer custom loop reports steps/s and its loss (worker_agent/runtime/coordinator.py). On
+a preflight's task (TFDASH_PREFLIGHT_STEPS) `fit` also stops after that many steps (worker_agent/runtime/step_bound.py).
 Nothing of Keras or TensorFlow is imported for it: a script that never imports them pays for one finder on
 sys.meta_path, and a script needs no change and imports nothing of ours.
 
@@ -98,6 +99,13 @@ def _patch(module: object) -> None:
         getattr(inject, _PATCHES[name])(module)
     except Exception as exc:  # the user's program must still run, only without metrics
         print(f"tfdash: metrics through {name} are off: {exc!r}", file=sys.stderr)
+    if os.environ.get("TFDASH_PREFLIGHT_STEPS") and _PATCHES[name] == "patch_keras":
+        try:
+            from worker_agent.runtime import step_bound  # a preflight: fit stops after its steps
+
+            step_bound.patch_keras(module)
+        except Exception as exc:
+            print(f"tfdash: the preflight's step bound is off: {exc!r}", file=sys.stderr)
 
 
 def _install_fit_hook() -> None:

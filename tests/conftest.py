@@ -60,6 +60,7 @@ _PATH_KINDS = {
     "tests/agent_dist/": ("tf", "e2e"),
     "tests/worker_agent/runtime/test_builtin_programs.py": ("tf",),
     "tests/worker_agent/runtime/test_injected_hook.py": ("tf",),
+    "tests/worker_agent/runtime/test_input_bound_scripts.py": ("tf",),
     "tests/worker_agent/runtime/test_probe.py": ("tf",),
     "tests/worker_agent/runtime/test_tf215_env.py": ("tf",),
     "tests/scripts/test_run_local.py::test_make_run_": ("tf", "e2e"),  # the whole stack, as `make run` starts it

@@ -12,7 +12,7 @@ from orchestrator import limits
 from orchestrator.api.diagnosis_serializer import DiagnosisSerializer
 from orchestrator.api.progress_serializer import ProgressSerializer
 from orchestrator.diagnosis import store
-from orchestrator.insights import slow_worker
+from orchestrator.insights import input_bound, slow_worker
 from orchestrator.metrics import drops
 from orchestrator.models import Cluster, Job, Task
 from orchestrator.submit import job_fields, submission
@@ -213,7 +213,8 @@ class JobSerializer(serializers.ModelSerializer):
     progress = serializers.SerializerMethodField(help_text="epoch k of N, step, examples/s and ETA; {} before any")
     diagnosis = serializers.SerializerMethodField(help_text="why it failed or timed out; {} when not (none yet)")
     insights = serializers.SerializerMethodField(
-        help_text="what the workers' measurements say (orchestrator/insights/): slow_worker on a job's own page"
+        help_text="what the workers' measurements say (orchestrator/insights/): slow_worker and input (input-bound? "
+        "per worker) on a job's own page"
     )
     priority = serializers.CharField(read_only=True, help_text="the priority class's name")
     events = JobEventSerializer(many=True, read_only=True, help_text="what the state alone does not tell")
@@ -295,7 +296,8 @@ class JobSerializer(serializers.ModelSerializer):
         stored = obj.insights if isinstance(obj.insights, dict) else {}
         if getattr(self.context.get("view"), "action", None) != "retrieve":
             return stored  # a list: the row's own JSON, no query per job
-        return {**stored, "slow_worker": slow_worker.judge(obj)}  # read time: a few bounded queries
+        # Read time: a few bounded queries each.
+        return {**stored, "slow_worker": slow_worker.judge(obj), "input": input_bound.judge(obj)}
 
     @extend_schema_field(FailureSerializer(allow_null=True))
     def get_failure(self, obj: Job) -> dict[str, Any] | None:

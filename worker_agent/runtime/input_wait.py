@@ -1,24 +1,28 @@
-"""How long `Model.fit` waits for its input pipeline: sampled steps whose batch is fetched outside the compiled step.
+"""How long `Model.fit` waits for its input pipeline: sampled steps whose batch is fetched by a timed function.
 
-Inside a compiled train step, `next(iterator)` is an op of the graph (IteratorGetNext): nothing in Python can time it,
-and TensorFlow keeps its own tf.data counters (/tensorflow/data/iterator_busy, getnext_duration) out of Python's
-reach. So `patch_make_train_function` wraps the train function Keras builds in a `SampledTrainFunction`: most steps
-call Keras' own function unchanged; a sampled step fetches its batch eagerly (`next(iterator)`, timed) and then runs
-the same step on that batch, compiled once more with the batch as its argument:
-- tf_keras: the compiled function calls tf_keras' own `train_function` Python body (`train_tf_function
-  .python_function`) with a one-batch stand-in iterator, so the step is tf_keras' code (strategy.run, reduction,
-  step counter, jit_compile) exactly; only where the batch comes from differs.
+Inside a compiled train step, `next(iterator)` is an op of the graph (IteratorGetNext): nothing in Python sees how
+long it took, and TensorFlow keeps its own tf.data counters (/tensorflow/data/iterator_busy, getnext_duration) out of
+Python's reach. So `patch_make_train_function` wraps the train function Keras builds in a `SampledTrainFunction`:
+most steps call Keras' own function unchanged; a sampled step fetches its batch with a small compiled function that
+times IteratorGetNext inside the graph (`tf.timestamp()` before and after it, ordered by control dependencies), then
+runs the same step on that batch, compiled once more with the batch as its argument:
+- tf_keras: that function calls tf_keras' own `train_function` Python body (`train_tf_function.python_function`)
+  with a one-batch stand-in iterator, so the step is tf_keras' code (strategy.run, reduction, step counter,
+  jit_compile) exactly; only where the batch comes from differs.
 - Keras 3: its train function already accepts a Python iterable and runs its compiled `one_step_on_data` on each
   element; a sampled step hands it a one-batch list.
-The end of the data is the same on both paths: eager `next` raises StopIteration, which fit catches as it catches
-OutOfRangeError from the compiled path.
+An eager `next()` would have been simpler, but it costs 0.22-0.33 ms of Python and op dispatch per fetch of data
+that is ready (measured here), which a compiled step never pays: a pipeline with nothing to wait for read as 20 %
+input-bound on 1.4 ms steps. At the end of the data the fetch raises OutOfRangeError, as Keras' own step does.
 
-Which steps are sampled: one whose start is at least SAMPLE_GAP_S after the previous sample's end, so the extra cost
-(the eager fetch and a call with the batch as arguments, some tens of µs) stays under ~0.5 % whatever the step time;
-steps of 20 ms or more are all sampled. MultiWorkerMirrored is sampled by step count instead (every SYNC_EVERY-th
-step, the same steps on every worker): the eager fetch of a distributed iterator may run a collective (whether any
-worker still has data), which every worker must run at the same step. The first sampled step traces the second
-function and is not counted.
+Which steps are sampled: each at random with probability (mean step time / SAMPLE_GAP_S), so about one step per
+SAMPLE_GAP_S (50 ms) of training is, and every step of 50 ms or more: the extra cost (one more small compiled call and
+the batch passed back in as arguments) stays a small share whatever the step time (bench/overhead.py). Random, not
+"the first step 50 ms after the last sample": that rule samples every step that follows a pause (validation, an
+epoch's end), and an epoch's first fetch waits for a new iterator to fill its buffers, so it over-counted epoch
+starts. MultiWorkerMirrored is sampled by step count instead (every SYNC_EVERY-th step, the same steps on every
+worker): fetching from a distributed iterator may run a collective (whether any worker still has data) that every
+worker must run at the same step. The first sampled step traces the two functions and is not counted.
 
 Left alone (no samples, so no input_wait_fraction): ParameterServer (fit schedules closures on remote workers: the
 wait is theirs), steps_per_execution > 1, run_eagerly, a model whose class overrides make_train_function without
@@ -28,6 +32,7 @@ calling ours, and custom training loops (what they fetch is the user's own code)
 from __future__ import annotations
 
 import functools
+import random
 import sys
 import threading
 import time
@@ -95,6 +100,7 @@ class SampledTrainFunction:
         every_steps: int = 0,
         clock: Callable[[], float] = time.perf_counter,
         rec: InputWaitRecorder | None = None,
+        random_source: Callable[[], float] | None = None,
     ) -> None:
         self.original = original
         self._fetch = fetch  # iterator -> (batch, seconds the fetch took inside the graph)
@@ -102,26 +108,43 @@ class SampledTrainFunction:
         self._every = every_steps  # > 0: sample by step count (synchronous workers), else by time
         self._clock = clock
         self._rec = rec if rec is not None else recorder
+        self._random = random.Random(0).random if random_source is None else random_source  # noqa: S311 - sampling
         self._calls = 0
-        self._last_sample_end = -1e18
+        self._step_s: float | None = None
         self._traced = False
+        self._original_traced = False
 
     def __call__(self, iterator: Any) -> Any:
         self._calls += 1
         if not self._rec.active or not self._due():
-            return self.original(iterator)
+            start = self._clock()
+            outputs = self.original(iterator)
+            if self._original_traced:  # its first call traced it: not a step's time
+                self._note_duration(self._clock() - start)
+            self._original_traced = True
+            return outputs
+        start = self._clock()
         data, waited = self._fetch(iterator)  # OutOfRangeError at the end of the data, as Keras' own step raises
         outputs = self._on_batch(data)
         if self._traced:  # the first sample traced both functions: its time is not a step's
             self._rec.add(float(waited))
+            self._note_duration(self._clock() - start)
         self._traced = True
-        self._last_sample_end = self._clock()
         return outputs
 
     def _due(self) -> bool:
+        """Whether this step is sampled: decided before it runs, from earlier steps only, so a step's own wait never
+        makes it likelier to be sampled (sampling "the first step after a pause" would over-count epoch starts)."""
         if self._every > 0:
             return self._calls % self._every == 1 or self._every == 1
-        return self._clock() - self._last_sample_end >= SAMPLE_GAP_S
+        if self._step_s is None:
+            return True
+        return self._random() < self._step_s / SAMPLE_GAP_S
+
+    def _note_duration(self, seconds: float) -> None:
+        # A moving mean of the train function's own calls (not of the time between them: validation and callbacks
+        # between steps are not steps).
+        self._step_s = seconds if self._step_s is None else 0.9 * self._step_s + 0.1 * seconds
 
     def __getattr__(self, name: str) -> Any:  # anything else Keras or a user reads of the function
         return getattr(self.original, name)

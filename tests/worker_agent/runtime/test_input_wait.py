@@ -18,14 +18,18 @@ class Clock:
         return self.now
 
 
-def make(every: int = 0, waited: float = 0.004) -> tuple[SampledTrainFunction, InputWaitRecorder, Clock, list[str]]:
+def make(
+    every: int = 0, waited: float = 0.004, draws: list[float] | None = None
+) -> tuple[SampledTrainFunction, InputWaitRecorder, Clock, list[str]]:
     calls: list[str] = []
     clock = Clock()
     rec = InputWaitRecorder()
+    pending = list(draws or [])
 
     def original(iterator: Any) -> str:
         calls.append("compiled")
         next(iterator)
+        clock.now += 0.01  # a 10 ms step
         return "logs"
 
     def fetch(iterator: Any) -> tuple[Any, float]:
@@ -34,9 +38,13 @@ def make(every: int = 0, waited: float = 0.004) -> tuple[SampledTrainFunction, I
 
     def on_batch(data: Any) -> str:
         calls.append(f"step {data}")
+        clock.now += 0.01
         return "logs"
 
-    return SampledTrainFunction(original, fetch, on_batch, every, clock=clock, rec=rec), rec, clock, calls
+    function = SampledTrainFunction(
+        original, fetch, on_batch, every, clock=clock, rec=rec, random_source=lambda: pending.pop(0)
+    )
+    return function, rec, clock, calls
 
 
 def test_it_samples_nothing_while_no_callback_reads_the_samples() -> None:
@@ -45,19 +53,23 @@ def test_it_samples_nothing_while_no_callback_reads_the_samples() -> None:
     assert calls == ["compiled"] and rec.snapshot() == (0.0, 0)
 
 
-def test_it_samples_a_step_per_gap_and_leaves_out_the_first_sample_which_traced() -> None:
-    function, rec, clock, calls = make()
+def test_it_samples_steps_at_random_one_per_gap_of_training_and_leaves_out_the_traces() -> None:
+    # 10 ms steps and a 50 ms gap: each step is sampled with probability 0.2 (a draw below it samples).
+    assert SAMPLE_GAP_S == 0.05
+    function, rec, _clock, calls = make(draws=[0.5, 0.1, 0.9, 0.19, 0.21])
     rec.start()
     data = itertools.count()
-    for _ in range(4):  # the first is sampled (traces: not counted), the rest fall inside the gap
-        assert function(data) == "logs"
-        clock.now += SAMPLE_GAP_S / 4
-    assert calls == ["fetch", "step 0", "compiled", "compiled", "compiled"]
-    assert rec.snapshot() == (0.0, 0)
-    clock.now += SAMPLE_GAP_S
-    function(data)
-    assert calls[-2:] == ["fetch", "step 4"]
-    assert rec.snapshot() == (pytest.approx(0.004), 1)
+    function(data)  # the first: sampled, traces the fetch and the step, not counted
+    function(data)  # still no step time known: sampled, counted
+    function(data)  # draw 0.5: Keras' own function (its first call, a trace: its time not taken as a step's)
+    function(data)  # 0.1 < 0.2: sampled
+    function(data)  # 0.9: not
+    function(data)  # 0.19: sampled
+    function(data)  # 0.21: not
+    assert calls == [
+        "fetch", "step 0", "fetch", "step 1", "compiled", "fetch", "step 3", "compiled", "fetch", "step 5", "compiled"
+    ]  # fmt: skip
+    assert rec.snapshot() == (pytest.approx(0.012), 3)
 
 
 def test_synchronous_workers_sample_by_step_count_so_every_worker_samples_the_same_steps() -> None:

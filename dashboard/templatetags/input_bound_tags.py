@@ -1,0 +1,19 @@
+"""`{% input_bound job %}`: the job page's "Is it input-bound?" panel (orchestrator/insights/input_bound.py, computed
+at read time), rendered by dashboard/_input_bound.html; nothing before the job starts or when nothing was measured."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+
+from orchestrator.insights import input_bound as insight
+from orchestrator.models import Job
+
+register = template.Library()
+
+
+@register.inclusion_tag("dashboard/_input_bound.html")
+def input_bound(job: Job) -> dict[str, Any]:
+    found = insight.judge(job) if job.started_at else None
+    return {"input": found if found and found["state"] != "not_measured" else None}

@@ -1,0 +1,43 @@
+"""The three input-bound scripts of the issue, unmodified, as the agent runs them (hooks/ on PYTHONPATH, a metrics
+pipe): the injected callback's `input_wait_fraction` windows are judged by orchestrator/insights/input_bound.py as
+highly (a map that sleeps via tf.py_function), moderately or not (the same map in parallel, prefetched) and not
+(a compute-heavy model on a cached dataset) input-bound. Few steps each; bench/input_bound.py runs them longer, with
+the TF profiler's own figure beside the runtime's."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.insights.input_bound import MIN_WINDOWS, judge_worker
+from tests.support.processes import ROOT
+from tests.worker_agent.runtime._tasks import Task, task_env
+
+PROGRAMS = ROOT / "tests" / "programs" / "input_bound"
+TF_TIMEOUT_S = 180
+
+
+@pytest.mark.parametrize(
+    ("script", "levels"),
+    [
+        ("sleepy_map", ("highly",)),
+        ("prefetched_parallel_map", ("moderately", "not")),
+        ("cached_compute", ("not",)),
+    ],
+)
+def test_each_script_is_judged_as_its_pipeline_deserves(tmp_path: Path, script: str, levels: tuple[str, ...]) -> None:
+    env = task_env(tmp_path / "job", INPUT_BOUND_BATCHES="30", INPUT_BOUND_EPOCHS="2")
+    task = Task(script, [sys.executable, "-u", str(PROGRAMS / f"{script}.py")], env, cwd=tmp_path)
+    code = task.wait(TF_TIMEOUT_S)
+    assert code == 0, f"{script} failed ({code}):\n{task.output()[-4000:]}"
+    train = task.of_kind("metric", "train")
+    shares = [e["metrics"]["input_wait_fraction"] for e in train if "input_wait_fraction" in e["metrics"]]
+    assert all(0.0 <= share <= 1.0 for share in shares)
+    assert all("step_time_s" in e["metrics"] for e in train)
+    judged = judge_worker(shares)
+    assert judged.windows >= MIN_WINDOWS, f"{len(train)} train windows, {len(shares)} with a share"
+    assert judged.level in levels, f"{script}: {judged} from {[round(s, 3) for s in shares]}"
+    if judged.level != "not":
+        assert "prefetch" in judged.fix  # no host samples here: the fix is the pipeline's, not more CPUs

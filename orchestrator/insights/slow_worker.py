@@ -141,11 +141,12 @@ def _parameter_server(job: Job, tasks: list[Task]) -> dict[str, Any]:
     chief = next((t for t in tasks if t.type == TaskType.CHIEF), None)
     rows = []
     if chief is not None:
-        rows = list(
-            MetricPoint.objects.filter(task_id=chief.pk, phase="train", name__startswith=PACE_METRIC)
-            .order_by("-step")
-            .values_list("step", "name", "value", "ts")[: WINDOWS * max(job.workers, 1)]
-        )
+        # Every pace line names every worker of the job: worker 0's last WINDOWS steps are the windows, and each of
+        # their (name, step) pairs is one probe of the points' unique index, however long the job ran.
+        points = MetricPoint.objects.filter(task_id=chief.pk, phase="train")
+        last = points.filter(name=f"{PACE_METRIC}0").order_by("-step").values_list("step", flat=True)[:WINDOWS]
+        names = [f"{PACE_METRIC}{index}" for index in range(job.workers)]
+        rows = list(points.filter(name__in=names, step__in=list(last)).values_list("step", "name", "value", "ts"))
     by_step: dict[int, dict[int, float]] = defaultdict(dict)
     stamps: list[float] = []
     for step, name, value, ts in rows:

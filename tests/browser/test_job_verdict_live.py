@@ -1,8 +1,9 @@
 """The verdict reaches an open job page when the job ends, in a real browser, without a reload (issue 45): a running
 two-worker job whose worker 1 raises (the events an agent sends, applied as the lifecycle does; the verdict made
 after the job's end commits) shows "Why it failed" above the failed task's block, the hint, the cause linked to its
-log, and, collapsed until opened, worker 0 that failed because of it. The exception's text, which the script wrote,
-shows as text and runs nothing. A screenshot of the page is left in the test artifacts (job-verdict-1280.png)."""
+log, and, collapsed until opened, worker 0 that failed because of it. What the tasks printed (here a peer's error
+holding markup) shows as text and runs nothing. A screenshot of the verdict is left in the test artifacts
+(job-verdict-1280.png: the README's docs/img/job-verdict.png)."""
 
 from __future__ import annotations
 
@@ -27,14 +28,16 @@ TRACEBACK = [
     "Traceback (most recent call last):",
     '  File "/jobs/7/train.py", line 42, in <module>',
     "    model.fit(dataset)",
-    f"ValueError: bad shape (64, 10) for layer {HOSTILE}",
+    "ValueError: Input 0 of layer dense_1 is incompatible: expected shape (None, 64), found (None, 10)",
 ]
-PEER = ["tensorflow.python.framework.errors_impl.UnavailableError: Collective ops is aborted by: worker 1 is gone"]
+# What a peer printed is the script's text too: it must show as text.
+PEER = [f"tensorflow.python.framework.errors_impl.UnavailableError: Collective ops is aborted by: {HOSTILE}"]
 
 
 def make_scene() -> dict[str, Any]:
     alice = get_user_model().objects.create_user("alice", password="pw-alice-123")
     job = running_job(alice, max_restarts=0)
+    Job.objects.filter(pk=job.pk).update(name="digits-mwms")
     cause, peer = task_of(job, "worker", 1), task_of(job, "worker", 0)
     say(cause, ["epoch 1/3", *TRACEBACK])
     return {"job": job.pk, "cause": cause.pk, "peer": peer.pk, "cause_label": cause.label}
@@ -62,7 +65,8 @@ def test_an_open_job_page_shows_why_the_job_failed_when_it_ends(orm: Orm, web: W
     title = f"Why it failed: {scene['cause_label']} raised ValueError"
     expect(verdict.locator("#verdict-title")).to_have_text(title, timeout=WAIT_MS)
     expect(verdict.locator("#verdict-message")).to_have_text(
-        f"{scene['cause_label']} raised ValueError at train.py:42: bad shape (64, 10) for layer {HOSTILE}"
+        f"{scene['cause_label']} raised ValueError at train.py:42: Input 0 of layer dense_1 is incompatible: "
+        "expected shape (None, 64), found (None, 10)"
     )
     expect(verdict.locator("#verdict-hint")).to_contain_text("What to do: Fix the error at train.py:42")
     cause_link = verdict.locator("#verdict-cause a")
@@ -72,8 +76,10 @@ def test_an_open_job_page_shows_why_the_job_failed_when_it_ends(orm: Orm, web: W
     peers = verdict.locator("#verdict-peers")
     expect(peers.locator("summary")).to_have_text("1 other task failed because of it", timeout=WAIT_MS)
     expect(peers.locator("li")).to_be_hidden()
+    verdict.scroll_into_view_if_needed()
+    page.screenshot(path=str(artifacts_dir / "job-verdict-1280.png"))  # docs/img/job-verdict.png
     peers.locator("summary").click()
-    expect(peers.locator("li")).to_contain_text("UnavailableError: Collective ops is aborted")
+    expect(peers.locator("li")).to_contain_text(f"UnavailableError: Collective ops is aborted by: {HOSTILE}")
     # Above the failed task's own block, which keeps its exit code and tail.
     assert page.evaluate(
         "() => !!(document.getElementById('verdict').compareDocumentPosition(document.getElementById('failure'))"
@@ -81,7 +87,5 @@ def test_an_open_job_page_shows_why_the_job_failed_when_it_ends(orm: Orm, web: W
     )
     expect(page.locator("#failure h2")).to_contain_text("failed with exit code 1")
     assert page.evaluate("window.pwned") is None and page.locator("#job-live img").count() == 0
-    verdict.scroll_into_view_if_needed()
-    page.screenshot(path=str(artifacts_dir / "job-verdict-1280.png"))
     assert orm(lambda: Job.objects.get(pk=scene["job"]).state) == "failed"
     assert not errors, errors

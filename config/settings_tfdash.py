@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from config.env import EnvError, env_float, env_int, env_str
 from contracts.protocol import WEBHOOKS_QUEUE
-from orchestrator.core import scheduler_policy
+from orchestrator.core import preflight, scheduler_policy
 
 # Agent liveness: a host is `offline` once no heartbeat arrived for this long; the watchdog looks this often.
 TFDASH_HEARTBEAT_TIMEOUT_S = env_float("TFDASH_HEARTBEAT_TIMEOUT_S", 15.0)
@@ -33,6 +33,10 @@ TFDASH_BACKFILL_DEPTH = env_int("TFDASH_BACKFILL_DEPTH", scheduler_policy.DEFAUL
 # submitted) is taken by one pass at the end of the interval, with every other ask made meanwhile (Volcano schedules
 # every second, Slurm's backfill every 30 s). A pass after a quiet spell begins at once.
 TFDASH_SCHEDULE_INTERVAL_S = env_float("TFDASH_SCHEDULE_INTERVAL_S", 3.0)
+# A preflight's bounds (orchestrator/core/preflight.py, docs/user-guide/preflight.md): the steps of `fit` it runs, and
+# its time limit from its placement (start-up included), the longest it holds its one device.
+TFDASH_PREFLIGHT_STEPS = env_int("TFDASH_PREFLIGHT_STEPS", preflight.STEPS, minimum=1)
+TFDASH_PREFLIGHT_TIME_LIMIT_S = env_int("TFDASH_PREFLIGHT_TIME_LIMIT_S", preflight.TIME_LIMIT_S, minimum=30)
 # Leases of the single actors (orchestrator/leases/: one beat and one scheduler act, however many control planes run),
 # Kubernetes' leader-election defaults: a lease lasts 15 s from its last renewal (the database's clock); its holder
 # tries to renew every 2 s and stops acting once 10 s passed without a renewal (before anyone can take it over); a

@@ -58,4 +58,6 @@ def _text(value: Any) -> str:
 def _log_url(job: Job, task_id: Any) -> str:
     if type(task_id) is not int or task_id <= 0:
         return ""
-    return reverse("dashboard:task-log", args=[job.pk, task_id])
+    # A job refused by its preflight carries the preflight's verdict: its tasks are the preflight job's.
+    owner = job.diagnosis.get("preflight") if isinstance(job.diagnosis, dict) else None
+    return reverse("dashboard:task-log", args=[owner if type(owner) is int else job.pk, task_id])

@@ -26,6 +26,8 @@ class Job(TypedDict, total=False):
     restarts: int
     failure: dict[str, Any] | None
     diagnosis: dict[str, Any]  # why it failed or timed out; {} when not (docs/user-guide/why.md)
+    preflight: dict[str, Any]  # its preflight: state, job, reason (docs/user-guide/preflight.md); {} for none
+    preflight_for: int | None  # on a preflight: the job it checks
     created_at: str
     started_at: str | None
     finished_at: str | None

@@ -67,6 +67,8 @@ def _print_job(job: Job, *, verdict: bool = True) -> None:
         out.print(f"  reason: {escape(str(job['reason']))}")
     if progress := progress_text(job):
         out.print(f"  progress: {escape(progress)}")
+    if preflight := _preflight(job):
+        out.print(f"  preflight: {escape(preflight)}")
     if verdict:
         _print_verdict(job)
     if job.get("env"):
@@ -79,6 +81,19 @@ def _print_job(job: Job, *, verdict: bool = True) -> None:
         )
         for line in failure.get("log_tail") or []:
             out.print(f"    {escape(printable(str(line)))}")
+
+
+def _preflight(job: Job) -> str:
+    """The job's preflight in a line (the API's `preflight`: docs/user-guide/preflight.md), what a preflight checks,
+    or "" for neither."""
+    if job.get("preflight_for"):
+        return f"checks job {job['preflight_for']} (refused if this run fails)"
+    run = job.get("preflight")
+    if not isinstance(run, dict) or not isinstance(run.get("job"), int):
+        return ""
+    if run.get("state") == "running":
+        return f"#{run['job']} running (at most {run.get('steps')} steps or {run.get('limit_s')} s on one worker)"
+    return printable(str(run.get("reason") or f"#{run['job']} {run.get('state')}"))
 
 
 def _print_outcome(job: Job) -> None:

@@ -14,11 +14,11 @@ NAME_PREFIX = "preflight of #"
 
 
 def steps() -> int:
-    return int(getattr(settings, "TFDASH_PREFLIGHT_STEPS", rules.STEPS))
+    return int(settings.TFDASH_PREFLIGHT_STEPS)  # rules.STEPS unless staff set it
 
 
 def time_limit_s() -> int:
-    return int(getattr(settings, "TFDASH_PREFLIGHT_TIME_LIMIT_S", rules.TIME_LIMIT_S))
+    return int(settings.TFDASH_PREFLIGHT_TIME_LIMIT_S)  # rules.TIME_LIMIT_S unless staff set it
 
 
 def build(job: Job) -> Job:

@@ -99,7 +99,7 @@ def test_asked_for_it_runs_ahead_of_the_queue_and_its_job_waits_until_it_passes(
     assert Job.objects.get(pk=job.pk).state == JobState.STARTING and Task.objects.filter(job=job).count() == 2
 
 
-def test_a_failed_preflight_refuses_its_job_with_its_verdict_and_the_job_never_had_a_task(api) -> None:  # type: ignore[no-untyped-def]
+def test_a_failed_preflight_refuses_its_job_with_its_verdict_and_the_job_never_had_a_task(api, client, alice) -> None:  # type: ignore[no-untyped-def]
     first, _second = hosts()
     job = submit(api, preflight=True)
     run = preflight_of(job)
@@ -117,6 +117,12 @@ def test_a_failed_preflight_refuses_its_job_with_its_verdict_and_the_job_never_h
     assert job.diagnosis["preflight"] == run.pk and job.diagnosis["task_id"] == task.pk
     assert "No module named 'not_installed'" in " ".join(job.diagnosis["evidence"])
     assert not Task.objects.filter(job=job).exists()
+    client.force_login(alice)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert f'Preflight <a href="/jobs/{run.pk}/">#{run.pk}</a>: failed: refused by its preflight' in page
+    assert f'href="/jobs/{run.pk}/tasks/{task.pk}/' in page  # the verdict's cause: the preflight's own task
+    page = client.get(f"/jobs/{run.pk}/").content.decode()
+    assert f'Preflight of <a href="/jobs/{job.pk}/">job #{job.pk}</a>' in page
 
 
 def test_cancelling_a_job_cancels_its_running_preflight(api, django_capture_on_commit_callbacks) -> None:  # type: ignore[no-untyped-def]

@@ -82,6 +82,11 @@ def test_a_high_job_preempts_a_low_one_which_resumes_from_its_checkpoint(api, tw
     assert set(range(1, stopped_in)) <= set(epochs_done(first))
     assert second.facts["resumed_from_epoch"] == resumed_at - 1  # from its own checkpoint, not from epoch 1
     assert epochs_done(second) == list(range(resumed_at, LOW_RUN["epochs"] + 1))
+    # Its progress counts from where this run resumed (its ETA from the second attempt's own epochs only).
+    progress = wait_until(
+        lambda: (p := Job.objects.get(pk=low_id).progress).get("epoch") == LOW_RUN["epochs"] and p, 30, what="progress"
+    )
+    assert (progress["resumed_from_epoch"], progress["eta_s"]) == (resumed_at - 1, 0.0), progress
     client.force_login(alice)
     page = client.get(f"/jobs/{low_id}/").content.decode()
     assert preempted in page and resumed in page

@@ -33,9 +33,10 @@ STEPS = 20
 # the longest it holds its one device (plus the cluster's stop grace).
 TIME_LIMIT_S = 150
 
-# Diagnosis kinds (orchestrator/diagnosis/rules.py) that blame the host, not the script: such a failed preflight is
-# no verdict on the job.
-NOT_THE_SCRIPT = frozenset({"host_lost", "port_taken"})
+# Diagnosis kinds (orchestrator/diagnosis/rules.py) that blame the host or the product, not the script: such a failed
+# preflight is no verdict on the job (never_connected: its one process was not up and listening within the start-up
+# deadline, which a slow host or a script that loads its data before its strategy may cause).
+NOT_THE_SCRIPT = frozenset({"host_lost", "port_taken", "never_connected", "stopped"})
 
 
 def awaited(preflight: Mapping[str, Any] | None) -> int | None:

@@ -19,6 +19,7 @@ from rest_framework.test import APIClient
 
 from orchestrator.models import Host, HostPortBlock, HostStatus, Job, Task
 from tests import factories
+from tests.client.test_log_escapes import run_cli
 from tests.support.processes import wait_until
 from tests.support.streaming import streamed
 
@@ -134,7 +135,7 @@ def test_parameter_server_with_a_coordinator_succeeds_and_stops_its_servers(api,
     assert_gone([t.pid for t in tasks.values()], timeout=10)
 
 
-def test_mirrored_gets_two_logical_devices_on_one_host(api, cluster_of, client, alice):
+def test_mirrored_gets_two_logical_devices_on_one_host(api, cluster_of, client, alice, monkeypatch):
     cluster_of(1)
     job_id = submit(
         api,
@@ -167,6 +168,9 @@ def test_mirrored_gets_two_logical_devices_on_one_host(api, cluster_of, client, 
         assert len(last_state.findall(re.sub(r"</?span[^>]*>", "", page))) == 2  # one bar per epoch, at 32 of 32
     raw = streamed(client.get(f"/api/jobs/{job_id}/logs/{task.pk}/?download=1&raw=1")).decode()
     assert "\x08" in raw and "\r" in raw
+    printed = run_cli(alice, monkeypatch, "logs", str(job_id), "--task", "worker:0")
+    assert "\x08" not in printed and len(last_state.findall(printed)) == 2  # `tfdash logs` too
+    assert "\x08" in run_cli(alice, monkeypatch, "logs", str(job_id), "--task", "worker:0", "--raw")
 
 
 def test_a_job_larger_than_free_capacity_waits_then_runs(api, cluster_of):

@@ -99,7 +99,9 @@ def new_job(owner: Any, cluster: Cluster, data: Mapping[str, Any], file: Any = N
         **{field: data[field] for field in job_fields.SHAPE_FIELDS if data.get(field) is not None},
     )
     job.asked_priority = data.get("priority") or ""  # type: ignore[attr-defined] # resolved by validate()
-    job.asked_preflight = data.get("preflight")  # type: ignore[attr-defined] # True, False or None: submit() decides
+    # True, False or None (the default rule): the form, the API and the CLI always say; a caller that does not (the
+    # benches, the soak) asks for none, and its queue stays as it was.
+    job.asked_preflight = data.get("preflight", False)  # type: ignore[attr-defined] # submit() decides
     if data.get("time_limit_s") is None:
         job.time_limit_s = 0  # the cluster's default, set by validate()
     return job, upload
@@ -266,8 +268,8 @@ def submit(job: Job, upload: Upload | None) -> Job:
 
 def preflight_wanted(job: Job) -> bool:
     """Whether the (validated, unsaved) job gets a preflight: what its submitter asked (`asked_preflight`, from the
-    form, the API or the CLI; a job made otherwise, an experiment's run, gets none), else the default rule
-    (orchestrator/core/preflight.py), asked against the devices free now."""
+    form, the API or the CLI; a job made otherwise, an experiment's run, or without the key, gets none), else (None)
+    the default rule (orchestrator/core/preflight.py), asked against the devices free now."""
     asked = getattr(job, "asked_preflight", False)
     if asked is not None:
         return bool(asked)

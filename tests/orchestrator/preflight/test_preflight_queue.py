@@ -135,3 +135,20 @@ def test_cancelling_a_job_cancels_its_running_preflight(api, django_capture_on_c
 
     run.refresh_from_db()
     assert run.state == JobState.CANCELLED and run.reason == f"cancelled by the end of job #{job.pk}, which it checks"
+
+
+def test_the_job_form_asks_for_one(client, alice) -> None:  # type: ignore[no-untyped-def]
+    first, _second = hosts()
+    client.force_login(alice)
+    form = {"name": "from the form", "cluster": str(first.cluster_id), "program": "digits_mlp",
+            "strategy": "multi_worker_mirrored", "workers": "2", "ps": "0", "devices_per_worker": "1",
+            "max_restarts": "0", "legacy_keras": "on", "startup_deadline_s": "120"}  # fmt: skip
+    assert 'name="preflight"' in client.get("/jobs/new/").content.decode()
+
+    response = client.post("/jobs/new/", {**form, "preflight": "true"})
+
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    job = Job.objects.get(name="from the form")
+    assert job.preflight["state"] == preflight.RUNNING and preflight_of(job).workers == 1
+    client.post("/jobs/new/", {**form, "name": "the form's default", "preflight": "unknown"})
+    assert Job.objects.get(name="the form's default").preflight == {}  # it fits now: none

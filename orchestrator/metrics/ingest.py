@@ -342,10 +342,11 @@ def _write(batch: Batch) -> None:
             if isinstance(resumed, int) and not isinstance(resumed, bool) and resumed >= 0:
                 JobEvent.resumed_from(task.job_id, resumed)
     # Job.progress of the jobs whose speaking task sent train or epoch_end points or facts: one UPDATE for them all.
-    progress.update(
-        {p[1] for points in batch.stored_points.values() for p in points if p[2] in progress.PHASES}
-        | batch.facts.keys()
-    )
+    phases: dict[str, set[int]] = {"train": set(), "epoch_end": set()}
+    for points in batch.stored_points.values():
+        for point in points:
+            phases.get(point[2], set()).add(point[1])
+    progress.update(phases["train"], due=phases["epoch_end"] | batch.facts.keys())
     rows = [row for _host, host_rows in batch.samples.values() for row in host_rows]
     if rows:
         HostSample.objects.bulk_create(rows, ignore_conflicts=True)

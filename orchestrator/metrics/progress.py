@@ -3,15 +3,16 @@ progress.py computes them), from the points and facts of the task that speaks fo
 speaks_for_job) in its current attempt.
 
 `update` runs inside the ingest's transaction, after the batch's points and facts are written, for the speaking tasks
-the batch brought train or epoch_end points or facts of: one query for their facts, one for their latest points
-(each task's last ETA_EPOCHS + 1 epoch_end durations and its latest train window, read backwards along the points'
-unique (task, phase, name, step) index), and one UPDATE for all their jobs. After the commit each job's pages get a
-"progress" frame with the words to show.
+the batch brought epoch_end points or facts of, or train windows (those alone at most every MIN_INTERVAL_S per job):
+one query for their facts, one for their latest points (each task's last ETA_EPOCHS + 1 epoch_end durations and its
+latest train window, read backwards along the points' unique (task, phase, name, step) index), and one UPDATE for all
+their jobs. After the commit each job's pages get a "progress" frame with the words to show.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import defaultdict
 from collections.abc import Collection
@@ -26,7 +27,11 @@ from orchestrator.metrics import live
 from orchestrator.metrics.lookups import lookups
 from orchestrator.models import Job, JobState, MetricPoint, Task
 
-PHASES = ("train", "epoch_end")  # the points progress is made of
+# A job's progress is written again for its train windows (step, examples/s) at most this often; an epoch's end or
+# new facts write it at once. Measured (100 jobs a batch, 6,100 points): the UPDATE of 100 job rows was 23-67 ms of a
+# 225-640 ms store, and train windows come every 0.5 s per task.
+MIN_INTERVAL_S = 2.0
+_written: dict[int, float] = {}  # job -> when this process last wrote its progress (monotonic)
 
 _POINTS_SQL = f"""
     SELECT t.id, p.phase, p.name, p.step, p.epoch, p.value, p.ts FROM unnest(%s::bigint[]) AS t(id)
@@ -53,10 +58,23 @@ def speaks(task: Task) -> bool:
     return (task.type, task.index) == speaks_for_job(task.job.strategy)
 
 
-def update(task_ids: Collection[int]) -> dict[int, dict[str, Any]]:
-    """Recompute the progress of the jobs whose speaking task (current attempt) is among `task_ids`; returns it per
-    job. Call inside the ingest's transaction (the job rows are locked already, orchestrator/models/row_locks.py)."""
-    candidates = [pk for pk in sorted(set(task_ids)) if (task := lookups.task(pk)) is not None and speaks(task)]
+def update(windows: Collection[int], due: Collection[int] = ()) -> dict[int, dict[str, Any]]:
+    """Recompute the progress of the jobs whose speaking task (current attempt) is among `due` (an epoch ended, facts
+    came) or `windows` (train windows only: a job written less than MIN_INTERVAL_S ago by this process waits for a
+    later batch); returns it per job. Call inside the ingest's transaction (the job rows are locked already,
+    orchestrator/models/row_locks.py)."""
+    clock = time.monotonic()
+    if len(_written) > 100_000:  # jobs ended long ago must not grow it without bound
+        _written.clear()
+    candidates: list[int] = []
+    for pk in sorted(set(windows) | set(due)):
+        task = lookups.task(pk)
+        if task is None or not speaks(task):
+            continue
+        if pk not in due and clock - _written.get(task.job_id, -math.inf) < MIN_INTERVAL_S:
+            continue
+        _written[task.job_id] = clock
+        candidates.append(pk)
     if not candidates:
         return {}
     speakers = {

@@ -1,6 +1,6 @@
 """Job.progress kept at ingest (orchestrator/metrics/progress.py): from the speaking task's facts, train windows and
 epoch_end points, in one UPDATE for every job of a batch; another task's points, and an earlier attempt's, leave it
-alone; a resumed attempt counts from where it resumed."""
+alone; a resumed attempt counts from where it resumed; train windows alone write it at most every MIN_INTERVAL_S."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from contracts.protocol import TASK_METRICS
 from orchestrator.metrics import ingest
+from orchestrator.metrics import progress as job_progress
 from orchestrator.models import Job, Task
 from tests.orchestrator.metrics.conftest import envelope
 
@@ -19,6 +20,13 @@ pytestmark = pytest.mark.django_db
 
 SPE = 10
 FACTS = {"epochs": 5, "steps_per_epoch": SPE, "global_batch": 64, "examples_per_step_this_task": 32}
+
+
+@pytest.fixture(autouse=True)
+def every_window_written(monkeypatch):
+    """Each batch writes the progress (the throttle has a test of its own); none remembered from another test."""
+    monkeypatch.setattr(job_progress, "MIN_INTERVAL_S", 0.0)
+    monkeypatch.setattr(job_progress, "_written", {})
 
 
 def facts(**extra: object) -> dict:
@@ -111,3 +119,18 @@ def test_one_update_for_every_job_of_a_batch(running, django_user_model):
     ]
     assert len(updates) == 1
     assert progress(job)["eta_s"] == progress(second)["eta_s"] == 20.0
+
+
+def test_train_windows_alone_write_the_progress_at_most_every_interval(running, monkeypatch):
+    _owner, host, token, job, task = running
+    monkeypatch.setattr(job_progress, "MIN_INTERVAL_S", 3600.0)
+    t0 = time.time() - 100
+    send(host, token, task, facts(), window(1, 2, t0 + 1))  # facts: written at once
+    assert progress(job)["step"] == 2
+    send(host, token, task, window(1, 6, t0 + 2))  # a window alone, just after: left for a later batch
+    assert progress(job)["step"] == 2
+    send(host, token, task, window(1, 9, t0 + 3), epoch_end(1, 5.0, t0 + 5))  # an epoch's end: at once
+    assert (progress(job)["step"], progress(job)["eta_s"]) == (10, 20.0)
+    monkeypatch.setattr(job_progress, "MIN_INTERVAL_S", 0.0)
+    send(host, token, task, window(2, 4, t0 + 7))  # the interval passed
+    assert progress(job)["step"] == 14

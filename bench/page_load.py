@@ -154,6 +154,62 @@ def main() -> int:
         web.wait(10)
 
 
+# Where a load's time goes, read in the page after its first draw: the navigation and resource entries of the
+# Performance timeline and the marks the job page sets (dashboard/static/dashboard/live/), all in ms from navigation
+# start, and the server's own times for the socket's first reads (its `history_end` frame, tfdashLive.serverTiming).
+_TIMELINE = """() => {
+  const nav = performance.getEntriesByType("navigation")[0];
+  const mark = (name) => {
+    const found = performance.getEntriesByName("tfdash:" + name, "mark");
+    return found.length ? found[found.length - 1].startTime : null;
+  };
+  const scripts = performance.getEntriesByType("resource").filter((r) => r.initiatorType === "script"
+    || r.name.endsWith(".js"));
+  return {
+    html: nav.responseEnd,
+    htmlStart: nav.responseStart,
+    parsed: nav.domInteractive,
+    scriptFiles: scripts.length,
+    scriptsFetched: scripts.length ? Math.max(...scripts.map((r) => r.responseEnd)) : null,
+    scriptBytes: scripts.reduce((n, r) => n + (r.transferSize || 0), 0),
+    scriptsRun: mark("scripts-run"),
+    socketConnect: mark("socket-connect"),
+    socketOpen: mark("socket-open"),
+    firstFrame: mark("first-frame"),
+    historyEnd: mark("history-end"),
+    drawStart: mark("draw-start"),
+    firstDraw: mark("first-draw"),
+    server: tfdashLive.serverTiming || {},
+  };
+}"""
+
+# The columns printed per load and as medians: (heading, how it is computed from the timeline, in ms).
+PHASES = (
+    ("html", lambda t: t["html"]),  # navigation start -> the HTML's last byte
+    ("scripts", lambda t: t["scriptsRun"] - t["html"]),  # -> the page's modules fetched, parsed and running
+    ("sock open", lambda t: t["socketOpen"] - t["socketConnect"]),  # new WebSocket -> open
+    ("server", lambda t: t["historyEnd"] - t["socketOpen"]),  # open -> history_end received
+    ("hist query", lambda t: t["server"].get("history_query_ms")),  # of which: the history read (the server's time)
+    ("draw", lambda t: t["firstDraw"] - t["historyEnd"]),  # history_end -> first chart drawn
+    ("first draw", lambda t: t["firstDraw"]),  # navigation start -> first chart drawn: the figure
+)
+
+
+def _phases(timeline: dict) -> list[float | None]:
+    values = []
+    for _heading, how in PHASES:
+        try:
+            value = how(timeline)
+        except (TypeError, KeyError):
+            value = None  # a mark the page did not set (the load went another way): shown as "-"
+        values.append(value)
+    return values
+
+
+def _row(label: str, values: list[float | None]) -> str:
+    return f"  {label:<18}" + "".join(f"{'-' if v is None else f'{v:.0f}':>11}" for v in values)
+
+
 def measure(base: str, job_id: int, loads: int, points: int) -> int:
     from playwright.sync_api import sync_playwright
 
@@ -166,6 +222,8 @@ def measure(base: str, job_id: int, loads: int, points: int) -> int:
         page.click("form.login button[type=submit]")
         page.wait_for_url(f"{base}/jobs/")
         results = []
+        rows = []
+        servers = []
         for attempt in range(loads + 1):  # the first load warms the server's caches and Chromium's
             page.goto(f"{base}/jobs/{job_id}/")
             page.wait_for_function(
@@ -176,11 +234,27 @@ def measure(base: str, job_id: int, loads: int, points: int) -> int:
             first_draw, drawn, held = page.evaluate(
                 "[tfdashLive.firstDrawMs, tfdashLive.chartPoints('loss'), tfdashLive.seriesPointCount('loss')]"
             )
+            timeline = page.evaluate(_TIMELINE)
             if attempt:
                 results.append(first_draw)
+                rows.append(_phases(timeline))
+                servers.append(timeline["server"])
+            served = timeline["server"].get("points", "?")
             print(f"  load {attempt}{' (warm-up)' if not attempt else ''}: first chart drawn at {first_draw:.0f} ms "
-                  f"({drawn} x values drawn, {held} loss points held of {points:,} stored per task)")  # fmt: skip
+                  f"({drawn} x values drawn, {held} loss points held of {points:,} stored per task; "
+                  f"{served} history points sent; {timeline['scriptFiles']} script files)")  # fmt: skip
         browser.close()
+    print("where the time goes (ms; html, first draw: from navigation start; the rest: each phase's own length)")
+    print(f"  {'load':<18}" + "".join(f"{heading:>11}" for heading, _how in PHASES))
+    for number, row in enumerate(rows, 1):
+        print(_row(str(number), row))
+    medians = [statistics.median(column) if None not in column else None for column in zip(*rows, strict=True)]
+    print(_row("median", medians))
+    server = [timing for timing in servers if timing]
+    if server:
+        parts = ", ".join(f"{key[:-3].replace('_', ' ')} {statistics.median(t.get(key, 0) for t in server):.0f}"
+                          for key in server[0] if key.endswith("_ms"))  # fmt: skip
+        print(f"  the socket's first reads on the server (median ms): {parts}")
     median = statistics.median(results)
     print(f"navigation start -> first chart drawn: median {median:.0f} ms, min {min(results):.0f}, "
           f"max {max(results):.0f} over {len(results)} loads (target < 400 ms)")  # fmt: skip

@@ -22,8 +22,9 @@ current state, so a missed one is repaired by the next, or by a reconnect.
 Who may watch is checked at connect and again while the socket is open (dashboard/access.py): on every hint that the
 job changed, when the user changes, and every TFDASH_SOCKET_RECHECK_S; a socket whose rights ended is closed with
 4403, and one whose session ended (sign-out, flush) with 4401 at once. From the job's group, only the frames the
-control plane publishes there are relayed (metrics, hosts, facts, progress, and the two hints); the page's `job`, `task` and
-`log` frames are made here alone, so a frame put on the group by anyone else never reaches a page as one of them.
+control plane publishes there are relayed (metrics, hosts, facts, progress, and the two hints); the page's `job`,
+`task` and `log` frames are made here alone, so a frame put on the group by anyone else never reaches a page as one of
+them.
 
 Hints ("job changed", "logs stored") are answered by one read at a time: the handler only marks what is stale, so the
 socket's channel never fills with hints (the layer drops past its capacity), and hints that arrive during a read are
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -65,7 +67,6 @@ _may_watch = database_sync_to_async(access.may_watch)
 _access_groups = database_sync_to_async(access.groups)
 
 
-@database_sync_to_async
 def _metric_history(job_id: int, since: int) -> tuple[list[Any], int, bool]:
     """On a reconnect every point after `since`, up to TFDASH_SOCKET_BACKLOG_POINTS; a longer backlog (a tab asleep
     for hours) is sent thinned like a fresh load, from `since` on (the page keeps what it has). On a fresh load each
@@ -77,6 +78,11 @@ def _metric_history(job_id: int, since: int) -> tuple[list[Any], int, bool]:
             return points, (points[-1][0] if points else since), False
         return history.thinned(job_id, after=since)
     return history.thinned(job_id)
+
+
+# Off the consumer's one database thread (thread_sensitive=False: its own thread and connection), so a page's history
+# is read while its state and log tail are (they are sent first; the history, the long read, waits for them).
+_metric_history_apart = database_sync_to_async(_metric_history, thread_sensitive=False)
 
 
 @database_sync_to_async
@@ -153,6 +159,7 @@ def _query(scope: dict[str, Any]) -> tuple[int, dict[int, int]]:
 
 class JobConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
+        started = time.perf_counter()
         self.job_id = int(self.scope["url_route"]["kwargs"]["job_id"])
         # The access groups first: a sign-out between the check and joining them would otherwise go unheard.
         self.access_groups = await _access_groups(self.scope)
@@ -167,10 +174,22 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         self.group = group_name(self.job_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        # The server's side of a page load (ms), sent in `history_end` for bench/page_load.py: cheap, always on.
+        timing = {"checks_ms": _ms_since(started)}
         self.rechecking = asyncio.create_task(self._recheck_every(settings.TFDASH_SOCKET_RECHECK_S))
-        await self._send_state()
-        await self._send_logs()
-        points, self.cursor, downsampled = await _metric_history(self.job_id, since)
+        mark = time.perf_counter()
+        reading = asyncio.ensure_future(_metric_history_apart(self.job_id, since))
+        try:
+            await self._send_state()
+            timing["state_ms"] = _ms_since(mark)
+            await self._send_logs()
+            timing["logs_ms"] = _ms_since(mark) - timing["state_ms"]
+            points, self.cursor, downsampled = await reading
+        except BaseException:
+            reading.cancel()  # its thread finishes its read; nobody waits for it
+            raise
+        timing["history_query_ms"] = _ms_since(mark)  # from the start of the three reads: they overlap
+        mark = time.perf_counter()
         for start in range(0, len(points), HISTORY_FRAME_POINTS):
             await self.send_json(
                 {
@@ -181,7 +200,11 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
                     "downsampled": downsampled,
                 }
             )
-        await self.send_json({"type": "history_end", "cursor": self.cursor, "downsampled": downsampled})
+        timing["history_send_ms"] = _ms_since(mark)
+        timing["points"] = len(points)
+        await self.send_json(
+            {"type": "history_end", "cursor": self.cursor, "downsampled": downsampled, "timing": timing}
+        )
         # Host load so far, whole on every connect (the page keeps each host's samples once, by time); live samples
         # queued meanwhile are handled after this frame, so the page never sees a fresh one before the history.
         await self.send_json(await _host_history(self.job_id))
@@ -267,6 +290,10 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         elif kind in RELAYED:
             await self.send_json(frame)
         # Anything else (a `job` frame with markup, say) was not published by the control plane: dropped.
+
+
+def _ms_since(start: float) -> float:
+    return round((time.perf_counter() - start) * 1000, 1)
 
 
 def _point_id(point: Any) -> int:

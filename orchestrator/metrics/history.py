@@ -64,13 +64,21 @@ def thinned(job_id: int, after: int = 0) -> tuple[list[list[Any]], int, bool]:
         points: list[list[Any]] = []
         buckets: list[tuple[Any, ...]] = []
         if small:
-            cursor.execute(_SMALL_SQL, [*_columns(small, 3), job_id, after, top])
+            # A fresh load reads each short series whole, by its own index range (a few thousand rows at most); a
+            # backlog's counts are of its points only, so it reads the job's points above `after` instead.
+            by_series = _SMALL_BY_SERIES_SQL if after == 0 else _SMALL_SQL
+            cursor.execute(by_series, [*_columns(small, 3), job_id, after, top])
             points.extend(list(row) for row in cursor.fetchall())
         if from_points:
             cursor.execute(_BUCKETS_SQL, [*_columns(from_points, 5), job_id, after, top, per_series])
             buckets.extend(cursor.fetchall())
         if from_rollups:
-            cursor.execute(rollups.BUCKETS_SQL, [*_columns(from_rollups, 6), job_id, job_id, rolled, top, per_series])
+            task, phase, name, lo, hi, level = _columns(from_rollups, 6)
+            cursor.execute(
+                rollups.BUCKETS_SQL,
+                {"task": task, "phase": phase, "name": name, "lo": lo, "hi": hi, "level": level, "job": job_id,
+                 "rolled": rolled, "top": top, "buckets": per_series},
+            )  # fmt: skip
             buckets.extend(cursor.fetchall())
         for task, phase, name, low, high in buckets:
             for value, step, pk, epoch, ts in {tuple(low), tuple(high)}:
@@ -94,6 +102,19 @@ _SMALL_SQL = f"""
     FROM {_TABLE} p
     JOIN unnest(%s::bigint[], %s::varchar[], %s::varchar[]) AS s(task_id, phase, name) USING (task_id, phase, name)
     WHERE p.job_id = %s AND p.seq > %s AND p.seq <= %s
+"""  # noqa: S608
+# The same rows series by series: each one a range of the (task, phase, name, step) unique index (LATERAL, OFFSET 0
+# keeps it per series), where the job-wide form read every point of the job (400,000 rows, 84 ms at 100 k points per
+# series, for 200 epoch ends).
+_SMALL_BY_SERIES_SQL = f"""
+    SELECT p.seq, p.task_id, p.phase, p.name, p.step, p.epoch, p.value, p.ts
+    FROM unnest(%s::bigint[], %s::varchar[], %s::varchar[]) AS s(task_id, phase, name)
+    CROSS JOIN LATERAL (
+        SELECT * FROM {_TABLE} p
+        WHERE p.task_id = s.task_id AND p.phase = s.phase AND p.name = s.name
+          AND p.job_id = %s AND p.seq > %s AND p.seq <= %s
+        OFFSET 0
+    ) p
 """  # noqa: S608
 # min/max of an array compare element by element: the row with the lowest (highest) value in its bucket, whole.
 _BUCKETS_SQL = f"""

@@ -134,25 +134,29 @@ _SERIES_SQL = f"""
 # For history.thinned: large series' blocks at each one's level (from the rollups, a range of the unique index per
 # series: LATERAL, and OFFSET 0 keeps the planner from flattening it into a scan of every level of the job) and the
 # job's points above the watermark (the tail, by the (job, seq) index), each as a (step, lowest, highest) row,
-# bucketed together. Parameters: the series' columns (task, phase, name, first step, last step, level), job, job,
-# watermark, top, buckets.
+# bucketed together. Grouped by the series' ordinal and its bucket, two integers: a hash aggregate; grouping by the
+# series' text columns sorted every row by collation (25,000 rows at 100 k points per series: 90 ms against 37 ms).
+# Parameters (named): the series' columns task, phase, name, lo (first step), hi (last step), level; job, rolled
+# (the watermark), top, buckets.
 BUCKETS_SQL = f"""
     WITH s AS (
-        SELECT * FROM unnest(%s::bigint[], %s::varchar[], %s::varchar[], %s::bigint[], %s::bigint[], %s::smallint[])
-            AS s(task_id, phase, name, lo, hi, level)
+        SELECT * FROM unnest(%(task)s::bigint[], %(phase)s::varchar[], %(name)s::varchar[], %(lo)s::bigint[],
+                             %(hi)s::bigint[], %(level)s::smallint[]) WITH ORDINALITY
+            AS s(task_id, phase, name, lo, hi, level, k)
     ), x AS (
-        SELECT s.task_id, s.phase, s.name, r.step, r.low, r.high
+        SELECT s.k, width_bucket(r.step, s.lo, s.hi + 1, %(buckets)s) AS bucket, r.low, r.high
         FROM s CROSS JOIN LATERAL (
             SELECT first_step AS step, low, high FROM {_ROLLUPS}
-            WHERE job_id = %s AND level = s.level AND task_id = s.task_id AND phase = s.phase AND name = s.name
+            WHERE job_id = %(job)s AND level = s.level AND task_id = s.task_id AND phase = s.phase AND name = s.name
             OFFSET 0
         ) r
         UNION ALL
-        SELECT task_id, phase, name, step, ARRAY[value, step, seq, coalesce(epoch, -1), ts],
-               ARRAY[value, step, seq, coalesce(epoch, -1), ts]
-        FROM {_POINTS} WHERE job_id = %s AND seq > %s AND seq <= %s
+        SELECT s.k, width_bucket(p.step, s.lo, s.hi + 1, %(buckets)s),
+               ARRAY[p.value, p.step, p.seq, coalesce(p.epoch, -1), p.ts],
+               ARRAY[p.value, p.step, p.seq, coalesce(p.epoch, -1), p.ts]
+        FROM {_POINTS} p JOIN s USING (task_id, phase, name)
+        WHERE p.job_id = %(job)s AND p.seq > %(rolled)s AND p.seq <= %(top)s
     )
-    SELECT x.task_id, x.phase, x.name, min(x.low), max(x.high)
-    FROM x JOIN s USING (task_id, phase, name)
-    GROUP BY x.task_id, x.phase, x.name, width_bucket(x.step, s.lo, s.hi + 1, %s)
+    SELECT s.task_id, s.phase, s.name, g.low, g.high
+    FROM (SELECT k, min(low) AS low, max(high) AS high FROM x GROUP BY k, bucket) g JOIN s USING (k)
 """  # noqa: S608

@@ -59,7 +59,7 @@ export class Charts {
     this.entries = new Map(); // id -> {def, figure, plot, keys, u, zoomed}
     this.dirty = new Set();
     this.scheduled = false;
-    this.lastDraw = 0;
+    this.lastDraw = -Infinity; // the first draw waits for nothing (0 held it until 250 ms after navigation start)
     this.redraws = 0;
     this.firstDrawMs = null;
     new ResizeObserver(() => this.resize()).observe(container);
@@ -79,6 +79,7 @@ export class Charts {
   }
 
   draw() {
+    if (this.firstDrawMs === null) performance.mark("tfdash:draw-start");
     this.scheduled = false;
     this.lastDraw = performance.now();
     if (this.dirty.size) this.redraws += 1;
@@ -156,7 +157,11 @@ export class Charts {
       ],
       cursor: { drag: { x: true, y: false } },
       hooks: {
-        draw: [() => { if (this.firstDrawMs === null) this.firstDrawMs = performance.now(); }],
+        draw: [() => {
+          if (this.firstDrawMs !== null) return;
+          this.firstDrawMs = performance.now();
+          performance.mark("tfdash:first-draw");
+        }],
         setSelect: [(u) => { if (u.select.width > 0) entry.zoomed = true; }],
       },
     };

@@ -18,6 +18,8 @@ import { replaceWithMarkup } from "./markup.js";
 import { SeriesStore } from "./series.js";
 import { keepConnected } from "./socket.js";
 
+performance.mark("tfdash:scripts-run"); // every module of the page fetched, parsed and running: bench/page_load.py
+
 const root = document.getElementById("live-metrics");
 if (root && typeof uPlot !== "undefined") start(root);
 
@@ -30,7 +32,7 @@ function start(root) {
   const cancelEl = document.getElementById("cancel-form");
   const namesEl = document.getElementById("task-names");
   const taskNames = namesEl ? JSON.parse(namesEl.textContent) : {};
-  const page = { downsampled: false, stragglers: [], paces: new Map(), jobFrames: 0, taskFrames: 0, state: null };
+  const page = { downsampled: false, stragglers: [], paces: new Map(), jobFrames: 0, taskFrames: 0, state: null, timing: null };
 
   // Names come with the page; a task placed after it loaded is named by the task frames (and its table row).
   function taskLabel(task) {
@@ -148,8 +150,13 @@ function start(root) {
         case "metrics":
           store.addPoints(frame);
           if (frame.downsampled) page.downsampled = true;
+          if (frame.history) return; // drawn once whole, at `history_end`: one draw, not one per frame
           break;
         case "history_end":
+          if (!page.timing) {
+            performance.mark("tfdash:history-end");
+            page.timing = frame.timing && typeof frame.timing === "object" ? { ...frame.timing } : {};
+          }
           store.advance(frame.cursor);
           if (frame.downsampled) page.downsampled = true;
           if (downsampledEl) downsampledEl.hidden = !page.downsampled;
@@ -194,6 +201,8 @@ function start(root) {
     get downsampled() { return page.downsampled; },
     /** Milliseconds from navigation start to the end of the first chart's first draw; null before. */
     get firstDrawMs() { return charts.firstDrawMs; },
+    /** The server's own times (ms) for the first connection's reads, as its `history_end` frame said them. */
+    get serverTiming() { return page.timing ? { ...page.timing } : null; },
     /** `job` and `task` frames received, and the job's state as the last `job` frame said. */
     get jobFrames() { return page.jobFrames; },
     get taskFrames() { return page.taskFrames; },

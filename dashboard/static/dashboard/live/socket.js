@@ -47,10 +47,12 @@ export function keepConnected({ path, probeUrl, query, onFrame, statusEl }) {
     if (stopped) return;
     const scheme = location.protocol === "https:" ? "wss:" : "ws:";
     conn.connectAttempts += 1;
+    if (conn.connectAttempts === 1) performance.mark("tfdash:socket-connect");
     const ws = new WebSocket(`${scheme}//${location.host}${path}?${query()}`);
     socket = ws;
     let opened = false;
     ws.onopen = () => {
+      if (!everOpened) performance.mark("tfdash:socket-open");
       opened = true;
       if (everOpened) conn.reconnects += 1;
       everOpened = true;
@@ -64,6 +66,7 @@ export function keepConnected({ path, probeUrl, query, onFrame, statusEl }) {
         return; // not ours to show
       }
       conn.framesReceived += 1;
+      if (conn.framesReceived === 1) performance.mark("tfdash:first-frame");
       onFrame(frame);
     };
     ws.onclose = (event) => {

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db.models import Sum
 
+from contracts.terminal_text import render_lines
 from orchestrator.diagnosis.classify import JobEnd, TaskEnd, classify
 from orchestrator.models import Job, JobState, Task
 from orchestrator.plumbing import after_commit
@@ -68,7 +69,8 @@ def _task_end(task: Task) -> TaskEnd:
         exit_code=task.exit_code,
         detail=task.detail,
         finished_at=task.finished_at,
-        lines=tuple(line.text for line in task.log_tail(TAIL_LINES)),
+        # As a terminal shows them (a progress bar at its last state): the evidence is read, not its redraws.
+        lines=tuple(render_lines([line.text for line in task.log_tail(TAIL_LINES)])),
         host=task.host.name if task.host_id else "",
         last_seen=newest,
     )

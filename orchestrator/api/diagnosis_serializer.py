@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+# What the jobs list leaves out of each job's diagnosis (the job's detail has them): up to 12 evidence lines and one
+# entry per other task of a gang of up to hundreds.
+DETAIL_ONLY = ("evidence", "peers")
+
 
 class DiagnosisPeerSerializer(serializers.Serializer):
     task = serializers.CharField(required=False, allow_blank=True)
@@ -32,9 +36,13 @@ class DiagnosisSerializer(serializers.Serializer):
     )
     task_id = serializers.IntegerField(required=False, allow_null=True)
     evidence = serializers.ListField(
-        required=False, child=serializers.CharField(allow_blank=True), help_text="at most 12 lines: why this kind"
+        required=False,
+        child=serializers.CharField(allow_blank=True),
+        help_text="at most 12 lines: why this kind (the job's detail only)",
     )
-    peers = DiagnosisPeerSerializer(many=True, required=False, help_text="the tasks that failed because of the cause")
+    peers = DiagnosisPeerSerializer(
+        many=True, required=False, help_text="the tasks that failed because of the cause (the job's detail only)"
+    )
     at = serializers.CharField(required=False, allow_blank=True, help_text="when it was computed (ISO 8601)")
     lines_in = serializers.IntegerField(
         required=False, help_text="the attempt's log lines it was made from; made again when more came in"

@@ -9,7 +9,7 @@ from rest_framework import serializers
 
 from contracts.terminal_text import render_lines
 from orchestrator import limits
-from orchestrator.api.diagnosis_serializer import DiagnosisSerializer
+from orchestrator.api.diagnosis_serializer import DETAIL_ONLY, DiagnosisSerializer
 from orchestrator.api.progress_serializer import ProgressSerializer
 from orchestrator.diagnosis import store
 from orchestrator.insights import input_bound, slow_worker
@@ -288,8 +288,10 @@ class JobSerializer(serializers.ModelSerializer):
     def get_diagnosis(self, obj: Job) -> dict[str, Any]:
         if self.parent is None:  # one job (detail, cancel): as the page shows it, made now if its end's is not in
             return store.current(obj)
-        # In a list: the row's own JSON, as stored, with no query per job.
-        return obj.diagnosis if isinstance(obj.diagnosis, dict) else {}
+        # In a list: the row's own JSON, with no query per job, less its evidence lines and peers (a wide gang's peers
+        # would weigh more than the rest of the page); the detail has them.
+        stored = obj.diagnosis if isinstance(obj.diagnosis, dict) else {}
+        return {key: value for key, value in stored.items() if key not in DETAIL_ONLY}
 
     @extend_schema_field(serializers.DictField())
     def get_insights(self, obj: Job) -> dict[str, Any]:

@@ -1,6 +1,6 @@
-"""`diagnosis` over REST (issue 45): a failed job's verdict on its detail and in the jobs list, the same dict the job
-page shows, {} for a job without one; only its owner and staff see it; and the list reads it from the row: no query
-more for a page of diagnosed jobs than for the same page without."""
+"""`diagnosis` over REST (issue 45): a failed job's verdict on its detail (the dict the job page shows) and in the jobs
+list (less its evidence lines and peers), {} for a job without one; only its owner and staff see it; and the list
+reads it from the row: no query more for a page of diagnosed jobs than for the same page without."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ DIAGNOSIS = {
     "at": "2026-11-27T23:00:00+00:00",
     "lines_in": 0,  # the log lines it was made from: the job has none, so it is not made again
 }
+LISTED = {key: value for key, value in DIAGNOSIS.items() if key not in ("evidence", "peers")}  # the detail has them
 
 
 def as_user(user) -> APIClient:
@@ -47,7 +48,7 @@ def test_a_failed_jobs_detail_and_list_carry_its_diagnosis_and_others_an_empty_o
     assert api.get(f"/api/jobs/{failed.pk}/").json()["diagnosis"] == DIAGNOSIS
     assert api.get(f"/api/jobs/{running.pk}/").json()["diagnosis"] == {}
     listed = {job["id"]: job["diagnosis"] for job in api.get("/api/jobs/").json()["results"]}
-    assert listed == {failed.pk: DIAGNOSIS, running.pk: {}}
+    assert listed == {failed.pk: LISTED, running.pk: {}}
     assert [j["id"] for j in api.get("/api/jobs/?state=failed").json()["results"]] == [failed.pk]
 
 
@@ -73,7 +74,7 @@ def test_the_list_reads_diagnoses_from_the_rows_with_no_query_more(alice):
     Job.objects.filter(pk__in=[j.pk for j in jobs]).update(diagnosis=DIAGNOSIS)
     with_diagnoses, shown = list_queries()
 
-    assert shown == [DIAGNOSIS] * 6
+    assert shown == [LISTED] * 6
     assert with_diagnoses == without
 
 
@@ -104,4 +105,5 @@ def test_a_failed_jobs_detail_makes_its_verdict_when_its_end_has_not_yet(alice):
     made = api.get(f"/api/jobs/{job.pk}/").json()["diagnosis"]
 
     assert made["task_id"] == task.pk and "tensorflow_datasets" in made["message"]
-    assert api.get("/api/jobs/").json()["results"][0]["diagnosis"] == made  # saved on the row
+    listed = api.get("/api/jobs/").json()["results"][0]["diagnosis"]  # saved on the row
+    assert listed == {key: value for key, value in made.items() if key not in ("evidence", "peers")}

@@ -62,7 +62,6 @@ def thinned(job_id: int, after: int = 0) -> tuple[list[list[Any]], int, bool]:
         from_points = [series for series in large if levels[series] is None]
         from_rollups = [(*series, levels[series]) for series in large if levels[series] is not None]
         points: list[list[Any]] = []
-        buckets: list[tuple[Any, ...]] = []
         if small:
             # A fresh load reads each short series whole, by its own index range (a few thousand rows at most); a
             # backlog's counts are of its points only, so it reads the job's points above `after` instead.
@@ -70,21 +69,30 @@ def thinned(job_id: int, after: int = 0) -> tuple[list[list[Any]], int, bool]:
             cursor.execute(by_series, [*_columns(small, 3), job_id, after, top])
             points.extend(list(row) for row in cursor.fetchall())
         if from_points:
-            cursor.execute(_BUCKETS_SQL, [*_columns(from_points, 5), job_id, after, top, per_series])
-            buckets.extend(cursor.fetchall())
+            cursor.execute(_as_points(_BUCKETS_SQL), [*_columns(from_points, 5), job_id, after, top, per_series])
+            points.extend(list(row) for row in cursor.fetchall())
         if from_rollups:
             task, phase, name, lo, hi, level = _columns(from_rollups, 6)
             cursor.execute(
-                rollups.BUCKETS_SQL,
+                _as_points(rollups.BUCKETS_SQL),
                 {"task": task, "phase": phase, "name": name, "lo": lo, "hi": hi, "level": level, "job": job_id,
                  "rolled": rolled, "top": top, "buckets": per_series},
             )  # fmt: skip
-            buckets.extend(cursor.fetchall())
-        for task, phase, name, low, high in buckets:
-            for value, step, pk, epoch, ts in {tuple(low), tuple(high)}:
-                points.append([int(pk), task, phase, name, int(step), None if epoch < 0 else int(epoch), value, ts])
+            points.extend(list(row) for row in cursor.fetchall())
     points.sort(key=lambda p: p[0])
     return points, top, bool(large)
+
+
+def _as_points(buckets_sql: str) -> str:
+    """A bucket query's (task, phase, name, lowest, highest) rows as POINT_COLUMNS rows, each bucket's lowest and
+    highest point once (the same point when a bucket holds one): unpacked by PostgreSQL, where unpacking 8,000
+    arrays in Python took 30-60 ms of a 100 k point page load."""
+    return f"""
+        SELECT DISTINCT (e)[3]::bigint, b.task_id, b.phase, b.name, (e)[2]::bigint, nullif((e)[4], -1)::integer,
+                        (e)[1], (e)[5]
+        FROM ({buckets_sql}) AS b(task_id, phase, name, low, high)
+        CROSS JOIN LATERAL (VALUES (b.low), (b.high)) AS v(e)
+    """  # noqa: S608 - our own queries, values are parameters
 
 
 def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:

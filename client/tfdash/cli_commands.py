@@ -10,7 +10,6 @@ import os
 import shlex
 import socket
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -116,26 +115,12 @@ def wait(ns: argparse.Namespace, client: Callable[[], Client]) -> int:
 
 def _wait(ns: argparse.Namespace, api: Client, job_id: int) -> int:
     watch = JobWatch(api, job_id, err)
-    final = _with_verdict(api, watch.run(poll_s=ns.poll))
+    final = watch.run(poll_s=ns.poll)
     if ns.json:
         _json(final)
     else:
         _print_outcome(final)
     return OUTCOMES.get(str(final.get("state")), JOB_FAILED)
-
-
-# A failed job's verdict is written just after it ends (orchestrator/diagnosis/): `--wait` reads the job again for up
-# to this long so that its last line can say why. A server without verdicts (no `diagnosis` key) is not waited for.
-VERDICT_WAIT_S = 5.0
-VERDICT_POLL_S = 0.25
-
-
-def _with_verdict(api: Client, job: Job) -> Job:
-    deadline = time.monotonic() + VERDICT_WAIT_S
-    while job.get("state") in ("failed", "timed_out") and job.get("diagnosis") == {} and time.monotonic() < deadline:
-        time.sleep(VERDICT_POLL_S)
-        job = api.job(int(job["id"]))
-    return job
 
 
 def ls(ns: argparse.Namespace, client: Callable[[], Client]) -> int:

@@ -3,26 +3,27 @@
 Inside a compiled train step, `next(iterator)` is an op of the graph (IteratorGetNext): nothing in Python sees how
 long it took, and TensorFlow keeps its own tf.data counters (/tensorflow/data/iterator_busy, getnext_duration) out of
 Python's reach. So `patch_make_train_function` wraps the train function Keras builds in a `SampledTrainFunction`:
-most steps call Keras' own function unchanged; a sampled step fetches its batch with a small compiled function that
-times IteratorGetNext inside the graph (`tf.timestamp()` before and after it, ordered by control dependencies), then
-runs the same step on that batch, compiled once more with the batch as its argument:
-- tf_keras: that function calls tf_keras' own `train_function` Python body (`train_tf_function.python_function`)
-  with a one-batch stand-in iterator, so the step is tf_keras' code (strategy.run, reduction, step counter,
-  jit_compile) exactly; only where the batch comes from differs.
-- Keras 3: its train function already accepts a Python iterable and runs its compiled `one_step_on_data` on each
-  element; a sampled step hands it a one-batch list.
+most steps call Keras' own function unchanged; a sampled step times its IteratorGetNext inside the graph
+(`tf.timestamp()` before and after it, ordered by control dependencies) and runs the same step on that batch:
+- tf_keras: one compiled function fetches (timed) and calls tf_keras' own train function body
+  (`train_tf_function.python_function`) with a one-batch stand-in iterator, so the step is tf_keras' code
+  (strategy.run, reduction, step counter, jit_compile) exactly; only the two timestamps are added. A sampled step
+  cost ~0.3 ms more than tf_keras' own (bench/overhead.py; a fetch function and a step function called one after the
+  other cost ~1 ms more).
+- Keras 3: a compiled timed fetch, then Keras 3's own train function on a one-batch list (it accepts an iterable and
+  runs its compiled `one_step_on_data` on each element); measured no slower than its own step.
 An eager `next()` would have been simpler, but it costs 0.22-0.33 ms of Python and op dispatch per fetch of data
 that is ready (measured here), which a compiled step never pays: a pipeline with nothing to wait for read as 20 %
 input-bound on 1.4 ms steps. At the end of the data the fetch raises OutOfRangeError, as Keras' own step does.
 
 Which steps are sampled: each at random with probability (mean step time / SAMPLE_GAP_S), so about one step per
-SAMPLE_GAP_S (50 ms) of training is, and every step of 50 ms or more: the extra cost (one more small compiled call and
-the batch passed back in as arguments) stays a small share whatever the step time (bench/overhead.py). Random, not
+SAMPLE_GAP_S (50 ms) of training is, and every step of 50 ms or more: the extra cost stays about 0.3 ms per 50 ms
+(~0.6 %) whatever the step time. Random, not
 "the first step 50 ms after the last sample": that rule samples every step that follows a pause (validation, an
 epoch's end), and an epoch's first fetch waits for a new iterator to fill its buffers, so it over-counted epoch
 starts. MultiWorkerMirrored is sampled by step count instead (every SYNC_EVERY-th step, the same steps on every
 worker): fetching from a distributed iterator may run a collective (whether any worker still has data) that every
-worker must run at the same step. The first sampled step traces the two functions and is not counted.
+worker must run at the same step. The first sampled step traces the timed function and is not counted.
 
 Left alone (no samples, so no input_wait_fraction): ParameterServer (fit schedules closures on remote workers: the
 wait is theirs), steps_per_execution > 1, run_eagerly, a model whose class overrides make_train_function without
@@ -88,23 +89,23 @@ class _OneBatch:
 
 
 class SampledTrainFunction:
-    """Keras' train function, with a sampled step now and then fetched outside the compiled step (see the module)."""
+    """Keras' train function, with now and then a sampled step whose fetch is timed (see the module)."""
 
     _tfdash_sampled = True
 
     def __init__(
         self,
         original: Callable[[Any], Any],
-        fetch: Callable[[Any], Any],
-        on_batch: Callable[[Any], Any],
+        timed: Callable[[Any], Any],
         every_steps: int = 0,
+        gap_s: float = SAMPLE_GAP_S,
         clock: Callable[[], float] = time.perf_counter,
         rec: InputWaitRecorder | None = None,
         random_source: Callable[[], float] | None = None,
     ) -> None:
         self.original = original
-        self._fetch = fetch  # iterator -> (batch, seconds the fetch took inside the graph)
-        self._on_batch = on_batch
+        self.timed = timed  # iterator -> (Keras' step outputs, seconds its fetch took)
+        self._gap_s = gap_s
         self._every = every_steps  # > 0: sample by step count (synchronous workers), else by time
         self._clock = clock
         self._rec = rec if rec is not None else recorder
@@ -124,8 +125,7 @@ class SampledTrainFunction:
             self._original_traced = True
             return outputs
         start = self._clock()
-        data, waited = self._fetch(iterator)  # OutOfRangeError at the end of the data, as Keras' own step raises
-        outputs = self._on_batch(data)
+        outputs, waited = self.timed(iterator)  # OutOfRangeError at the end of the data, as Keras' own step raises
         if self._traced:  # the first sample traced both functions: its time is not a step's
             self._rec.add(float(waited))
             self._note_duration(self._clock() - start)
@@ -139,7 +139,7 @@ class SampledTrainFunction:
             return self._calls % self._every == 1 or self._every == 1
         if self._step_s is None:
             return True
-        return self._random() < self._step_s / SAMPLE_GAP_S
+        return self._random() < self._step_s / self._gap_s
 
     def _note_duration(self, seconds: float) -> None:
         # A moving mean of the train function's own calls (not of the time between them: validation and callbacks
@@ -159,21 +159,29 @@ def sampled(model: Any, function: Any, flavour: str) -> Any:
     import tensorflow as tf  # loaded already: Keras imported it
 
     every = SYNC_EVERY if _synchronous_workers(model) else 0
-    fetch = tf.function(_timed_next, autograph=False)
     if flavour == "keras3":
         if int(getattr(model, "steps_per_execution", 1) or 1) != 1:
             return function
-        return SampledTrainFunction(function, fetch, lambda data: function([data]), every)  # Keras 3 takes a list
-    compiled_body = getattr(getattr(model, "train_tf_function", None), "python_function", None)
-    if compiled_body is None or not _one_step_per_call(model):
+        fetch = tf.function(_timed_next, autograph=False)
+
+        def fetch_then_step(iterator: Any) -> Any:
+            data, waited = fetch(iterator)
+            return function([data]), waited  # Keras 3's train function takes a list of batches too
+
+        return SampledTrainFunction(function, fetch_then_step, every)
+    body = getattr(getattr(model, "train_tf_function", None), "python_function", None)
+    if body is None or not _one_step_per_call(model):
         return function
-    step = tf.function(lambda data: compiled_body(_OneBatch(data)), reduce_retracing=True)
-    return SampledTrainFunction(function, fetch, step, every)
+
+    def timed_step(iterator: Any) -> Any:
+        data, waited = _timed_next(iterator)
+        return body(_OneBatch(data)), waited
+
+    return SampledTrainFunction(function, tf.function(timed_step, reduce_retracing=True), every)
 
 
 def _timed_next(iterator: Any) -> Any:
-    """The next batch and the seconds IteratorGetNext took, timed inside the graph: an eager `next()` would add
-    ~0.2-0.3 ms of Python and op dispatch to every fetch (measured here), which a compiled step never pays."""
+    """The next batch and the seconds IteratorGetNext took, timed inside the graph."""
     import tensorflow as tf
 
     start = tf.timestamp()

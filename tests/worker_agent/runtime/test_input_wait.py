@@ -32,18 +32,13 @@ def make(
         clock.now += 0.01  # a 10 ms step
         return "logs"
 
-    def fetch(iterator: Any) -> tuple[Any, float]:
+    def timed(iterator: Any) -> tuple[str, float]:
         calls.append("fetch")
-        return next(iterator), waited
-
-    def on_batch(data: Any) -> str:
-        calls.append(f"step {data}")
+        calls.append(f"step {next(iterator)}")
         clock.now += 0.01
-        return "logs"
+        return "logs", waited
 
-    function = SampledTrainFunction(
-        original, fetch, on_batch, every, clock=clock, rec=rec, random_source=lambda: pending.pop(0)
-    )
+    function = SampledTrainFunction(original, timed, every, clock=clock, rec=rec, random_source=lambda: pending.pop(0))
     return function, rec, clock, calls
 
 

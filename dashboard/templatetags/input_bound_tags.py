@@ -1,5 +1,6 @@
 """`{% input_bound job %}`: the job page's "Is it input-bound?" panel (orchestrator/insights/input_bound.py, computed
-at read time), rendered by dashboard/_input_bound.html; nothing before the job starts or when nothing was measured."""
+at read time), rendered by dashboard/_input_bound.html: per worker, or why nothing was measured (a custom loop,
+ParameterServer); nothing before the job starts."""
 
 from __future__ import annotations
 
@@ -15,5 +16,4 @@ register = template.Library()
 
 @register.inclusion_tag("dashboard/_input_bound.html")
 def input_bound(job: Job) -> dict[str, Any]:
-    found = insight.judge(job) if job.started_at else None
-    return {"input": found if found and found["state"] != "not_measured" else None}
+    return {"input": insight.judge(job) if job.started_at else None}

@@ -99,7 +99,11 @@ def test_the_api_detail_and_the_page_show_it_to_the_owner_only(alice, bob, clien
     assert client.get(f"/jobs/{job.pk}/").status_code == 404
 
 
-def test_a_job_that_measured_nothing_shows_no_panel(alice, client) -> None:  # type: ignore[no-untyped-def]
-    job, _tasks = running_gang(alice)
+def test_a_job_that_measured_nothing_says_what_is_measured(alice, client) -> None:  # type: ignore[no-untyped-def]
+    job, _tasks = running_gang(alice)  # e.g. a custom training loop: no input_wait_fraction
     client.force_login(alice)
-    assert 'id="input-bound"' not in client.get(f"/jobs/{job.pk}/").content.decode()
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'id="input-bound" data-state="not_measured"' in page
+    assert "not for ParameterServer, steps_per_execution &gt; 1, run_eagerly or custom training loops" in page
+    Job.objects.filter(pk=job.pk).update(started_at=None)
+    assert 'id="input-bound"' not in client.get(f"/jobs/{job.pk}/").content.decode()  # not before it starts

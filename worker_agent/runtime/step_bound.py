@@ -41,6 +41,10 @@ class _StepBoundLogic:
     def __init__(self, steps: int) -> None:
         super().__init__()
         self.steps = steps
+        # It never reads the logs: under ParameterServer, tf_keras allows batch-level callbacks only when they take
+        # them as they come (RemoteValues), and refused this one otherwise (measured: "Batch-level `Callback`s are
+        # not supported with `ParameterServerStrategy`").
+        self._supports_tf_logs = True
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         global _steps_done, _said

@@ -9,13 +9,17 @@ built here from ids, so the template never reverses a URL from stored data.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from django.db import transaction
 from django.urls import reverse
 
 from contracts.limits import MAX_WORKERS
 from orchestrator.diagnosis import store
 from orchestrator.models import Job
+
+log = logging.getLogger(__name__)
 
 # Evidence lines and peers shown: the contract bounds the evidence to 12 lines; peers are one per other task of the
 # attempt (at most contracts/limits.py's MAX_WORKERS and the ps), so these only guard against a row written otherwise.
@@ -30,7 +34,12 @@ def shown(job: Job) -> dict[str, Any]:
         return {}
     # Made now when the job's end has not made it yet, or again when log lines came in since (a peer's last lines):
     # the page, and the socket frame sent when the job ends, never wait for the after-commit verdict.
-    diagnosis = store.current(job)
+    try:
+        with transaction.atomic():  # a savepoint: a failure inside leaves the page's transaction usable
+            diagnosis = store.current(job)
+    except Exception:  # a verdict explains; making it must never break the page or its socket's frames
+        log.exception("job %s: could not make its verdict; showing the stored one", job.pk)
+        diagnosis = job.diagnosis
     if not isinstance(diagnosis, dict) or not diagnosis:
         return {}
     verdict = {key: _text(diagnosis.get(key)) for key in ("kind", "title", "message", "hint", "task")}

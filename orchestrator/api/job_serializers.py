@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -17,6 +19,8 @@ from orchestrator.metrics import drops
 from orchestrator.models import Cluster, Job, Task
 from orchestrator.submit import job_fields, submission
 from orchestrator.submit.job_fields import JobField
+
+log = logging.getLogger(__name__)
 
 
 @extend_schema_field(serializers.ListField(child=serializers.CharField()))
@@ -286,12 +290,17 @@ class JobSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(DiagnosisSerializer())
     def get_diagnosis(self, obj: Job) -> dict[str, Any]:
-        if self.parent is None:  # one job (detail, cancel): as the page shows it, made now if its end's is not in
-            return store.current(obj)
-        # In a list: the row's own JSON, with no query per job, less its evidence lines and peers (a wide gang's peers
-        # would weigh more than the rest of the page); the detail has them.
         stored = obj.diagnosis if isinstance(obj.diagnosis, dict) else {}
-        return {key: value for key, value in stored.items() if key not in DETAIL_ONLY}
+        if self.parent is not None:
+            # In a list: the row's own JSON, with no query per job, less its evidence lines and peers (a wide gang's
+            # peers would weigh more than the rest of the page); the detail has them.
+            return {key: value for key, value in stored.items() if key not in DETAIL_ONLY}
+        try:  # one job (detail, cancel): as the page shows it, made now if its end's has not landed
+            with transaction.atomic():  # a savepoint: a failure inside leaves the request's transaction usable
+                return store.current(obj)
+        except Exception:  # a verdict explains; making it must never fail the request
+            log.exception("job %s: could not make its verdict; answering the stored one", obj.pk)
+            return stored
 
     @extend_schema_field(serializers.DictField())
     def get_insights(self, obj: Job) -> dict[str, Any]:

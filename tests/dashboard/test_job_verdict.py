@@ -188,3 +188,16 @@ async def test_an_open_page_gets_the_verdict_when_the_job_ends(alice):
     assert f'<a href="/jobs/{job.pk}/tasks/{cause.pk}/log/">worker 1 on node-1</a>' in html
     assert (await sync_to_async(Job.objects.get)(pk=job.pk)).diagnosis["task_id"] == cause.pk  # saved once made
     await socket.disconnect()
+
+
+def test_a_verdict_that_cannot_be_made_leaves_the_page_with_the_stored_one(client, alice, monkeypatch):
+    job, _cause, _peer = failed_job(alice)
+    client.force_login(alice)
+
+    def broken(_job):
+        Job.objects.raw("SELECT no_such_column FROM orchestrator_job")[0]  # a database error inside
+
+    monkeypatch.setattr("orchestrator.diagnosis.store.current", broken)
+    response = client.get(f"/jobs/{job.pk}/")
+
+    assert response.status_code == 200 and "Why it failed: worker 1 raised ValueError" in response.content.decode()

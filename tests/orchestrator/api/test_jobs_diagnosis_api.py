@@ -107,3 +107,15 @@ def test_a_failed_jobs_detail_makes_its_verdict_when_its_end_has_not_yet(alice):
     assert made["task_id"] == task.pk and "tensorflow_datasets" in made["message"]
     listed = api.get("/api/jobs/").json()["results"][0]["diagnosis"]  # saved on the row
     assert listed == {key: value for key, value in made.items() if key not in ("evidence", "peers")}
+
+
+def test_a_verdict_that_cannot_be_made_leaves_the_detail_with_the_stored_one(alice, monkeypatch):
+    failed = a_job(alice, state="failed", diagnosis=DIAGNOSIS)
+
+    def broken(_job):
+        Job.objects.raw("SELECT no_such_column FROM orchestrator_job")[0]  # a database error inside
+
+    monkeypatch.setattr("orchestrator.diagnosis.store.current", broken)
+    response = as_user(alice).get(f"/api/jobs/{failed.pk}/")
+
+    assert response.status_code == 200 and response.json()["diagnosis"] == DIAGNOSIS

@@ -1,6 +1,6 @@
 """The verdict the job page shows above the failed task's log tail (dashboard/_job_verdict.html): Job.diagnosis, which
 orchestrator/diagnosis/ writes when a job ends failed or timed out (its shape: docs/api.md), read through its
-`store.current` (one query when nothing changed) and shaped as the page needs it.
+`store.current` (one query, in a savepoint, when nothing changed) and shaped as the page needs it.
 
 The stored dict is read, never trusted for shape: a field of the wrong type is left out rather than break the page
 (or the socket's `job` frames, which render the same partial), and the links to the cause's and its peers' logs are

@@ -8,11 +8,12 @@ fewer). The chief reports every worker's completed steps per second per 2 s wind
 worker_agent/runtime/worker_pace.py). Over the last WINDOWS (10) windows (20 s of training), a worker is slow when its
 steps/s is below SLOW_SHARE (50 %) of the median of the other workers' steps/s in at least MIN_SLOW_WINDOWS (7) of
 them. Why these figures (measured with tests/orchestrator/test_slow_worker_e2e.py: 2 workers, 1 ps and a chief on one
-shared, loaded 2-core machine; docs/user-guide/metrics.md, "The slow worker"): running free, a worker's pace was
-0.67-1.2 of the other's in every window but the run's first (0.35: the workers start one after the other); pinned to
-one CPU beside `stress-ng --cpu 1` it was 0.14-0.36 of the other's, with one window of 0.64. Half the others' pace
-sits between the two with a margin on each side; 7 of 10 forgives a worker a few odd windows (start-up, a GC pause, a
-checkpoint) and names a steady laggard within 20 s.
+shared, loaded 2-core machine, four runs; docs/user-guide/metrics.md, "The slow worker"): running free, the slower
+worker's pace was at least 0.67 of the other's in every window but a run's first (0.35-0.88: the workers start one
+after the other); pinned to one CPU beside `stress-ng --cpu 1` it was 0.11-0.47 of the other's in 38 windows of 40,
+0.64 in one, and 1.03 in one that began before the pinning. Half the others' pace sits between the two with a margin
+on each side; 7 of 10 forgives a worker a few odd windows (start-up, a GC pause, a checkpoint) and names a steady
+laggard within 20 s.
 
 MultiWorkerMirrored (synchronous: every worker steps together, so steps/s is the same for all and a slow worker slows
 everyone). Each worker reports `step_time_s` and `input_wait_fraction` per window (the input-bound measurement); its

@@ -34,6 +34,20 @@ def test_it_counts_epochs_steps_and_the_eta_from_the_median_of_the_last_three_ep
     assert p["examples_per_s"] is None  # no train window seen
 
 
+def test_the_runs_first_epoch_is_left_out_once_another_ended():
+    run = RunFacts(epochs=10, steps_per_epoch=SPE)
+    assert compute(run, ends(50.0), None, now=0)["eta_s"] == 450.0  # all there is
+    assert compute(run, ends(50.0, 10.0), None, now=0)["eta_s"] == 80.0  # tracing is not the pace
+    resumed = RunFacts(epochs=10, steps_per_epoch=SPE, resumed_from_epoch=4)
+    assert compute(resumed, ends(50.0, 10.0, first=5), None, now=0)["eta_s"] == 40.0  # its own first one, too
+
+
+def test_the_step_rate_is_used_before_the_first_epoch_ends_once_a_tenth_of_it_is_done():
+    run = RunFacts(epochs=2, steps_per_epoch=SPE)
+    assert compute(run, [], window(1, 2, T0, steps_per_s=0.1), now=0)["eta_s"] is None  # the slow first windows
+    assert compute(run, [], window(1, 3, T0, steps_per_s=3.0), now=0)["eta_s"] == 19.0  # 57 steps left at 3/s
+
+
 def test_the_epoch_in_progress_counts_its_share_of_steps_done():
     run = RunFacts(epochs=10, steps_per_epoch=SPE, global_batch=64)
     done = ends(10.0, 10.0, 10.0)

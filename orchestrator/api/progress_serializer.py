@@ -19,8 +19,9 @@ class ProgressSerializer(serializers.Serializer):
     eta_s = serializers.FloatField(
         required=False,
         allow_null=True,
-        help_text="seconds left as of `at`: the median of the run's last 3 epochs x the epochs left, less the part of "
-        "the current epoch done; null when the epochs are unknown or nothing was measured yet",
+        help_text="seconds left as of `at`: the median of the run's last 3 epochs (its first left out once another "
+        "ended) x the epochs left, less the part of the current epoch done; null when the epochs are unknown or "
+        "nothing was measured yet",
     )
     resumed_from_epoch = serializers.IntegerField(required=False, help_text="epochs done before this run started")
     at = serializers.FloatField(required=False, help_text="when its newest figure was measured (unix time)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
@@ -57,6 +57,10 @@ class JobEnd:
     reason: str
     strategy: str
     failed_task_id: int | None = None
+    # The script's file as the tasks ran it (the agent names it by its content's hash) and the name it was uploaded
+    # under: frames say the latter.
+    script_file: str = ""
+    script_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -197,7 +201,7 @@ def _facts(task: TaskEnd | None, job: JobEnd) -> dict[str, str]:
     if exception is not None:
         name, message = exception
         facts["exc"], facts["msg"] = name, message
-    if where := user_frame(task.lines):
+    if where := user_frame(task.lines, {job.script_file: job.script_name} if job.script_file else {}):
         facts["where"], facts["at_where"] = where, f" at {where}"
     facts["last"] = _last_words(task, exception)
     return facts
@@ -227,13 +231,19 @@ def _last_exception(lines: Sequence[str]) -> tuple[str, str] | None:
     return None
 
 
-def user_frame(lines: Sequence[str]) -> str:
-    """The innermost frame of the user's own code in the last traceback, as file:line ("" when none)."""
+def user_frame(lines: Sequence[str], names: Mapping[str, str] | None = None) -> str:
+    """The innermost frame of the user's own code in the last traceback, as file:line ("" when none); a file named in
+    `names` is shown by the name it maps to."""
     for line in reversed(lines):
         found = _FRAME.match(line)
-        if found and not any(marker in found.group("path") for marker in _NOT_USER):
-            return f"{PurePosixPath(found.group('path')).name}:{found.group('line')}"
+        if found and _is_user_path(found.group("path")):
+            name = PurePosixPath(found.group("path")).name
+            return f"{(names or {}).get(name, name)}:{found.group('line')}"
     return ""
+
+
+def _is_user_path(path: str) -> bool:
+    return not any(marker in path for marker in _NOT_USER)
 
 
 def _last_words(task: TaskEnd, exception: tuple[str, str] | None) -> str:
@@ -259,20 +269,20 @@ def _evidence(task: TaskEnd | None, job: JobEnd, matched: str) -> list[str]:
     lines = [line.rstrip() for line in task.lines]
     picked: list[int] = []
     heads = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
-    if heads:
-        picked.append(heads[-1])
-        frames = [i for i, line in enumerate(lines) if i > heads[-1] and _FRAME.match(line)]
-        user = [i for i in frames if not any(m in _FRAME.match(lines[i]).group("path") for m in _NOT_USER)]  # type: ignore[union-attr]
-        for i in user[-1:]:
-            picked += [i, i + 1]
-        exceptions = [i for i, line in enumerate(lines) if i > heads[-1] and _EXCEPTION_LINE.match(line)]
-        for i in exceptions[-1:]:
-            picked += [i, i + 1, i + 2]
+    start = heads[-1] if heads else 0  # a long TensorFlow traceback may start above the tail
+    picked += heads[-1:]
+    frames = [(i, found) for i, line in enumerate(lines) if i >= start and (found := _FRAME.match(line))]
+    for i, _ in [(i, found) for i, found in frames if _is_user_path(found.group("path"))][-1:]:
+        picked += [i, i + 1]
+    exceptions = [i for i, line in enumerate(lines) if i > start and _EXCEPTION_LINE.match(line)] if heads else []
+    for i in exceptions[-1:]:
+        picked += [i, i + 1, i + 2]
     if matched:
-        picked += [i for i, line in enumerate(lines) if line == matched.rstrip()][-1:]
+        for i in [i for i, line in enumerate(lines) if line == matched.rstrip()][-1:]:
+            picked += [i, i + 1]
     if not picked:
         picked = list(range(max(0, len(lines) - 6), len(lines)))
-    chosen = sorted({i for i in picked if 0 <= i < len(lines)})
+    chosen = sorted({i for i in picked if 0 <= i < len(lines) and lines[i].strip()})
     evidence = [_shorten(lines[i], _LINE_CHARS) for i in chosen][:MAX_EVIDENCE]
     if task.detail and len(evidence) < MAX_EVIDENCE:
         evidence.append(_shorten(f"[agent] {task.detail}", _LINE_CHARS))

@@ -42,8 +42,9 @@ MWMS, PS = "multi_worker_mirrored", "parameter_server"
 SIGKILL_CODES = frozenset({-9, 137})
 
 _JOB_DIR_HINT = (
-    "Save under $TFDASH_JOB_DIR, the job's folder every task sees (e.g. os.chdir(os.environ['TFDASH_JOB_DIR']) "
-    "before the script's paths, or os.path.join it to them), or upload the files to the cluster's object store"
+    "Save under $TFDASH_JOB_DIR, the job's folder that every task sees, not under /tmp: e.g. working_dir = "
+    "os.environ['TFDASH_JOB_DIR'] (or os.chdir to it and use relative paths); on a cluster without a shared folder, "
+    "upload what you save to the cluster's object store."
 )
 
 
@@ -145,20 +146,21 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "non_shared_path",
         strategies=frozenset({PS}),
-        lines=r"NotFoundError.*?(?P<path>/[^\s;:,'\"]*?)/variables(?:/variables)?_temp",
+        # TF's message names the ps, then the path on its own line: "NotFoundError: From /job:ps/replica:0/task:0:"
+        # (or, past a long "Detected at node" traceback, only its status lines: "(0) NOT_FOUND: /tmp/...").
+        lines=r"(?:NotFoundError|NOT_FOUND)[\s\S]{0,400}?(?P<path>/[^\s;:,'\"]*?)/variables(?:/variables)?_temp",
         title="{task}: model saved to a path the other tasks cannot see",
-        message="{task} saved the model to {path}, which every parameter server resolves on its own host: each wrote "
-        "its variable shard there and the chief could not find them ({exc}{at_where}).",
-        hint=_JOB_DIR_HINT + ", not under /tmp.",
+        message="{task} saved the model to {path}{at_where}, a path every task of a ParameterServer job resolves on "
+        "its own host: the parameter servers' variable shards could not be gathered there.",
+        hint=_JOB_DIR_HINT,
     ),
     Rule(
         "non_shared_path",
         strategies=frozenset({PS}),
-        lines=r"NotFoundError.*?(?P<path>/(?:tmp|var/tmp|dev/shm)/[^\s;:,'\"]+)",
+        lines=r"(?:NotFoundError|NOT_FOUND)\b[^\n]*?(?P<path>/(?:tmp|var/tmp|dev/shm)/[^\s;:,'\"]+)",
         title="{task}: a path the other tasks cannot see",
-        message="{task} used {path}, a folder each task of a ParameterServer job has on its own host ({exc}"
-        "{at_where}).",
-        hint=_JOB_DIR_HINT + ", not under /tmp.",
+        message="{task} used {path}{at_where}, a folder each task of a ParameterServer job has on its own host.",
+        hint=_JOB_DIR_HINT,
     ),
     Rule(
         "gpu_oom",
@@ -221,7 +223,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "missing_file",
-        lines=r"NotFoundError.*?(?P<path>/[^\s;:'\"]+)[;:]? No such file or directory",
+        lines=r"(?:NotFoundError|NOT_FOUND)[\s\S]{0,400}?(?P<path>/[^\s;:'\"]+)[;:]? No such file or directory",
         title="{task}: file not found",
         message="{task} could not find {path}{at_where} on {host}.",
         hint=_DATA_HINT,

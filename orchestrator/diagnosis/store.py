@@ -16,15 +16,16 @@ from django.db.models import Sum
 
 from contracts.terminal_text import render_lines
 from orchestrator.diagnosis.classify import JobEnd, TaskEnd, classify
-from orchestrator.models import Job, JobState, Task
+from orchestrator.models import Job, JobState, Script, Task
 from orchestrator.plumbing import after_commit
 
 log = logging.getLogger(__name__)
 
 DIAGNOSED_STATES = (JobState.FAILED, JobState.TIMED_OUT)
-# Log lines read per task: a traceback with TensorFlow's frames runs to ~30 lines, and Keras 3's PerReplica error
-# prints the batch after its exception line.
-TAIL_LINES = 60
+# Log lines read per task: a Python traceback through TensorFlow runs to ~30 lines, Keras 3's PerReplica error prints
+# the batch after its exception line, and a graph execution error's "Detected at node" listing (ParameterServer's
+# save) puts ~150 lines between its exception line and its status lines ("(0) NOT_FOUND: ...").
+TAIL_LINES = 200
 
 
 def _lines_in(job: Job) -> int:
@@ -42,10 +43,16 @@ def diagnose(job: Job | int, *, fresh: bool = False) -> dict[str, Any]:
     if job.diagnosis and not fresh and job.diagnosis.get("lines_in") == lines_in:
         return job.diagnosis
     tasks = list(Task.objects.filter(job_id=job.pk, attempt=job.attempt).select_related("host"))
-    verdict = classify(
-        JobEnd(state=job.state, reason=job.reason, strategy=job.strategy, failed_task_id=job.failed_task_id),
-        [_task_end(task) for task in tasks],
+    script_name = Script.objects.filter(pk=job.script_id).values_list("filename", flat=True).first() or ""
+    end = JobEnd(
+        state=job.state,
+        reason=job.reason,
+        strategy=job.strategy,
+        failed_task_id=job.failed_task_id,
+        script_file=f"{job.script_id}.py" if job.script_id else "",
+        script_name=script_name,
     )
+    verdict = classify(end, [_task_end(task) for task in tasks])
     verdict["lines_in"] = lines_in
     # Only over a job still in the state it was judged in: a verdict never lands on a job that moved on.
     Job.objects.filter(pk=job.pk, state=job.state, attempt=job.attempt).update(diagnosis=verdict)

@@ -102,6 +102,9 @@ def test_a_program_that_stops_making_progress_is_ended_with_the_reason(api, host
     assert (job.state, job.reason) == ("failed", "no progress for 5 s (no metric point or log line)")
     assert (job.finished_at - running.started_at).total_seconds() < 15
     task = Task.objects.get(job=job)
+    verdict = wait_until(lambda: Job.objects.get(pk=job_id).diagnosis, timeout=10, what="the verdict")
+    assert (verdict["kind"], verdict["task"], verdict["task_id"]) == ("hang", task.label, task.pk), verdict
+    assert verdict["message"].endswith("stopped reporting first, its last line: started")
     wait_until(lambda: Task.objects.get(pk=task.pk).state == "killed", timeout=20, what="the process killed")
     assert not psutil.pid_exists(task.pid) or psutil.Process(task.pid).status() == psutil.STATUS_ZOMBIE
 

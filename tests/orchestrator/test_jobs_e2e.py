@@ -232,6 +232,15 @@ def test_a_script_that_raises_fails_the_job_with_task_exit_code_and_traceback(ap
     assert failure["task"] == "worker 0 on e2e-0"
     assert failure["exit_code"] == 1
     assert failure["log_tail"][-1] == "RuntimeError: the user's bug: bad shape in layer dense_1"
+    verdict = wait_until(lambda: Job.objects.get(pk=job_id).diagnosis, timeout=10, what="the verdict")
+    assert (verdict["kind"], verdict["task"], verdict["task_id"]) == (
+        "user_exception",
+        "worker 0 on e2e-0",
+        failure["task_id"],
+    )
+    assert verdict["message"] == (
+        "worker 0 on e2e-0 raised RuntimeError at raises.py:9: the user's bug: bad shape in layer dense_1"
+    )
     client.force_login(alice)
     page = client.get(f"/jobs/{job_id}/").content.decode()
     assert "worker 0 on e2e-0 failed with exit code 1" in page
@@ -305,6 +314,9 @@ def test_a_host_that_goes_silent_loses_its_tasks_and_fails_the_job(api, cluster_
     assert job.state == "failed"
     assert job.reason == f"host {victim.host.name} went offline; lost worker 1"
     assert Task.objects.get(pk=victim.pk).state == "lost"
+    verdict = wait_until(lambda: Job.objects.get(pk=job_id).diagnosis, timeout=10, what="the verdict")
+    assert (verdict["kind"], verdict["task"], verdict["task_id"]) == ("host_lost", victim.label, victim.pk), verdict
+    assert all(peer["kind"] == "peer_failure" for peer in verdict["peers"]), verdict["peers"]
     # Its TF process outlived the agent (own session); reconciling on agent restart is the fault-tolerance work.
     with contextlib.suppress(psutil.NoSuchProcess):
         psutil.Process(victim.pid).kill()

@@ -1,0 +1,59 @@
+"""The table's own promises: every kind has a rule, the last rule catches every failure, every template can be filled
+from the facts classify.py gathers and the rule's own named groups, and the rows no real script in the suite reaches
+(what the orchestrator or an agent says of a task's end) still decide their kind."""
+
+from __future__ import annotations
+
+import re
+import string
+
+import pytest
+
+from orchestrator.diagnosis.classify import JobEnd, _facts, classify
+from orchestrator.diagnosis.rules import KINDS, RULES, TASK_RULES
+from tests.orchestrator.diagnosis.corpus import task_end
+
+
+def test_every_kind_has_a_rule_and_the_last_rule_catches_everything():
+    assert {rule.kind for rule in RULES} == set(KINDS)
+    last = TASK_RULES[-1]
+    assert last.kind == "unknown" and not last.compiled and not last.exit_codes and not last.task_states
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[f"{i}-{rule.kind}" for i, rule in enumerate(RULES)])
+def test_every_template_is_filled_by_the_facts_and_the_rules_own_groups(rule):
+    named = set(_facts(task_end(1, []), JobEnd("failed", "", "mirrored")))
+    for pattern in rule.compiled.values():
+        named |= set(pattern.groupindex)
+    for template in (rule.title, rule.message, rule.hint):
+        fields = {field for _, field, _, _ in string.Formatter().parse(template) if field}
+        assert fields <= named, (rule.kind, template, fields - named)
+
+
+def test_what_the_orchestrator_says_of_a_task_decides_its_kind():
+    job = JobEnd("failed", "worker 0 on host-a could not start: port 27100 was taken", "multi_worker_mirrored")
+    taken = classify(job, [task_end(None, [], detail="port 27100 was taken: [Errno 98] Address already in use")])
+    assert (taken["kind"], taken["task"]) == ("port_taken", "worker 0 on host-a")
+
+    oom = task_end(-9, ["epoch 3/10"], detail="cgroup memory.events: oom_kill 1")
+    assert (
+        classify(JobEnd("failed", "worker 0 on host-a was killed by signal 9", "mirrored"), [oom])["kind"] == "host_oom"
+    )
+
+    # A SIGKILL the product sent (its kill reason is the detail) is no out-of-memory.
+    ours = task_end(-9, ["epoch 3/10"], detail="job failed")
+    assert (
+        classify(JobEnd("failed", "worker 0 on host-a was killed by signal 9", "mirrored"), [ours])["kind"] == "unknown"
+    )
+
+
+def test_a_gang_that_never_connected_names_the_task_the_reason_names_first():
+    waiting = task_end(None, ["waiting for a peer"], label="worker 1 on host-b", index=1, state="killed")
+    job = JobEnd("failed", "not all tasks running and connected within 10 s: worker 1 on host-b is started but not "
+                 "listening on port 27001", "multi_worker_mirrored", failed_task_id=waiting.id)  # fmt: skip
+
+    verdict = classify(job, [task_end(None, [], state="killed"), waiting])
+
+    assert (verdict["kind"], verdict["task"]) == ("never_connected", "worker 1 on host-b")
+    assert verdict["title"] == "worker 1 on host-b never connected"
+    assert re.search(r"within 10 s: worker 1 on host-b is started", verdict["message"])

@@ -131,7 +131,8 @@ def finish_task(task: Task, state: str, code: int | None, detail: str, now: Any)
     if detail:
         task.detail = detail[:2000]
     save_fields(task, ["state", "exit_code", "finished_at", "detail", "event_seq"])
-    if task.job.state in DIAGNOSED_STATES:  # a peer stopped after the job's end: its lines may name it a consequence
+    if task.job.state in DIAGNOSED_STATES and not _has_active_tasks(task.job):
+        # The last of a failed gang ended: the peers stopped after the job's end are judged too (once, not per task).
         diagnose_after_commit(task.job_id)
     _maybe_final(task.job)
 

@@ -142,6 +142,8 @@ def test_keras3_user_script_reports_through_the_hook(tmp_path: Path) -> None:
     for event in train:
         assert {"loss", "accuracy", "examples_per_s", "step_time_s", "learning_rate"} <= set(event["metrics"])
         assert event["metrics"]["examples_per_s"] > 0
+    waits = [e["metrics"]["input_wait_fraction"] for e in train if "input_wait_fraction" in e["metrics"]]
+    assert waits and all(0 <= w <= 1 for w in waits)  # Keras 3's steps are sampled too (input_wait.py)
     ends = task.epoch_ends()
     assert [e["epoch"] for e in ends] == [1, 2, 3]
     assert [e["step"] for e in ends] == [256, 512, 768]
@@ -178,6 +180,8 @@ def test_tf_keras_user_script_under_mirrored_reports_through_the_hook(tmp_path: 
     for event in train:
         assert {"loss", "accuracy", "examples_per_s"} <= set(event["metrics"])
         assert 0 <= event["metrics"]["accuracy"] <= 1
+    waits = [e["metrics"]["input_wait_fraction"] for e in train if "input_wait_fraction" in e["metrics"]]
+    assert waits and all(0 <= w <= 1 for w in waits)  # sampled steps on 2 replicas' batches (input_wait.py)
     ends = task.epoch_ends()
     assert [e["step"] for e in ends] == [128, 256, 384]
     assert ends[-1]["metrics"]["accuracy"] > 0.9

@@ -16,9 +16,10 @@ from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any
 
-from orchestrator.diagnosis.rules import JOB_RULES, TASK_RULES, Rule
+from orchestrator.diagnosis.rules import JOB_RULES, PS, TASK_RULES, Rule
 
 MAX_EVIDENCE = 12
+_EPOCH = datetime.min.replace(tzinfo=UTC)
 _LINE_CHARS = 300
 _MSG_CHARS = 240
 
@@ -151,7 +152,9 @@ def _job_rule_task(rule: Rule, job: JobEnd, tasks: Sequence[TaskEnd]) -> TaskEnd
     """The task a job-level verdict names: for a hang, the one whose log went quiet first; for a gang that never
     connected, the one the job's reason names first; none for a time limit."""
     if rule.kind == "hang" and tasks:
-        return min(tasks, key=lambda t: (t.last_seen is not None, t.last_seen or datetime.min, t.type, t.index))
+        # A ParameterServer job's workers and ps only serve (they print nothing once started): its chief reports.
+        speakers = [t for t in tasks if t.type == "chief"] if job.strategy == PS else []
+        return min(speakers or tasks, key=lambda t: (t.last_seen is not None, t.last_seen or _EPOCH, t.type, t.index))
     if rule.kind == "never_connected":
         return next((t for t in tasks if t.id == job.failed_task_id), tasks[0] if tasks else None)
     return None
@@ -159,7 +162,7 @@ def _job_rule_task(rule: Rule, job: JobEnd, tasks: Sequence[TaskEnd]) -> TaskEnd
 
 def _finish_order(judged: _Judged) -> tuple[Any, ...]:
     finished = judged.task.finished_at
-    return (finished is None, finished or datetime.min.replace(tzinfo=UTC), judged.task.type, judged.task.index)
+    return (finished is None, finished or _EPOCH, judged.task.type, judged.task.index)
 
 
 def _cause(job: JobEnd, ended: list[_Judged]) -> _Judged | None:

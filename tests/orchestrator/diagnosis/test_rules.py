@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import re
 import string
+from datetime import timedelta
 
 import pytest
 
 from orchestrator.diagnosis.classify import JobEnd, _facts, classify
 from orchestrator.diagnosis.rules import KINDS, RULES, TASK_RULES
-from tests.orchestrator.diagnosis.corpus import task_end
+from tests.orchestrator.diagnosis.corpus import T0, task_end
 
 
 def test_every_kind_has_a_rule_and_the_last_rule_catches_everything():
@@ -57,3 +58,16 @@ def test_a_gang_that_never_connected_names_the_task_the_reason_names_first():
     assert (verdict["kind"], verdict["task"]) == ("never_connected", "worker 1 on host-b")
     assert verdict["title"] == "worker 1 on host-b never connected"
     assert re.search(r"within 10 s: worker 1 on host-b is started", verdict["message"])
+
+
+def test_a_hung_parameter_server_job_names_its_chief_since_its_servers_never_report():
+    ps = task_end(-9, ["ps 0: serving"], label="ps 0 on host-a", task_type="ps", state="killed")
+    chief = task_end(-9, ["step 40"], label="chief 0 on host-b", task_type="chief", state="killed")
+    ps = type(ps)(**{**ps.__dict__, "last_seen": T0})
+    chief = type(chief)(**{**chief.__dict__, "last_seen": T0 + timedelta(minutes=5)})
+
+    verdict = classify(
+        JobEnd("failed", "no progress for 300 s (no metric point or log line)", "parameter_server"), [ps, chief]
+    )
+
+    assert (verdict["kind"], verdict["task"]) == ("hang", "chief 0 on host-b")

@@ -9,6 +9,13 @@ times), and the first draw. Besides the train series each task has an epoch_end 
 are read whole). Real parts:
 PostgreSQL, Redis (Channels), Daphne, Chromium. Uses its own database (tfdash_pageload) and Redis database 5.
 
+Where the time goes, per load and as medians (ms): `html` (navigation start to the HTML's last byte), `scripts` (from
+there to the page's modules running: fetched, parsed, run; the tfdash:scripts-run mark), `sock open` (new WebSocket
+to open: the handshake, the session and the consumer's rights checks), `server` (open to `history_end` received: the
+state, log tail and history frames), `hist query` (the consumer's own time for the history read, in the `timing` of
+its `history_end` frame; it runs beside the state and log reads), `draw` (`history_end` to the first chart drawn) and
+`first draw`, the figure. Then the server's own times: the checks, the state, log and history reads, the send.
+
     .venv/bin/python bench/page_load.py [--points 100000] [--tasks 2] [--loads 5]
     .venv/bin/python bench/page_load.py --points 10000000 --tasks 1     # 20 M train points: about 4 minutes
 

@@ -79,8 +79,16 @@ export class Charts {
   }
 
   draw() {
-    if (this.firstDrawMs === null) performance.mark("tfdash:draw-start");
     this.scheduled = false;
+    if (typeof uPlot === "undefined") {
+      // uPlot (a deferred script) runs before DOMContentLoaded: draw then; if it never loaded, no charts.
+      if (document.readyState === "loading") {
+        this.scheduled = true;
+        document.addEventListener("DOMContentLoaded", () => this.draw(), { once: true });
+      }
+      return;
+    }
+    if (this.firstDrawMs === null) performance.mark("tfdash:draw-start");
     this.lastDraw = performance.now();
     if (this.dirty.size) this.redraws += 1;
     // The page's first draw builds one chart and leaves the others to the next frame, so the first one shows

@@ -21,7 +21,9 @@ import { keepConnected } from "./socket.js";
 performance.mark("tfdash:scripts-run"); // every module of the page fetched, parsed and running: bench/page_load.py
 
 const root = document.getElementById("live-metrics");
-if (root && typeof uPlot !== "undefined") start(root);
+// Loaded `async`: it runs once its modules are fetched, without waiting for the rest of the page's parsing or its
+// deferred scripts, so the socket opens while uPlot still loads (the charts wait for it: charts.js).
+if (root) start(root);
 
 function start(root) {
   const emptyEl = document.getElementById("live-empty");

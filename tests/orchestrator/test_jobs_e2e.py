@@ -296,6 +296,8 @@ def test_a_job_that_never_connects_is_failed_at_its_startup_deadline(api, cluste
 
     assert job.state == "failed"
     assert job.reason.startswith("not all tasks running and connected within 10 s: worker 0 on e2e-0 is started")
+    verdict = wait_until(lambda: Job.objects.get(pk=job_id).diagnosis, timeout=10, what="the verdict")
+    assert (verdict["kind"], verdict["task"]) == ("never_connected", "worker 0 on e2e-0"), verdict
     assert_gone([pid], timeout=10)
 
 

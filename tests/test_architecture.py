@@ -39,8 +39,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("orchestrator.plumbing",),
     ("orchestrator.identity",),
     ("orchestrator.objectstore",),
-    ("orchestrator.environments", "orchestrator.leases", "orchestrator.metrics", "orchestrator.webhooks",
-     "orchestrator.diagnosis"),  # fmt: skip
+    (
+        "orchestrator.environments",
+        "orchestrator.leases",
+        "orchestrator.metrics",
+        "orchestrator.webhooks",
+        "orchestrator.diagnosis",
+    ),
     ("orchestrator.jobs", "orchestrator.insights"),
     ("orchestrator.preflight",),
     ("orchestrator.scheduler",),

@@ -92,7 +92,6 @@ def classify(job: JobEnd, tasks: Sequence[TaskEnd], now: datetime | None = None)
     verdict["peers"] = [
         {"task": p.task.label, "task_id": p.task.id, "kind": p.rule.kind, "message": _peer_message(p)}
         for p in sorted(peers, key=_finish_order)
-        if p.rule.kind != "stopped"
     ]
     verdict["at"] = at
     return verdict
@@ -260,6 +259,8 @@ def _last_words(task: TaskEnd, exception: tuple[str, str] | None) -> str:
 
 
 def _peer_message(peer: _Judged) -> str:
+    if peer.rule.kind == "stopped":
+        return _one_line(f"stopped by the product after the job's end ({peer.task.detail or _how(peer.task)})")
     exception = _last_exception(peer.task.lines)
     return _one_line(_last_words(peer.task, exception) + f" ({_how(peer.task)})")
 

@@ -77,5 +77,11 @@ def test_the_cause_is_the_earliest_own_failure_and_the_others_are_its_peers(tmp_
             "task_id": 100,
             "kind": "peer_failure",
             "message": "UnavailableError: Collective ops is aborted by: ... (exit code 1)",
-        }
-    ]  # fmt: skip  (worker 2 is no peer failure: the product stopped it)
+        },
+        {
+            "task": "worker 2 on host-c",
+            "task_id": 102,
+            "kind": "stopped",
+            "message": "stopped by the product after the job's end (job failed)",
+        },
+    ]

@@ -78,7 +78,7 @@ def test_worker_1_failing_first_in_a_two_worker_job_is_the_cause_and_worker_0_it
     assert verdict["message"].startswith(
         f"{cause.label} raised ValueError at mwms_worker1_raises.py:20: corrupt record"
     )
-    assert {peer["kind"] for peer in verdict["peers"]} <= {"peer_failure"}, verdict["peers"]
+    assert {peer["kind"] for peer in verdict["peers"]} <= {"peer_failure", "stopped"}, verdict["peers"]
     assert all(peer["task"].startswith("worker 0 on ") for peer in verdict["peers"]), verdict["peers"]
 
 

@@ -146,9 +146,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "non_shared_path",
         strategies=frozenset({PS}),
-        # TF's message names the ps, then the path on its own line: "NotFoundError: From /job:ps/replica:0/task:0:"
-        # (or, past a long "Detected at node" traceback, only its status lines: "(0) NOT_FOUND: /tmp/...").
-        lines=r"(?:NotFoundError|NOT_FOUND)[\s\S]{0,400}?(?P<path>/[^\s;:,'\"]*?)/variables(?:/variables)?_temp",
+        # The shards' folder TensorFlow names in the status line at the end of its message ("(0) NOT_FOUND: ...", or
+        # the bare path), ~150 lines below the exception's name when a graph execution error lists its nodes.
+        lines=r"(?P<path>/[^\s;:,'\"]*?)/variables(?:/variables)?_temp[^\n]*No such file or directory",
         title="{task}: model saved to a path the other tasks cannot see",
         message="{task} saved the model to {path}{at_where}, a path every task of a ParameterServer job resolves on "
         "its own host: the parameter servers' variable shards could not be gathered there.",

@@ -71,3 +71,27 @@ def test_a_hung_parameter_server_job_names_its_chief_since_its_servers_never_rep
     )
 
     assert (verdict["kind"], verdict["task"]) == ("hang", "chief 0 on host-b")
+
+
+def test_a_parameter_server_save_under_tmp_is_found_below_a_long_graph_execution_traceback():
+    # As the chief of tests/programs/ps_tutorial.py printed it in one of its real runs (its other runs print the
+    # status line as "(0) NOT_FOUND: <path>"): the exception's name ~150 lines above the path, out of the tail.
+    frames = ['  File "/venv/lib/python3.11/site-packages/tf_keras/src/callbacks.py", line 456, in on_epoch_end', ""]
+    lines = [
+        *frames * 80,
+        '  File "/jobs/1/chief-0-a1/b02585.py", line 55, in <module>',
+        "",
+        "/tmp/my_working_dir/ckpt/variables/variables_temp; No such file or directory",
+        "\t [[{{node SaveV2}}]]",
+    ]
+    chief = task_end(1, lines, label="chief 0 on host-a", task_type="chief")
+    job = JobEnd("failed", "chief 0 on host-a exited with code 1", "parameter_server", script_file="b02585.py",
+                 script_name="ps_tutorial.py")  # fmt: skip
+
+    verdict = classify(job, [chief])
+
+    assert verdict["kind"] == "non_shared_path"
+    assert verdict["message"].startswith(
+        "chief 0 on host-a saved the model to /tmp/my_working_dir/ckpt at ps_tutorial.py:55"
+    )
+    assert verdict["hint"].startswith("Save under $TFDASH_JOB_DIR")

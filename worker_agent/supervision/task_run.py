@@ -24,7 +24,7 @@ from contracts.host_reports import RecordedExit
 from contracts.metric_messages import TaskArtifact
 from contracts.protocol import TASK_ARTIFACT
 from contracts.task_messages import TaskEventKind
-from worker_agent.supervision import tensorboard_dir
+from worker_agent.supervision import oom_evidence, tensorboard_dir
 from worker_agent.supervision.metrics_pipe import MetricsPipe
 from worker_agent.supervision.processes import killpg, tree_listens_on, wait_for_exit
 from worker_agent.supervision.store_http import http_put
@@ -147,7 +147,7 @@ class TaskRunning(SupervisorState):
                 spec.attempt,
                 pid=pid,
                 exit_code=returncode,
-                detail=child.kill_reason,
+                detail=child.kill_reason or _unexplained_kill(child, pid, returncode),
                 lines=child.logs.lines,
             )
 
@@ -187,6 +187,13 @@ def _remember(table: OrderedDict[Any, Any], key: Any, value: Any) -> None:
     table.move_to_end(key)
     while len(table) > KEEP_FINISHED:
         table.popitem(last=False)
+
+
+def _unexplained_kill(child: Child, pid: int, returncode: int) -> str:
+    """A SIGKILL the agent did not send: the kernel's log says when its OOM killer sent it (oom_evidence.py)."""
+    if returncode != -signal.SIGKILL:
+        return ""
+    return oom_evidence.kernel_oom_kill({pid}, child.uid)
 
 
 def _key(child: Child) -> Key:

@@ -36,10 +36,11 @@ def test_what_the_orchestrator_says_of_a_task_decides_its_kind():
     taken = classify(job, [task_end(None, [], detail="port 27100 was taken: [Errno 98] Address already in use")])
     assert (taken["kind"], taken["task"]) == ("port_taken", "worker 0 on host-a")
 
-    oom = task_end(-9, ["epoch 3/10"], detail="cgroup memory.events: oom_kill 1")
-    assert (
-        classify(JobEnd("failed", "worker 0 on host-a was killed by signal 9", "mirrored"), [oom])["kind"] == "host_oom"
-    )
+    # The agent's evidence (worker_agent/supervision/oom_evidence.py, from the kernel's log) is quoted.
+    evidence = "oom-kill: the kernel killed process 16308 (python3) for lack of the host's memory (total-vm:1kB, x)"
+    oom = task_end(-9, ["epoch 3/10"], detail=evidence)
+    verdict = classify(JobEnd("failed", "worker 0 on host-a was killed by signal 9", "mirrored"), [oom])
+    assert verdict["kind"] == "host_oom" and evidence in verdict["message"]
 
     # A SIGKILL the product sent (its kill reason is the detail) is no out-of-memory.
     ours = task_end(-9, ["epoch 3/10"], detail="job failed")

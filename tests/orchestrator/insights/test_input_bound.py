@@ -22,9 +22,11 @@ def test_the_thresholds_are_the_tf_profilers() -> None:
     ]  # fmt: skip
 
 
-def test_the_median_of_the_recent_windows_is_judged_so_one_epoch_start_does_not_flip_it() -> None:
-    steady = [0.01] * 9 + [0.6]  # one window holding an epoch's first fetch
+def test_the_mean_of_the_recent_windows_is_judged_as_the_profiler_takes_the_whole_trace() -> None:
+    steady = [0.01] * 9 + [0.3]  # one window holding an epoch's first fetch
     assert judge_worker(steady).level == "not" and judge_worker(steady).fix == ""
+    every_other_step = [0.0, 0.9] * 5  # steps of 0.5 s or more: a window is a step
+    assert judge_worker(every_other_step).level == "highly"
     assert judge_worker([0.9] * 20 + [0.01] * 10).level == "not"  # only the last 10 windows count
     early = judge_worker([0.5, 0.5])
     assert (early.level, early.windows) == ("too_early", 2)

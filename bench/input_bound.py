@@ -1,8 +1,8 @@
 """Is it input-bound? The runtime's waiting share per script beside the TF profiler's own figure for the same run.
 
 Runs each script of tests/programs/input_bound/ (sleepy_map: a map that sleeps via tf.py_function; prefetched_
-parallel_map: the same map with num_parallel_calls=AUTOTUNE and prefetch; cached_compute: a compute-heavy model on a
-cached dataset), unmodified, once per seed, the way the agent runs a task: worker_agent/hooks first on PYTHONPATH and
+parallel_map: the same map with 16 parallel calls and prefetch; cached_compute: a compute-heavy model on a cached
+dataset), unmodified, once per seed, the way the agent runs a task: worker_agent/hooks first on PYTHONPATH and
 a metrics pipe named by TFDASH_METRICS_FD, so the injected callback measures `input_wait_fraction` per train window.
 The same process runs under TensorFlow's profiler (tf.profiler.experimental.start before the script, stop after),
 and its trace gives the profiler's figure for that very run.
@@ -15,11 +15,11 @@ TensorFlow's profiler classifies host events (event_span.cc: a host event named 
 input"), a step's input time is the time of such events inside that step's marker; the figure is their sum over the
 sum of the steps' times. The first step of each run (tracing) is left out on both sides.
 
-The runtime's figure: the median of the run's windows' `input_wait_fraction` (what orchestrator/insights/
-input_bound.py judges) and their mean weighted by window length (comparable with the profiler's whole-run ratio).
-Verdicts use TF's thresholds (>= 20 % highly, >= 5 % moderately). Expected: highly / moderately or not / not.
+The runtime's figure: the mean of the run's windows' `input_wait_fraction` (what orchestrator/insights/input_bound.py
+judges, over a worker's last 10) and, beside it, their median and their mean weighted by window length. Verdicts use
+TF's thresholds (>= 20 % highly, >= 5 % moderately). Expected: highly / moderately or not / not.
 
-    .venv/bin/python bench/input_bound.py [--seeds 3] [--batches 40] [--epochs 2] [--scripts sleepy_map,...]
+    .venv/bin/python bench/input_bound.py [--seeds 3] [--batches 20] [--epochs 2] [--scripts sleepy_map,...]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import glob
 import json
 import os
 import runpy
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,7 +52,7 @@ INPUT_EVENT_PREFIX = "IteratorGetNext"
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--batches", type=int, default=40, help="batches per epoch")
+    parser.add_argument("--batches", type=int, default=20, help="batches per epoch")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--scripts", default=",".join(SCRIPTS))
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
@@ -63,16 +64,17 @@ def main() -> int:
     from orchestrator.insights.input_bound import judge_worker, level  # plain Python: no Django query is made
 
     print(f"batches/epoch={args.batches} epochs={args.epochs} seeds={args.seeds}")
-    print(f"{'script':26s} {'seed':>4s} {'runtime median':>14s} {'runtime mean':>12s} {'TF profiler':>11s}  verdict")
+    print(f"{'script':26s} {'seed':>4s} {'runtime median':>14s} {'time-weighted':>13s} {'TF profiler':>11s}  verdict")
     failures = 0
     for name in args.scripts.split(","):
         for seed in range(args.seeds):
             run = run_script(name, seed, args)
-            judged = judge_worker(run["shares"])
+            judged = judge_worker(run["shares"])  # its last 10 windows, as the insight judges a worker
             agrees = level(run["profiler"]) if run["profiler"] is not None else "?"
             print(
-                f"{name:26s} {seed:4d} {fmt(judged.share):>14s} {fmt(run['mean']):>12s} {fmt(run['profiler']):>11s}"
-                f"  {judged.level} (profiler: {agrees}; {judged.windows} windows, {run['steps']} profiled steps)"
+                f"{name:26s} {seed:4d} {fmt(run['median']):>14s} {fmt(run['mean']):>13s} {fmt(run['profiler']):>11s}"
+                f"  {judged.level}: {fmt(judged.share)} of the last {judged.windows} windows (profiler: {agrees}; "
+                f"{run['steps']} profiled steps)"
             )
             if judged.level not in EXPECTED.get(name, (judged.level,)):
                 failures += 1
@@ -132,7 +134,14 @@ def run_script(name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
             shares.append(values["input_wait_fraction"])
             weights.append(steps * values["step_time_s"])  # the window's seconds
     mean = sum(s * w for s, w in zip(shares, weights, strict=True)) / sum(weights) if sum(weights) > 0 else None
-    return {"shares": shares, "mean": mean, "profiler": profiled.get("share"), "steps": profiled.get("steps", 0)}
+    median = statistics.median(shares) if shares else None
+    return {
+        "shares": shares,
+        "median": median,
+        "mean": mean,
+        "profiler": profiled.get("share"),
+        "steps": profiled.get("steps", 0),
+    }
 
 
 # --- the child: the script under TensorFlow's profiler --------------------------------------------------------------

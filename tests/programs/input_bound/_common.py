@@ -1,13 +1,20 @@
 """What the three input-bound scripts share: the data, the model and how long they run (kept out of the scripts so
 each reads as the one change it makes). Plain tf_keras `model.fit` over a tf.data.Dataset, nothing of tfdash.
 
-INPUT_BOUND_BATCHES (default 40) batches per epoch, INPUT_BOUND_EPOCHS (default 2) epochs, INPUT_BOUND_SEED
+INPUT_BOUND_BATCHES (default 20) batches per epoch, INPUT_BOUND_EPOCHS (default 2) epochs, INPUT_BOUND_SEED
 (default 0) the data's and the weights' seed; the bench and the test set them.
 
-SLEEP_S (0.1 s) is what the map waits per batch, like a slow decoder or a remote read; the model's step took 30-50 ms
-on a loaded 2-core machine. tf.data puts a prefetch after the last step by itself (inject_prefetch), so even the
-plain map runs beside the training step, one batch at a time: it waits about SLEEP_S minus the step per step
-(measured ~50 % of the step time). With parallel calls the map keeps up and only an epoch's first batch is waited for.
+The map waits SLOWDOWN (1) times the model's training step per batch, like a slow decoder or a remote read:
+`model()` times a few compiled steps first and sets it, so the scripts mean the same on a fast machine and a loaded
+one (a fixed sleep against steps of 15-50 ms judged the parallel map highly input-bound whenever the machine was
+quiet). The plain map runs inline (sleepy_map.py turns off the prefetch tf.data would otherwise add by itself): a
+step waits for its whole batch, half its time. A sleeping py_function holds one of tf.data's threads, as many as the
+machine has cores (measured: 32 sleeps of 50 ms took 1.68 s one at a time, 0.84 s with num_parallel_calls=16 on 2
+cores), so on 2 cores the parallel map makes a batch in half a step and, prefetched, keeps up; with more cores,
+easily. Both keep their verdict while the step time drifts 2-fold from the one timed (this machine is shared). The
+model is heavy (two 2048-wide layers, 100-300 ms a step here) so that each py_function call's own cost (it needs the
+GIL, which fit's Python loop holds between steps) stays small. PARALLEL_CALLS (16) rather than AUTOTUNE: what
+AUTOTUNE picks depends on the machine's cores, and a fixed number makes the run the same wherever it runs.
 """
 
 from __future__ import annotations
@@ -20,11 +27,13 @@ import tensorflow as tf
 
 BATCH = 64
 FEATURES = 256
-SLEEP_S = 0.1
-BATCHES = int(os.environ.get("INPUT_BOUND_BATCHES", "40"))
+SLOWDOWN = 1.0
+PARALLEL_CALLS = 16
+BATCHES = int(os.environ.get("INPUT_BOUND_BATCHES", "20"))
 EPOCHS = int(os.environ.get("INPUT_BOUND_EPOCHS", "2"))
 SEED = int(os.environ.get("INPUT_BOUND_SEED", "0"))
 tf.random.set_seed(SEED)
+_sleep_s = [0.1]  # set by model() from its measured step
 
 
 def examples() -> tf.data.Dataset:
@@ -35,10 +44,10 @@ def examples() -> tf.data.Dataset:
 
 
 def slow_decode(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """A map step that waits SLEEP_S per batch outside TensorFlow's own kernels, as Python decoders do."""
+    """A map step that waits SLOWDOWN steps per batch outside TensorFlow's own kernels, as Python decoders do."""
 
     def decode(batch: tf.Tensor) -> tf.Tensor:
-        time.sleep(SLEEP_S)
+        time.sleep(_sleep_s[0])
         return batch
 
     decoded = tf.py_function(decode, [x], tf.float32)
@@ -51,10 +60,34 @@ def model() -> tf.keras.Model:
     net = keras.Sequential(
         [
             keras.Input(shape=(FEATURES,)),
-            keras.layers.Dense(1024, activation="relu"),
-            keras.layers.Dense(1024, activation="relu"),
+            keras.layers.Dense(2048, activation="relu"),
+            keras.layers.Dense(2048, activation="relu"),
             keras.layers.Dense(2),
         ]
     )
     net.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    _sleep_s[0] = SLOWDOWN * _compute_seconds(net)
+    print(f"the map sleeps {_sleep_s[0] * 1000:.1f} ms a batch", flush=True)
     return net
+
+
+def _compute_seconds(net: tf.keras.Model) -> float:
+    """One training step's compute (forward, backward, the optimizer's update), compiled, median of 9. Not
+    train_on_batch: it builds a dataset per call, and took 5-10 times fit's step here; not the gradients alone: Adam's
+    update is a good part of the step."""
+    x, y = tf.zeros((BATCH, FEATURES)), tf.zeros((BATCH,), tf.int64)
+
+    @tf.function
+    def step() -> None:
+        with tf.GradientTape() as tape:
+            loss = net.compiled_loss(y, net(x, training=True))
+        grads = tape.gradient(loss, net.trainable_variables)
+        net.optimizer.apply_gradients(zip(grads, net.trainable_variables, strict=True))
+
+    step()  # traced
+    times = []
+    for _ in range(9):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))

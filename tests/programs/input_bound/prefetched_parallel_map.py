@@ -1,4 +1,4 @@
-"""The same map, run in parallel and prefetched: its batches are made while the model computes."""
+"""The same map, run in parallel (PARALLEL_CALLS, 16) and prefetched: its batches are made while the model computes."""
 
 import os
 import sys
@@ -6,7 +6,7 @@ import sys
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import BATCH, EPOCHS, examples, model, slow_decode
+from _common import BATCH, EPOCHS, PARALLEL_CALLS, examples, model, slow_decode
 
-data = examples().batch(BATCH).map(slow_decode, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+data = examples().batch(BATCH).map(slow_decode, num_parallel_calls=PARALLEL_CALLS).prefetch(tf.data.AUTOTUNE)
 model().fit(data, epochs=EPOCHS, verbose=0)

@@ -1,11 +1,16 @@
-"""Highly input-bound: a map that sleeps via tf.py_function, with no parallel calls and no prefetch of its own: the
-map makes one batch at a time, slower than the model steps, so every step waits for its batch."""
+"""Highly input-bound: a map that sleeps via tf.py_function, with no parallel calls and no prefetch: every step
+waits while its batch is made."""
 
 import os
 import sys
+
+import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import BATCH, EPOCHS, examples, model, slow_decode
 
 data = examples().batch(BATCH).map(slow_decode)
+options = tf.data.Options()
+options.experimental_optimization.inject_prefetch = False  # no prefetch at all, not even the one tf.data adds itself
+data = data.with_options(options)
 model().fit(data, epochs=EPOCHS, verbose=0)

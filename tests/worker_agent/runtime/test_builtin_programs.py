@@ -43,7 +43,9 @@ def assert_trains_with_metrics(task: Task, epochs: int, examples_per_step: int, 
     assert [e["epoch"] for e in ends] == list(range(1, epochs + 1))
     for end in ends:
         assert {"loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "epoch_time_s"} <= set(end["metrics"])
-    train = task.of_kind("metric", "train")
+    # Besides the callback's windows (their loss), each process of a distributed job sends its own CPU share, and a
+    # ParameterServer chief each worker's pace, on lines of their own (worker_agent/runtime/worker_pace.py).
+    train = [line for line in task.of_kind("metric", "train") if "loss" in line["metrics"]]
     assert train, f"{task.name} sent no train lines"
     for line in train:
         metrics = line["metrics"]
@@ -51,7 +53,7 @@ def assert_trains_with_metrics(task: Task, epochs: int, examples_per_step: int, 
         # Per-batch logs are means over the replicas, not their sum (a sum reads about N times too high).
         assert 0 <= metrics["accuracy"] <= 1 + accuracy_slack
         assert metrics["examples_per_s"] == pytest.approx(examples_per_step / metrics["step_time_s"])
-    steps = [e["step"] for e in task.of_kind("metric")]
+    steps = [e["step"] for e in task.of_kind("metric") if "loss" in e["metrics"]]
     assert steps == sorted(steps)
 
 
@@ -202,7 +204,9 @@ def test_parameter_server_with_chief_two_workers_and_a_ps(tmp_path: Path) -> Non
         facts = server.facts()
         assert (facts["role"], facts["strategy"]) == (server.name.split("-")[0], "ParameterServerStrategy")
         assert facts["serving"] in cluster[facts["role"]]
-        assert server.of_kind("metric") == []  # the chief's loop reports the training
+        # The chief's loop reports the training; a server says only how busy its process is (the slow worker's
+        # host notes).
+        assert {name for line in server.of_kind("metric") for name in line["metrics"]} <= {"process_cpu_percent"}
 
 
 def test_multi_worker_mirrored_resumes_a_killed_gang_at_its_last_completed_epoch(tmp_path: Path) -> None:

@@ -76,7 +76,8 @@ def test_an_open_job_page_shows_why_the_job_failed_when_it_ends(orm: Orm, web: W
     peers = verdict.locator("#verdict-peers")
     expect(peers.locator("summary")).to_have_text("1 other task failed because of it", timeout=WAIT_MS)
     expect(peers.locator("li")).to_be_hidden()
-    verdict.scroll_into_view_if_needed()
+    # In the page, at once: a later frame may render the live part again between a locator's lookup and its scroll.
+    page.evaluate("() => document.getElementById('verdict').scrollIntoView()")
     page.screenshot(path=str(artifacts_dir / "job-verdict-1280.png"))  # docs/img/job-verdict.png
     peers.locator("summary").click()
     expect(peers.locator("li")).to_contain_text(f"UnavailableError: Collective ops is aborted by: {HOSTILE}")

@@ -8,6 +8,7 @@ import time
 
 import pytest
 from rich.console import Console
+from tfdash import cli_output
 from tfdash.job_progress import progress_text
 from tfdash.progress import JobWatch
 
@@ -29,7 +30,9 @@ def a_job(owner, state: str, progress: dict) -> Job:
 
 
 def test_ls_and_status_show_the_progress_and_the_eta_while_it_runs(alice, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")  # rich's table on one line per job
+    # rich's table on one line per job: the CLI's console read COLUMNS when it was made (at import, perhaps under
+    # another test's environment), so its width is set here.
+    monkeypatch.setattr(cli_output.out, "width", 200)
     running = a_job(alice, "running", {**PROGRESS, "at": time.time() - 30})
     a_job(alice, "queued", {})
 

@@ -118,7 +118,8 @@ async def test_a_parameter_server_custom_loop_shows_live_steps_per_s_and_loss_an
     await socket.disconnect()
 
     chief = await sync_to_async(lambda: job.tasks.get(type="chief").pk)()
-    assert {p[1] for points in live.values() for p in points} == {chief}  # only the coordinator counts steps
+    # Only the coordinator counts steps; the servers send only how busy their processes are (the slow worker's notes).
+    assert {p[1] for name, points in live.items() if name != "process_cpu_percent" for p in points} == {chief}
     steps = [p[4] for p in live["steps_per_s"]]
     assert steps == sorted(steps) and steps[0] > 0
     assert all(p[6] > 0 for p in live["steps_per_s"])

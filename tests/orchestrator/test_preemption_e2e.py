@@ -110,7 +110,9 @@ def test_a_run_past_its_time_limit_is_stopped_and_ends_timed_out_keeping_its_che
     )
     assert JobEvent.objects.filter(job=job, kind="timed_out").exists()
     verdict = wait_until(lambda: Job.objects.get(pk=job_id).diagnosis, timeout=10, what="the verdict")
-    assert (verdict["kind"], verdict["task"], verdict["peers"]) == ("time_limit", "", []), verdict
+    assert (verdict["kind"], verdict["task"]) == ("time_limit", ""), verdict
+    # Its tasks, stopped by the product for the limit, are listed (once they have ended) as stopped, never as a cause.
+    assert all(peer["kind"] == "stopped" for peer in verdict["peers"]), verdict
     assert verdict["hint"].startswith("Raise the job's time limit")
     # Its last checkpoint is kept (only a run that completes empties it): "Run again" or a restart can resume.
     backups = Path(two_hosts.shared_dir) / "jobs" / str(job_id) / "checkpoints"

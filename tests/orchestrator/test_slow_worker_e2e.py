@@ -97,12 +97,13 @@ def test_a_worker_beside_a_pinned_cpu_hog_is_named_with_its_host_and_an_even_run
         assert even["state"] == "even", (even, describe(job))
         assert even["workers"] == []
 
-        # Worker 1 pinned to the last CPU, stress-ng pinned beside it.
+        # Worker 1 pinned to the last CPU, four stress-ng hogs pinned beside it: with one, a machine loaded anyway (the
+        # suite beside `stress-ng --cpu 1`, which may sit on the other CPU) slowed both workers alike and read even.
         cpu = max(os.sched_getaffinity(0))
         slow.refresh_from_db()
         for tid in threads(slow.pid):
             os.sched_setaffinity(tid, {cpu})
-        pinned_load.append(subprocess.Popen([stress, "--cpu", "1", "--taskset", str(cpu), "--timeout", "90s"]))
+        pinned_load.append(subprocess.Popen([stress, "--cpu", "4", "--taskset", str(cpu), "--timeout", "90s"]))
         loaded_from = pace_steps(chief)[-1]
         wait_until(
             lambda: windows_after(chief, loaded_from) >= slow_worker.WINDOWS,

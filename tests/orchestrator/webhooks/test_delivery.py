@@ -107,7 +107,10 @@ def test_a_receiver_down_for_30_s_on_a_4x_clock_gets_each_delivery_exactly_once_
         register(staff, receiver, allow_private=True)
         jobs = [a_job(staff, f"job-{i}", "running") for i in range(3)]
         for job, state in zip(jobs, ("succeeded", "failed", "cancelled"), strict=True):
-            Job.objects.filter(pk=job.pk).update(state=state)
+            # A failed job's change waits for its verdict (outbox.VERDICT_WAIT_S): here it has one, as once its
+            # end has committed.
+            verdict = {"kind": "user_exception", "title": "worker 0 raised ValueError"} if state == "failed" else {}
+            Job.objects.filter(pk=job.pk).update(state=state, diagnosis=verdict)
         down_until = time.monotonic() + DOWN_S
         while time.monotonic() < down_until:
             outbox.sweep()

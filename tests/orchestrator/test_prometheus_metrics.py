@@ -136,9 +136,10 @@ def test_every_family_matches_the_api_rows_and_counters(staff, alice, redis_url,
     def grew(family: str, sample: str, **labels: str) -> float:
         return one(after, family, sample, **labels) - before[family].get((sample, tuple(sorted(labels.items()))), 0)
 
-    assert grew("tfdash_ingest_points_stored", "tfdash_ingest_points_stored_total") == len(points)
-    # The refused one too. At least: the counter is the Redis's, and an ingest another test left draining on the same
-    # Redis (the suite's, under load) may add its own entries between the two scrapes.
+    # At least (both counters): they are the Redis's, and an ingest another test left draining on the same Redis (the
+    # suite's, under load) may store and handle its own entries between the two scrapes.
+    assert grew("tfdash_ingest_points_stored", "tfdash_ingest_points_stored_total") >= len(points)
+    # The refused one too.
     assert grew("tfdash_ingest_entries_handled", "tfdash_ingest_entries_handled_total") >= 3
     assert one(after, "tfdash_stream_backlog_entries", kind="metrics") == 0
     assert grew("tfdash_dead_letters", "tfdash_dead_letters_total", kind="metrics") == 1

@@ -32,7 +32,7 @@ from orchestrator.leases.queue_gate import may_schedule
 from orchestrator.metrics import rollups as point_rollups
 from orchestrator.metrics.retention import thin_host_samples
 from orchestrator.models import Job
-from orchestrator.plumbing import counters
+from orchestrator.plumbing import counters, start_up
 from orchestrator.plumbing import pass_requests as passes
 from orchestrator.plumbing.celery_app import app
 from orchestrator.plumbing.outages import TRANSIENT
@@ -136,18 +136,20 @@ def consumed_queues() -> set[str]:
 def _read_hosts_streams(sender: Any = None, **_: Any) -> None:
     """Every orchestrator worker reads the hosts' heartbeat and events streams too, and applies what it reads there (a
     heartbeat reader thread, orchestrator/agents/heartbeats.py; intake.READERS event reader threads,
-    orchestrator/agents/intake.py), as consumers named after the worker, and first sets up the hosts' broker users
-    (a Redis that restarted without them lets no agent in until then)."""
+    orchestrator/agents/intake.py), as consumers named after the worker, and sets up the hosts' broker users (a Redis
+    that restarted without them lets no agent in until then).
+
+    The readers start first, whatever else fails: each waits out a database or Redis outage by itself, while a worker
+    started during one and left without readers would stay up applying nothing, every host's heartbeats and exits
+    waiting (the chaos soak found one started while PostgreSQL was down). The users' sync is retried in the
+    background until both answer (orchestrator/plumbing/start_up.py)."""
     if ORCHESTRATOR_QUEUE not in consumed_queues():
         return
-    try:
-        broker_users.sync()
-    except redis.RedisError as exc:
-        log.warning("broker users not synced at start (the watchdog will): %s", exc)
     client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5)
     name = str(getattr(sender, "hostname", None) or app.conf.get("worker_name") or "orchestrator")
     for stop in (heartbeats.start_reader(client, name), *intake.start_readers(client, name)):
         worker_shutting_down.connect(lambda stop=stop, **_: stop.set(), weak=False)
+    start_up.retried("sync the hosts' broker users", broker_users.sync)
 
 
 @worker_ready.connect
@@ -155,10 +157,14 @@ def _redeliver(sender: Any = None, **_: Any) -> None:
     """Put back on their queue the messages of this worker's queues (orchestrator, scheduler) taken and never
     acknowledged by a worker that died (SIGKILL, power loss): without this they would wait out the visibility
     timeout. A message some other live worker is handling right now comes back too, and is applied once all the same
-    (every handler is idempotent)."""
+    (every handler is idempotent). Retried in the background while Redis is away."""
     mine = {ORCHESTRATOR_QUEUE, SCHEDULER_QUEUE} & consumed_queues()
-    with app.connection_for_write() as conn:
-        restored = redeliver.restore_unacked(conn, mine)
-    if restored:
-        log.warning("took back %d message(s) of %s a previous worker had not acknowledged", restored,
-                    ", ".join(sorted(mine)))  # fmt: skip
+
+    def take_back() -> None:
+        with app.connection_for_write() as conn:
+            restored = redeliver.restore_unacked(conn, mine)
+        if restored:
+            log.warning("took back %d message(s) of %s a previous worker had not acknowledged", restored,
+                        ", ".join(sorted(mine)))  # fmt: skip
+
+    start_up.retried("take back unacknowledged messages", take_back)

@@ -74,6 +74,7 @@ _PATH_KINDS = {
     "tests/orchestrator/leases/test_failover_e2e.py": ("e2e",),  # two control planes of its own
     "tests/orchestrator/diagnosis/test_corpus_tf.py": ("tf",),  # the corpus scripts that need TensorFlow, run once
     "tests/orchestrator/test_startup_checks.py": ("e2e",),  # each control-plane process, started to see it refuse
+    "tests/orchestrator/test_start_during_outage.py": ("e2e",),  # an orchestrator worker started with its database away
     "tests/orchestrator/webhooks/test_delivery.py::test_a_receiver_down_for_30_s": ("slow",),
     "tests/api/test_fuzz.py": ("slow",),  # every operation of the schema, 15 examples each: minutes
 }

@@ -55,6 +55,8 @@ def keep_database_connections(sender: Any = None, **kwargs: Any) -> None:
     for alias in connections:
         # The settings every connection of this alias is made from, now and in threads not started yet.
         connections.settings[alias]["CONN_MAX_AGE"] = settings.TFDASH_WORKER_CONN_MAX_AGE
+        # Kept per thread, not pooled: Django refuses both (TFDASH_DB_POOL is the web server's).
+        connections.settings[alias].get("OPTIONS", {}).pop("pool", None)
 
 
 signals.worker_init.connect(keep_database_connections, weak=False)

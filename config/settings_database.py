@@ -1,5 +1,5 @@
 """The database settings (part of config/settings.py): PostgreSQL only, at DATABASE_URL; how long a connection is kept
-by the web server and by a Celery worker thread; a lock timeout; and dead-peer detection on both ends of a
+by a Celery worker thread, and the web server's pool; a lock timeout; and dead-peer detection on both ends of a
 connection."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import dj_database_url
 
-from config.env import EnvError, env_int, env_str
+from config.env import EnvError, env_bool, env_int, env_str
 
 
 def _dead_peer_options(seconds: int, *, server: bool) -> Any:
@@ -45,6 +45,18 @@ DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
 )
 for _key, _value in _dead_peer_options(env_int("TFDASH_DB_DEAD_PEER_S", 12, minimum=3), server=False).items():
     DATABASES["default"]["OPTIONS"].setdefault(_key, _value)  # a value in DATABASE_URL's query wins
+# The web server takes its connections from a pool (config/asgi.py sets TFDASH_DB_POOL for that process alone): it
+# opened one per database call under ASGI, a new PostgreSQL backend and a SCRAM exchange each, which was most of a
+# job page's WebSocket open (bench/page_load.py, `sock open`: ~100 ms of its session and rights checks). Django has
+# the pool check each connection as it hands it out, so one left broken by a PostgreSQL restart is replaced.
+# Workers keep theirs per thread instead (TFDASH_WORKER_CONN_MAX_AGE); Django refuses a pool beside CONN_MAX_AGE.
+if env_bool("TFDASH_DB_POOL", False):
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"]["pool"] = {
+        "min_size": 1,
+        "max_size": env_int("TFDASH_DB_POOL_MAX", 8, minimum=1),
+        "timeout": 10,  # a request waiting longer for a free connection fails rather than hang
+    }
 # One SQL dialect: the ingest's bulk upsert and the history's thinning are PostgreSQL statements.
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise EnvError(f"DATABASE_URL must name a PostgreSQL database, not {DATABASES['default']['ENGINE']}")

@@ -146,6 +146,11 @@ def task_in(host: Host, name: str, raw: Any, body_type: type, sent_at: float) ->
         foreign.noted(host, f"a {str(name)[:40]} report", [task.pk])
         return None
     if task is None or task.attempt != body.attempt or task.host_id != host.pk:
+        # Logged (a late report of an earlier attempt is expected after a restart; anything else is worth reading):
+        # the chaos soak once lost one point with no drop it could see (session 51's note).
+        why = "no such task" if task is None else f"the task is at attempt {task.attempt}, on host id {task.host_id}"
+        log.info("dropped a %s of task %r attempt %r from %s: %s", str(name)[:40], body.task_id, body.attempt,
+                 host.name, why)  # fmt: skip
         counters.incr(DROPPED)
         return None
     return TaskReport(task, body, sent_at)

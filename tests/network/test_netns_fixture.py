@@ -13,6 +13,7 @@ import pytest
 
 from tests.support import netns
 from tests.support.netns import Network, unavailable_reason, wait_connects
+from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.netns
 
@@ -60,6 +61,9 @@ def test_closing_removes_namespaces_links_and_the_processes_left_inside() -> Non
     net = Network(1)
     host = net.hosts[0]
     orphan = subprocess.Popen(host.command([sys.executable, "-I", "-c", "import time; time.sleep(600)"]))
+    # `ip netns exec` enters the namespace, then execs (same pid): closed before that, it was not inside to be killed
+    # (on a loaded machine it then slept its 600 s in a namespace already gone).
+    wait_until(lambda: str(orphan.pid) in _pids_inside(host.netns), timeout=30, what="the process inside the namespace")
 
     net.close()
 
@@ -84,3 +88,7 @@ print("listening", flush=True)
 while True:
     s.accept()[0].close()
 """
+
+
+def _pids_inside(namespace: str) -> list[str]:
+    return subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout.split()

@@ -21,7 +21,7 @@ from dashboard import verdict
 from orchestrator import limits
 from orchestrator.metrics import drops, log_reader
 from orchestrator.models import Cluster, Host, HostSample, HostStatus, Job, Task, TaskLogLine
-from orchestrator.scheduler import fleet_state, queue_view
+from orchestrator.scheduler import fleet_state, protection, queue_view
 
 # A sample older than this many heartbeat timeouts is not "live" load any more (the agent stopped sampling).
 SAMPLE_FRESH_TIMEOUTS = 2.0
@@ -151,6 +151,8 @@ def job_parts(job: Job) -> dict[str, Any]:
         # A waiting job's place: how many wait ahead of it, and why the first of them does not start.
         "queue_ahead": ahead,
         "queue_head": head,
+        # A running job that could be a victim but is inside its class's minimum run, or past its bound.
+        "protected": protection.protected(job),
         # What the state alone does not tell: preempted by whom and when, resumed where, timed out, held.
         "story": list(job.events.order_by("at", "id")[:100]),
         "tasks": tasks,

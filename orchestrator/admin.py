@@ -130,7 +130,10 @@ class PriorityClassAdmin(admin.ModelAdmin):
 
     list_display = ("name", "value", "preemptible", "is_default", "who_may_use", "description")
     filter_horizontal = ("users", "groups")
-    fields = ("name", "value", "preemptible", "is_default", "description", "open_to_all", "users", "groups")
+    fields = (
+        "name", "value", "preemptible", "min_run_s", "max_preemptions", "preemption_window_s", "is_default",
+        "description", "open_to_all", "users", "groups",
+    )  # fmt: skip
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[PriorityClass]:
         return super().get_queryset(request).prefetch_related("users", "groups")

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -17,6 +18,7 @@ from orchestrator.diagnosis import store
 from orchestrator.insights import input_bound, slow_worker
 from orchestrator.metrics import drops
 from orchestrator.models import Cluster, Job, Task
+from orchestrator.scheduler import protection
 from orchestrator.submit import job_fields, submission
 from orchestrator.submit.job_fields import JobField
 
@@ -222,6 +224,10 @@ class JobSerializer(serializers.ModelSerializer):
     )
     priority = serializers.CharField(read_only=True, help_text="the priority class's name")
     events = JobEventSerializer(many=True, read_only=True, help_text="what the state alone does not tell")
+    protected_until = serializers.SerializerMethodField(
+        help_text="a running job that could be preempted: the end of its class's minimum run time while inside it "
+        "(null otherwise; preemption_shielded: protected until it ends)"
+    )
     output_dropped = serializers.SerializerMethodField(
         help_text="what the agents dropped of its tasks' output for the per-task bounds (empty: nothing)"
     )
@@ -261,6 +267,8 @@ class JobSerializer(serializers.ModelSerializer):
             "expected_start",
             "reservation",
             "preemptions",
+            "preemption_shielded",
+            "protected_until",
             "borrowing",
             "events",
             "state",
@@ -280,6 +288,10 @@ class JobSerializer(serializers.ModelSerializer):
             "finished_at",
         ]
         read_only_fields = fields
+
+    def get_protected_until(self, obj: Job) -> datetime | None:
+        shelter = protection.protected(obj)
+        return shelter.until if shelter else None
 
     def get_output_dropped(self, obj: Job) -> str:
         return drops.job_note(obj)

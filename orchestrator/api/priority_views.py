@@ -18,6 +18,12 @@ class PriorityClassRuleSerializer(serializers.Serializer):
     preemptible = serializers.BooleanField()
     is_default = serializers.BooleanField(help_text="the class of a job that names none")
     description = serializers.CharField()
+    min_run_s = serializers.IntegerField(help_text="seconds its jobs run (from each placement) before a preemption")
+    max_preemptions = serializers.IntegerField(
+        allow_null=True,
+        help_text="preempted this often within the window, a job is not preempted again (null: no bound)",
+    )
+    preemption_window_s = serializers.IntegerField(help_text="the bound's window in seconds")
     open_to_all = serializers.BooleanField(help_text="every user may submit at it (the default class always)")
     users = serializers.ListField(child=serializers.CharField(), help_text="users staff granted it to")
     groups = serializers.ListField(child=serializers.CharField(), help_text="groups whose members may use it")

@@ -4,12 +4,17 @@ Plain Python. A candidate is a running job the waiting one may preempt (a lower 
 quota the waiting job's owner is entitled to: orchestrator/scheduler/queueing.py says which). Greedy, then pruned:
 candidates are taken cheapest first (fewest devices, then most recent checkpoint: least work to redo) until the
 gang fits on what they would free; then every chosen one that is not needed after all is given back.
+
+No thrash (KAI-Scheduler's minimum runtime, and a bound on preemptions per job): a running job is not a candidate
+while inside its class's minimum run time (counted from its latest placement), nor ever again once it has been
+preempted `max_preemptions` times within `window_s`; `protected_until` says which, for the scheduler and the page.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import inf
 
 from orchestrator.core.assignment import Packing
 from orchestrator.core.backfill_terms import Devices, free
@@ -30,6 +35,32 @@ class Candidate:
     @property
     def device_count(self) -> int:
         return sum(len(ids) for ids in self.devices.values())
+
+
+@dataclass(frozen=True)
+class Protection:
+    """A priority class's protection of its running jobs from preemption (orchestrator/models/queueing.py)."""
+
+    min_run_s: int
+    max_preemptions: int | None  # None: no bound
+    window_s: int
+
+
+def protected_until(placed_at: float | None, protection: Protection, *, shielded: bool) -> float:
+    """The earliest time (epoch seconds) a running job may be preempted: `inf` once it reached its bound (it is
+    shielded until it ends), 0 when it has not been placed."""
+    if shielded:
+        return inf
+    return placed_at + protection.min_run_s if placed_at is not None else 0.0
+
+
+def reaches_bound(preempted_at: Sequence[float], now: float, protection: Protection) -> bool:
+    """Whether the preemptions at these times (the latest one included) reach the class's bound within its window:
+    after this one the job is shielded until it ends."""
+    if protection.max_preemptions is None:
+        return False
+    recent = [at for at in preempted_at if at > now - protection.window_s]
+    return len(recent) >= protection.max_preemptions
 
 
 def _fits(shape: JobShape, states: Sequence[HostState], victims: Sequence[Candidate], packing: Packing) -> bool:

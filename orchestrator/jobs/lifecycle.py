@@ -23,7 +23,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from contracts.strategies import speaks_for_job
-from orchestrator.core import preflight
+from orchestrator.core import preemption, preflight
 from orchestrator.diagnosis.store import DIAGNOSED_STATES, diagnose_after_commit
 from orchestrator.jobs import dispatch
 from orchestrator.metrics import live
@@ -43,6 +43,9 @@ from orchestrator.plumbing.compiled_reads import CompiledRead
 from orchestrator.plumbing.compiled_writes import save_fields
 
 log = logging.getLogger(__name__)
+
+# Said once a job reached its class's bound on preemptions (orchestrator/core/preemption.py).
+SHIELDED = "preempted {times} times: protected from further preemption until it ends"
 
 
 def peer_word_wait() -> timedelta:
@@ -188,9 +191,10 @@ def last_epoch(job: Job) -> int:
     return int(done or 0)
 
 
-def preempt(job_id: int, *, by: int, why: str) -> bool:
+def preempt(job_id: int, *, by: int, why: str, protection: preemption.Protection) -> bool:
     """Stop a running job's gang for job #`by` and queue it again with its place kept (its `created_at`); it resumes
-    from its last checkpoint. Not a failure: no restart is used. False when it was no longer running."""
+    from its last checkpoint. Not a failure: no restart is used. Once it reached its class's bound on preemptions
+    (`protection`), it is shielded from more until it ends. False when it was no longer running."""
     job = Job.objects.select_for_update().get(pk=job_id)
     if job.state not in (JobState.STARTING, JobState.RUNNING) or job.ending:
         return False  # (a job whose success rule decided it only waits for its last tasks to end)
@@ -198,11 +202,17 @@ def preempt(job_id: int, *, by: int, why: str) -> bool:
     # within the grace); "resumed at epoch ..." says where it went on from.
     at = f"in epoch {last_epoch(job) + 1}"
     job.state, job.preemptions = JobState.PREEMPTED, job.preemptions + 1
-    job.reason = (
-        f"preempted by #{by} ({why}) {at}; back in the queue with its place kept, to resume from its checkpoint"
+    now = timezone.now()
+    before = JobEvent.objects.filter(job=job, kind="preempted").values_list("at", flat=True)
+    job.preemption_shielded = preemption.reaches_bound(
+        [t.timestamp() for t in before] + [now.timestamp()], now.timestamp(), protection
     )
-    save_fields(job, ["state", "preemptions", "reason"])
-    JobEvent.objects.create(job=job, kind="preempted", text=f"preempted by #{by} ({why}) {at}")
+    shield = f"; {SHIELDED.format(times=job.preemptions)}" if job.preemption_shielded else ""
+    job.reason = (
+        f"preempted by #{by} ({why}) {at}; back in the queue with its place kept, to resume from its checkpoint{shield}"
+    )
+    save_fields(job, ["state", "preemptions", "preemption_shielded", "reason"])
+    JobEvent.objects.create(job=job, kind="preempted", text=f"preempted by #{by} ({why}) {at}{shield}")
     log.warning("job %s preempted by job %s: %s", job.pk, by, why)
     stop_tasks(job, f"preempted by job #{by}")
     schedule_later(job.cluster_id)

@@ -62,7 +62,7 @@ class JobQuerySet(models.QuerySet["Job"]):
         404, as if the job did not exist); an anonymous user sees no job at all."""
         if user is None or not user.is_authenticated:
             return self.none()
-        jobs = self.select_related("owner", "cluster", "script", "failed_task", "failed_task__host")
+        jobs = self.select_related("owner", "cluster", "script", "failed_task", "failed_task__host", "priority_class")
         return jobs if user.is_staff else jobs.filter(owner=user)
 
 
@@ -121,6 +121,8 @@ class Job(models.Model):
     reservation = models.JSONField(default=dict, blank=True)
     first_reservation_at = models.DateTimeField(null=True, blank=True, help_text="when it was first promised to start")
     preemptions = models.PositiveIntegerField(default=0)
+    # Preempted as often as its class bounds within its window: never chosen as a victim again until it ends.
+    preemption_shielded = models.BooleanField(default=False)
     # Started beyond its owner's quota (on idle devices): a user under quota may reclaim them by preemption.
     borrowing = models.BooleanField(default=False)
     # Its place in its cluster's pool of task uids (orchestrator/scheduler/task_uids.py): every host runs its tasks as

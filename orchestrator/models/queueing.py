@@ -13,6 +13,7 @@ from django.contrib.auth.models import Group
 from django.db import models
 from django.db.models import Q
 
+from orchestrator.core.preemption import Protection
 from orchestrator.models.clusters import Cluster
 from orchestrator.models.jobs import Job
 
@@ -32,6 +33,22 @@ class PriorityClass(models.Model):
     preemptible = models.BooleanField(default=False, help_text="its jobs may be stopped for a higher class's")
     is_default = models.BooleanField(default=False, help_text="the class of a job that names none")
     description = models.CharField(max_length=200, blank=True)
+    # No thrash (orchestrator/core/preemption.py). The defaults: a restarted gang spends its first minute or so
+    # starting TensorFlow, forming its cluster and warming its input pipeline, so five minutes keep most of a run
+    # useful; three preemptions in a day is a job that has paid enough.
+    min_run_s = models.PositiveIntegerField(
+        default=300, help_text="seconds a job of this class runs (from each placement) before it may be preempted"
+    )
+    max_preemptions = models.PositiveIntegerField(
+        default=3,
+        null=True,
+        blank=True,
+        help_text="a job preempted this often within the window below is not preempted again until it ends; "
+        "blank: no bound",
+    )
+    preemption_window_s = models.PositiveIntegerField(
+        default=86_400, help_text="the window (seconds) of the bound above"
+    )
     # Closed unless staff open it: a class staff add goes to nobody until they say who (the default class is open to
     # all whatever this says: a job naming no class must always be possible).
     open_to_all = models.BooleanField(
@@ -52,6 +69,10 @@ class PriorityClass(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def protection(self) -> Protection:
+        return Protection(self.min_run_s, self.max_preemptions, self.preemption_window_s)
 
 
 class Quota(models.Model):

@@ -4,14 +4,17 @@ what it needs (orchestrator/core/preemption.py chooses), instead of waiting for 
 Who may be preempted by a waiting job W: a running job of a lower class that is preemptible (staff mark classes so),
 or, when W's owner is within their quota, a job that started beyond its own owner's quota (it borrowed idle devices:
 Kueue's reclaim). A victim's gang gets SIGTERM, the cluster's grace, then SIGKILL; it goes back to the queue with its
-place kept and resumes from its last checkpoint; it uses up none of its restarts (lifecycle.preempt).
+place kept and resumes from its last checkpoint; it uses up none of its restarts (lifecycle.preempt). A job inside
+its class's minimum run time, or shielded after its class's bound on preemptions, is no victim (no thrash:
+orchestrator/core/preemption.py).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from datetime import datetime
+from typing import NamedTuple
 
 from django.db.models import Max, Q
 
@@ -23,6 +26,18 @@ from orchestrator.models import Cluster, Job, JobState, MetricPoint
 from orchestrator.scheduler import fleet_state, queueing
 
 log = logging.getLogger(__name__)
+
+
+class Running(NamedTuple):
+    """A running job some waiting job may preempt, as a pass reads it."""
+
+    pk: int
+    class_id: int | None
+    borrowing: bool
+    owner_id: int
+    placed_at: datetime | None
+    shielded: bool
+
 
 PREEMPTING = "preempting {victims} ({why}); it starts once their tasks have stopped"
 
@@ -53,11 +68,19 @@ def consider(
     highest = max(_value(job, classes_by_id, default_value) for job in preemptors)
     lower = [pk for pk, (value, preemptible) in classes_by_id.items() if preemptible and value < highest]
     running = Job.objects.filter(cluster=cluster, state__in=(JobState.STARTING, JobState.RUNNING), ending="")
-    rows = list(
-        running.filter(Q(priority_class_id__in=lower) | Q(borrowing=True)).values_list(
-            "pk", "priority_class_id", "borrowing", "owner_id", "placed_at"
+    rows = [
+        Running(*row)
+        for row in running.filter(Q(priority_class_id__in=lower) | Q(borrowing=True)).values_list(
+            "pk", "priority_class_id", "borrowing", "owner_id", "placed_at", "preemption_shielded"
         )
-    )
+    ]
+    if not rows:
+        return []
+    by_class, default_protection = queueing.class_protections()
+    protection = {
+        row.pk: by_class.get(row.class_id, default_protection) if row.class_id else default_protection for row in rows
+    }
+    rows = [row for row in rows if _may_be_stopped(row, protection[row.pk], planner.now)]
     if not rows:
         return []
     gangs = {gang.job_id: gang for gang in planner.running}
@@ -76,7 +99,7 @@ def consider(
         if not victims:
             continue
         for victim in sorted(victims):  # their rows locked in id order (orchestrator/models/row_locks.py)
-            lifecycle.preempt(victim, by=job.pk, why=why[victim])
+            lifecycle.preempt(victim, by=job.pk, why=why[victim], protection=protection[victim])
         preempted += victims
         freed: dict[str, frozenset[int]] = {}
         for victim in victims:
@@ -96,7 +119,7 @@ def consider(
 
 def _eligible(
     job: queueing.Queued,
-    rows: list[tuple[int, int | None, bool, int, Any]],
+    rows: list[Running],
     classes: dict[int, tuple[int, bool]],
     default_value: int,
     share: queueing.Shares,
@@ -108,7 +131,7 @@ def _eligible(
     value = _value(job, classes, default_value)
     reclaims = not share.over(job.owner_id, needs[job.pk])
     why: dict[int, str] = {}
-    for pk, class_id, borrowing, owner_id, _placed in rows:
+    for pk, class_id, borrowing, owner_id, _placed, _shielded in rows:
         if pk in taken:
             continue
         victim_value, preemptible = (
@@ -121,9 +144,15 @@ def _eligible(
     return why
 
 
-def _work_at_risk(rows: list[tuple[int, int | None, bool, int, Any]], now: float) -> dict[int, float]:
+def _may_be_stopped(row: Running, protection: preemption.Protection, now: float) -> bool:
+    """Past its class's minimum run time, and not shielded by its bound on preemptions."""
+    placed_at = row.placed_at.timestamp() if row.placed_at else None
+    return preemption.protected_until(placed_at, protection, shielded=row.shielded) <= now
+
+
+def _work_at_risk(rows: list[Running], now: float) -> dict[int, float]:
     """Seconds each running job would redo if stopped now: since its last epoch end (its checkpoint), or its start."""
-    ids = [row[0] for row in rows]
+    ids = [row.pk for row in rows]
     checkpoints = dict(
         MetricPoint.objects.filter(job_id__in=ids, phase="epoch_end")
         .values("job_id")
@@ -131,8 +160,8 @@ def _work_at_risk(rows: list[tuple[int, int | None, bool, int, Any]], now: float
         .values_list("job_id", "latest")
     )
     return {
-        pk: now - max(checkpoints.get(pk) or 0.0, placed_at.timestamp() if placed_at else 0.0)
-        for pk, _class, _borrowing, _owner, placed_at in rows
+        row.pk: now - max(checkpoints.get(row.pk) or 0.0, row.placed_at.timestamp() if row.placed_at else 0.0)
+        for row in rows
     }
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from orchestrator.core import preflight
+from orchestrator.core import preemption, preflight
 from orchestrator.models import Cluster, Job, JobState, PriorityClass, Quota
 from orchestrator.models.queueing import STANDARD_CLASSES
 from orchestrator.scheduler import class_rights
@@ -148,6 +148,14 @@ def class_values() -> tuple[dict[int, tuple[int, bool]], int]:
     classes = {pk: (value, preemptible) for pk, value, preemptible, _default in rows}
     default_value = next((value for _pk, value, _p, is_default in rows if is_default), 0)
     return classes, default_value
+
+
+def class_protections() -> tuple[dict[int, preemption.Protection], preemption.Protection]:
+    """Each class's protection of its running jobs by id, and that of a job with no class (the default's)."""
+    standard_classes_if_none()
+    classes = list(PriorityClass.objects.all())
+    default = next((pc.protection for pc in classes if pc.is_default), PriorityClass().protection)
+    return {pc.pk: pc.protection for pc in classes}, default
 
 
 @dataclass(slots=True)

@@ -56,6 +56,7 @@ def test_a_high_job_preempts_a_low_one_which_resumes_from_its_checkpoint(api, tw
     shape = {"strategy": strategy, "ps": 1} if strategy == "parameter_server" else {}
     queueing.standard_classes_if_none()  # a flushed database has none until a job names one
     PriorityClass.objects.get(name="high").users.add(alice)  # high is a right staff grant (issue 42)
+    PriorityClass.objects.filter(name="low").update(min_run_s=0)  # no minimum run: preempted as soon as checkpointed
     low_id = submit(api, "low, long", "low", LOW_RUN, **shape)
     wait_for_job(low_id, ("running",), timeout=90)
     first = speaker(low_id, 1)

@@ -13,11 +13,14 @@ from django.utils import timezone
 from contracts.strategies import speaks_for_job
 from contracts.task_messages import TaskEvent, TaskEventKind
 from orchestrator.core import restarts
+from orchestrator.core.preemption import Protection
 from orchestrator.jobs import hangs, lifecycle, reaping, task_events
 from orchestrator.jobs.restarts import host_lost
 from orchestrator.models import Job, JobState, Task, TaskLogLine, TaskState
 from orchestrator.scheduler import scheduling
 from tests import factories
+
+NO_BOUND = Protection(min_run_s=0, max_preemptions=None, window_s=0)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -109,7 +112,7 @@ def test_a_run_that_completes_while_being_preempted_succeeds_and_is_not_trained_
     # again, it would start over from epoch 1.
     job = running_job(alice, strategy=strategy, ps=1 if strategy == "parameter_server" else 0)
     with transaction.atomic():
-        assert lifecycle.preempt(job.pk, by=job.pk + 1, why="a lower priority class")
+        assert lifecycle.preempt(job.pk, by=job.pk + 1, why="a lower priority class", protection=NO_BOUND)
     speaker = task_of(job, *speaks_for_job(job.strategy))
     others = [task for task in job.current_tasks() if task.pk != speaker.pk]
 
@@ -128,7 +131,7 @@ def test_a_run_that_completes_while_being_preempted_succeeds_and_is_not_trained_
 def test_a_preempted_gang_whose_tasks_are_killed_goes_back_to_the_queue(alice):
     job = running_job(alice)
     with transaction.atomic():
-        lifecycle.preempt(job.pk, by=job.pk + 1, why="a lower priority class")
+        lifecycle.preempt(job.pk, by=job.pk + 1, why="a lower priority class", protection=NO_BOUND)
     for task in job.current_tasks():
         apply(task, TaskEventKind.EXITED, exit_code=-9)
 

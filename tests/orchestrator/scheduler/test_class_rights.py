@@ -82,6 +82,9 @@ def test_staff_grant_high_in_the_admin_per_user_and_per_group(alice, bob, admin_
         "name": cls.name,
         "value": cls.value,
         "description": cls.description,
+        "min_run_s": cls.min_run_s,
+        "max_preemptions": cls.max_preemptions,
+        "preemption_window_s": cls.preemption_window_s,
         "users": [str(alice.pk)],
         "groups": [str(leads.pk)],
     }

@@ -40,6 +40,13 @@ def states(*jobs: Job) -> list[str]:
     return [Job.objects.get(pk=j.pk).state for j in jobs]
 
 
+def running(*jobs: Job, minutes: float = 30) -> None:
+    """The scheduler placed them `minutes` ago and their processes run: past the classes' minimum run time (5 min)."""
+    Job.objects.filter(pk__in=[j.pk for j in jobs]).update(
+        state=JobState.RUNNING, placed_at=timezone.now() - timedelta(minutes=minutes)
+    )
+
+
 def tasks_gone(j: Job) -> None:
     """What the agent's exit events do for a stopped gang: its tasks end, their devices are free."""
     Task.objects.filter(job=j, state__in=[TaskState.STOPPING, TaskState.PENDING, TaskState.RUNNING]).update(
@@ -91,7 +98,7 @@ def test_borrowed_devices_are_reclaimed_by_preempting_the_borrower(alice, bob):
     borrowed = job(alice, host, "borrows the idle device")
     scheduling.schedule_cluster(host.cluster_id)
     assert [Job.objects.get(pk=j.pk).borrowing for j in (mine, borrowed)] == [False, True]
-    Job.objects.filter(pk__in=[mine.pk, borrowed.pk]).update(state=JobState.RUNNING)
+    running(mine, borrowed)
     bobs = job(bob, host, "bob reclaims his quota")
 
     scheduling.schedule_cluster(host.cluster_id)
@@ -114,7 +121,7 @@ def test_a_high_job_preempts_the_low_job_losing_the_least_work_and_the_victim_re
     old_checkpoint = job(alice, host, "low, checkpointed long ago", priority="low")
     fresh_checkpoint = job(alice, host, "low, checkpointed just now", priority="low")
     scheduling.schedule_cluster(host.cluster_id)
-    Job.objects.filter(pk__in=[old_checkpoint.pk, fresh_checkpoint.pk]).update(state=JobState.RUNNING)
+    running(old_checkpoint, fresh_checkpoint)
     now = timezone.now().timestamp()
     for j, ts, epoch in ((old_checkpoint, now - 600, 1), (fresh_checkpoint, now - 5, 3)):
         task = Task.objects.get(job=j)
@@ -161,14 +168,14 @@ def test_a_packing_cluster_keeps_a_whole_host_free_for_a_wide_worker(alice, pack
 
 def test_a_normal_job_never_preempts_a_normal_one(alice, bob):
     host = one_host(devices=1)
-    running = job(alice, host, "running")
+    first = job(alice, host, "running")
     scheduling.schedule_cluster(host.cluster_id)
-    Job.objects.filter(pk=running.pk).update(state=JobState.RUNNING)
+    running(first)
     waiting = job(bob, host, "waits its turn")
 
     scheduling.schedule_cluster(host.cluster_id)
 
-    assert states(running, waiting) == [JobState.RUNNING, JobState.QUEUED]
+    assert states(first, waiting) == [JobState.RUNNING, JobState.QUEUED]
     assert Job.objects.get(pk=waiting.pk).expected_start is not None
 
 
@@ -208,7 +215,7 @@ def test_the_api_takes_a_time_limit_and_priority_and_refuses_what_the_cluster_do
 
 def test_the_queue_api_lists_waiting_jobs_in_order_and_only_staff_change_it(alice, bob, django_user_model):
     host = one_host(devices=1)
-    running = job(alice, host, "running")
+    busy = job(alice, host, "running")
     scheduling.schedule_cluster(host.cluster_id)
     later = job(alice, host, "alice's secret name")
     first = job(bob, host, "bob's", priority="high")
@@ -226,7 +233,7 @@ def test_the_queue_api_lists_waiting_jobs_in_order_and_only_staff_change_it(alic
     api.force_authenticate(staff)
     assert api.post(f"/api/jobs/{later.pk}/priority/", {"priority": "high"}, format="json").json()["priority"] == "high"
     assert api.post(f"/api/jobs/{first.pk}/hold/").json()["held"] is True
-    assert api.post(f"/api/jobs/{running.pk}/hold/").status_code == 409  # not waiting
+    assert api.post(f"/api/jobs/{busy.pk}/hold/").status_code == 409  # not waiting
     scheduling.schedule_cluster(host.cluster_id)
     rows = api.get(f"/api/clusters/{host.cluster_id}/queue/").json()
     assert [r["id"] for r in rows] == [first.pk, later.pk] and rows[0]["held"] and rows[1]["expected_start"]
@@ -246,7 +253,7 @@ def test_two_users_quota_two_each_b_reclaims_what_a_borrowed_in_one_pass_and_a_r
     scheduling.schedule_cluster(host.cluster_id)
     assert states(*a_jobs) == [JobState.STARTING] * 4  # the idle cluster lends A two devices beyond her quota
     assert [Job.objects.get(pk=j.pk).borrowing for j in a_jobs] == [False, False, True, True]
-    Job.objects.filter(pk__in=[j.pk for j in a_jobs]).update(state=JobState.RUNNING)
+    running(*a_jobs)
     b_jobs = [job(bob, host, f"b{i}") for i in range(2)]
 
     scheduling.schedule_cluster(host.cluster_id)  # one pass preempts for both of B's jobs

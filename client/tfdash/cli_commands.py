@@ -181,7 +181,9 @@ def cancel(ns: argparse.Namespace, client: Callable[[], Client]) -> int:
 
 
 # The queue API's columns a terminal has room for (like squeue --start); --json has them all.
-QUEUE_COLUMNS = ("position", "id", "name", "owner", "priority", "state", "devices", "time_limit_s", "expected_start")
+QUEUE_COLUMNS = (
+    "position", "id", "name", "owner", "priority", "fair_share", "state", "devices", "time_limit_s", "expected_start",
+)  # fmt: skip
 
 
 def queue(ns: argparse.Namespace, client: Callable[[], Client]) -> int:

@@ -151,4 +151,9 @@ class QueueRowSerializer(serializers.Serializer):
     )
     reservation = serializers.JSONField(help_text='{"at": time, "hosts": {host: [device, ...]}} or {}')
     submitted_at = serializers.DateTimeField()
+    fair_share = serializers.FloatField(
+        help_text="its account's fair-share factor 2^(-usage/share), 1 (used nothing) to 0: higher goes first "
+        "within a class"
+    )
+    decayed_usage_h = serializers.FloatField(help_text="its account's decayed device-hours (the cluster's half-life)")
     visible = serializers.BooleanField(help_text="whether you may open the job")

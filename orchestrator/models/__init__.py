@@ -28,7 +28,7 @@ from orchestrator.models.jobs import (
 from orchestrator.models.leases import ControlLease
 from orchestrator.models.points import MetricPoint, PointRollup
 from orchestrator.models.port_blocks import HostPortBlock
-from orchestrator.models.queueing import JobEvent, PriorityClass, Quota
+from orchestrator.models.queueing import DecayedUsage, JobEvent, PriorityClass, Quota
 from orchestrator.models.scripts import Script
 from orchestrator.models.webhooks import DeliveryState, JobStateChange, Webhook, WebhookDelivery
 
@@ -38,6 +38,7 @@ __all__ = [
     "ApiToken",
     "Cluster",
     "ControlLease",
+    "DecayedUsage",
     "DeliveryState",
     "Experiment",
     "ExperimentMode",

@@ -8,11 +8,13 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models, transaction
 from django.urls import reverse
 from django.utils import timezone
 
 from contracts.host_reports import HostFacts
+from orchestrator.core import fair_share
 from orchestrator.models.validators import (
     parse_labels,
     validate_address,
@@ -67,6 +69,15 @@ class Cluster(models.Model):
         help_text="pack for a fleet shared by jobs of mixed widths: small tasks fill used hosts, whole hosts stay "
         "free for 8-device workers",
     )  # fmt: skip
+    # Fair share's memory (orchestrator/core/fair_share.py): how fast past use is forgotten. Never 0 (that would
+    # forget at once and silently turn fair share off).
+    fair_share_half_life_s = models.PositiveIntegerField(
+        "fair-share half-life (s)",
+        default=fair_share.DEFAULT_HALF_LIFE_S,
+        validators=[MinValueValidator(fair_share.MIN_HALF_LIFE_S)],
+        help_text="past device use counts half after this long when the queue orders jobs of one class "
+        "(default 7 days, as Slurm's)",
+    )
     # The cluster's object store (S3-compatible, orchestrator/objectstore/store.py): checkpoints and artifacts follow
     # the job there through presigned URLs. The credentials stay on the control plane, in a file named here, never here.
     store_endpoint = models.URLField(

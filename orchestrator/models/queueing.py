@@ -130,3 +130,20 @@ class JobEvent(models.Model):
             hosts = event.text.removeprefix(cls._RESUMING).removesuffix(cls._FROM)
             event.text = f"resumed at epoch {epochs_done + 1} on {hosts}"
             event.save(update_fields=["text"])
+
+
+class DecayedUsage(models.Model):
+    """A user's decayed device-seconds on a cluster from their ended tasks, as of a time (orchestrator/core/
+    fair_share.py): one row per user and cluster, added to at each task's end (orchestrator/jobs/usage_decay.py);
+    the scheduler adds running tasks live and sums users into their accounts."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="decayed_usage")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="decayed_usage")
+    value = models.FloatField(default=0.0, help_text="decayed device-seconds as of `as_of`")
+    as_of = models.FloatField(default=0.0, help_text="epoch seconds")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "user"], name="decayed_usage_once")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}@{self.cluster_id}: {self.value:.0f} device-s as of {self.as_of:.0f}"

@@ -38,6 +38,7 @@ class Held(NamedTuple):
     devices: dict[int, list[int]]  # host id -> devices of its active tasks
     gangs: list[backfill_terms.Running]
     usage: dict[int, int]  # owner id -> devices
+    held_since: dict[int, dict[float, int]]  # owner id -> placement time -> devices held since (fair share's memory)
 
 
 def read(host_ids: list[int], cache_key: int | None = None) -> list[Active]:
@@ -66,19 +67,22 @@ def tally(tasks: list[Active], names: dict[int, str], now: float, grace: float) 
     ends: dict[int, float] = {}
     held: dict[int, dict[str, frozenset[int]]] = defaultdict(dict)
     usage: dict[int, int] = defaultdict(int)
+    held_since: dict[int, dict[float, int]] = defaultdict(lambda: defaultdict(int))
     for (job_id, host_id, port, ids, placed_at, owner_id), stopping, limit in tasks:
         if port is not None:
             ports[host_id].append(port)
         if ids:
             devices[host_id].extend(ids)
             usage[owner_id] += len(ids)
+            if placed_at is not None:
+                held_since[owner_id][placed_at] += len(ids)
             on, name = held[job_id], names[host_id]
             on[name] = on[name] | ids if name in on else ids
         end = soonest if stopping or placed_at is None else max(soonest, placed_at + limit + grace)
         if end > ends.get(job_id, float("-inf")):
             ends[job_id] = end
     gangs = [backfill_terms.Running(job_id, end, held.get(job_id, {})) for job_id, end in ends.items()]
-    return Held(ports, devices, gangs, dict(usage))
+    return Held(ports, devices, gangs, dict(usage), {owner: dict(since) for owner, since in held_since.items()})
 
 
 class _Cache:

@@ -123,6 +123,7 @@ class Fleet(NamedTuple):
     host_ids: dict[str, int]  # host name -> pk (placements name hosts; task rows point at them)
     gangs: list[backfill_terms.Running]  # every gang holding devices, and when it lets them go at the latest
     usage: dict[int, int]  # devices each owner's active tasks hold (fair share)
+    held_since: dict[int, dict[float, int]]  # each owner's devices by the placement that took them (fair share)
 
 
 def read(cluster: Cluster, now: datetime) -> Fleet:
@@ -134,7 +135,7 @@ def read(cluster: Cluster, now: datetime) -> Fleet:
     names = {host.pk: host.name for host in hosts}
     held = active_tasks.tally(tasks, names, now.timestamp(), release_margin(cluster))
     states = _states(hosts, held, _blocked_ports(ids), kept=_kept.setdefault(cluster.pk, {}))
-    return Fleet(states, {host.name: host.pk for host in hosts}, held.gangs, held.usage)
+    return Fleet(states, {host.name: host.pk for host in hosts}, held.gangs, held.usage, held.held_since)
 
 
 # Per cluster, in this process: each host's state as the last pass read it, and what it was made from. A host whose
@@ -150,10 +151,12 @@ def release_margin(cluster: Cluster) -> float:
     return cluster.stop_grace_s + settings.TFDASH_SCHEDULE_INTERVAL_S
 
 
-def usage(cluster_id: int) -> dict[int, int]:
-    """The devices each owner's active tasks hold on the cluster (fair share; the queue view orders by it)."""
+def usage(cluster_id: int) -> tuple[dict[int, int], dict[int, dict[float, int]]]:
+    """The devices each owner's active tasks hold on the cluster, and since when (fair share; the queue view orders
+    by it as a pass does)."""
     names = dict(Host.objects.filter(cluster_id=cluster_id).values_list("pk", "name"))
-    return active_tasks.tally(active_tasks.read(list(names)), names, time.time(), 0).usage
+    held = active_tasks.tally(active_tasks.read(list(names)), names, time.time(), 0)
+    return held.usage, held.held_since
 
 
 def _states(

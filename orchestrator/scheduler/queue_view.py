@@ -8,6 +8,7 @@ themselves; the job's history says so.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.db import transaction
@@ -43,6 +44,8 @@ def rows(cluster: Cluster, user: Any) -> list[dict[str, Any]]:
                 "expected_start": job.expected_start,
                 "reservation": job.reservation or {},
                 "submitted_at": job.created_at,
+                "fair_share": round(job.fair_share, 4),  # type: ignore[attr-defined]
+                "decayed_usage_h": round(job.decayed_usage_s / 3600, 2),  # type: ignore[attr-defined]
                 "visible": mine,
             }
         )
@@ -103,13 +106,20 @@ def priority_story(before: str, to: PriorityClass, owner: Any, by: str) -> str:
 
 
 def ordered_queue(cluster: Cluster) -> list[Job]:
-    """The cluster's waiting jobs in the order a pass walks them (the queue view, a job page's place)."""
+    """The cluster's waiting jobs in the order a pass walks them (the queue view, a job page's place), each with its
+    account's fair-share factor and decayed usage (`fair_share`, `decayed_usage_s`) as the pass computes them."""
     waiting = queueing.queued(cluster.pk)
     classes, default_value = queueing.class_values()
-    share = queueing.shares(cluster, (job.owner_id for job in waiting), fleet_state.usage(cluster.pk))
+    devices, since = fleet_state.usage(cluster.pk)
+    share = queueing.shares(cluster, (job.owner_id for job in waiting), devices, since, time.time())
     queueing.sort_queue(waiting, classes, default_value, share, job_plans.placement_needs)
     rows = Job.objects.select_related("owner", "priority_class").in_bulk([job.pk for job in waiting])
-    return [rows[job.pk] for job in waiting if job.pk in rows]
+    ordered = [rows[job.pk] for job in waiting if job.pk in rows]
+    for job in ordered:
+        account = share.account_of[job.owner_id]
+        job.fair_share = share.factor.get(account, 1.0)  # type: ignore[attr-defined]
+        job.decayed_usage_s = share.decayed.get(account, 0.0)  # type: ignore[attr-defined]
+    return ordered
 
 
 def queue_place(job: Job) -> tuple[int, Job | None]:

@@ -1,10 +1,11 @@
 """The queue's order and its rules: priority classes, time limits, quotas and fair share, preemption candidates.
 
 Order (Slurm's multifactor, reduced to what a team needs): preflights first (orchestrator/core/preflight.py), then
-the priority class's value, then fair share (an
-account under its quota before one over it, then the account using the smaller part of its quota), then submission
-(a restarted or preempted job keeps its `created_at`, so its place). Without quotas, fair share is the devices
-an account uses now: fewer first. An account is the user's own quota on the
+the priority class's value, then fair share (an account under its quota before one over it; then the higher
+fair-share factor, from the account's decayed usage against its share: orchestrator/core/fair_share.py; then the
+account using the smaller part of its quota now), then submission (a restarted or preempted job keeps its
+`created_at`, so its place). Without quotas, shares are equal and the last tie is the devices an account uses now:
+fewer first. An account is the user's own quota on the
 cluster, else the largest quota of one of their groups (shared by the group's members), else none. On a cluster where
 staff set no quota nobody is over; where they set any, a user with none has a quota of 0 (all they run is borrowed).
 """
@@ -18,8 +19,8 @@ from dataclasses import dataclass
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from orchestrator.core import preemption, preflight
-from orchestrator.models import Cluster, Job, JobState, PriorityClass, Quota
+from orchestrator.core import fair_share, preemption, preflight
+from orchestrator.models import Cluster, DecayedUsage, Job, JobState, PriorityClass, Quota
 from orchestrator.models.queueing import STANDARD_CLASSES
 from orchestrator.scheduler import class_rights
 
@@ -81,11 +82,15 @@ def settle(job: Job) -> list[tuple[str, str]]:
 
 @dataclass
 class Shares:
-    """Who is which account on a cluster, each account's quota and what it uses now (devices of active tasks)."""
+    """Who is which account on a cluster, each account's quota, what it uses now (devices of active tasks), its
+    decayed usage (ended and running tasks, device-seconds) and its fair-share factor (orchestrator/core/
+    fair_share.py)."""
 
     account_of: dict[int, Account]
     quota: dict[Account, int | None]
     usage: dict[Account, int]
+    decayed: dict[Account, float]
+    factor: dict[Account, float]
 
     def over(self, owner_id: int, more: int) -> bool:
         """Whether `owner_id`'s account would be beyond its quota with `more` devices."""
@@ -101,12 +106,22 @@ class Shares:
             return float(used)  # no quotas on the cluster: the account using fewer devices now goes first
         return used / quota if quota else float(used + 1) * 1e9
 
+    def factor_of(self, owner_id: int) -> float:
+        return self.factor.get(self.account_of[owner_id], 1.0)
+
     def use(self, owner_id: int, devices: int) -> None:
         self.usage[self.account_of[owner_id]] += devices
 
 
-def shares(cluster: Cluster, owner_ids: Iterable[int], usage_by_owner: dict[int, int]) -> Shares:
-    """`usage_by_owner`: the devices each owner's active tasks hold on the cluster (fleet_state.running_gangs)."""
+def shares(
+    cluster: Cluster,
+    owner_ids: Iterable[int],
+    usage_by_owner: dict[int, int],
+    held_since: dict[int, dict[float, int]],
+    now: float,
+) -> Shares:
+    """`usage_by_owner`: the devices each owner's active tasks hold on the cluster, `held_since` since when
+    (fleet_state.running_gangs)."""
     owners = set(owner_ids)
     quotas = list(Quota.objects.filter(cluster=cluster).values_list("user_id", "group_id", "devices"))
     user_quota = {user: devices for user, group, devices in quotas if user is not None}
@@ -136,7 +151,26 @@ def shares(cluster: Cluster, owner_ids: Iterable[int], usage_by_owner: dict[int,
     usage: dict[Account, int] = defaultdict(int)
     for owner, devices in usage_by_owner.items():
         usage[account_of[owner]] += devices
-    return Shares(account_of, quota, usage)
+    decayed = _decayed(cluster, account_of, held_since, now)
+    # Shares: the quotas' devices, or equal when the cluster has none.
+    entitled = {account: float(q) for account, q in quota.items()} if quotas else fair_share.equal_shares(quota)
+    return Shares(account_of, quota, usage, decayed, fair_share.factors(decayed, entitled))
+
+
+def _decayed(
+    cluster: Cluster, account_of: dict[int, Account], held_since: dict[int, dict[float, int]], now: float
+) -> dict[Account, float]:
+    """Each account's decayed device-seconds now: its members' ended tasks (DecayedUsage) and running ones."""
+    half_life = cluster.fair_share_half_life_s
+    decayed: dict[Account, float] = defaultdict(float)
+    rows = DecayedUsage.objects.filter(cluster=cluster, user_id__in=list(account_of))
+    for owner, value, as_of in rows.values_list("user_id", "value", "as_of"):
+        decayed[account_of[owner]] += fair_share.decay(value, now - as_of, half_life)
+    for owner, since in held_since.items():
+        if owner in account_of:
+            for placed_at, devices in since.items():
+                decayed[account_of[owner]] += fair_share.accrued(devices, placed_at, now, half_life)
+    return decayed
 
 
 def class_values() -> tuple[dict[int, tuple[int, bool]], int]:
@@ -214,10 +248,10 @@ def _standing(
     classes: dict[int, tuple[int, bool]],
     default_value: int,
     share: Shares,
-) -> tuple[int, bool, float]:
+) -> tuple[int, bool, float, float]:
     """What orders jobs before their submission: class, then fair share."""
     value = classes[class_id][0] if class_id in classes else default_value
-    return (-value, share.over(owner_id, need), share.ratio(owner_id))
+    return (-value, share.over(owner_id, need), -share.factor_of(owner_id), share.ratio(owner_id))
 
 
 def sort_queue(
@@ -226,13 +260,13 @@ def sort_queue(
     default_value: int,
     share: Shares,
     need_of: Callable[[Queued], int],
-) -> None:
+) -> dict[int, str]:
     """Sort waiting jobs (in place) into the queue's order (this module's docstring), `need_of(job)` their devices. A
     queue's jobs share a few (class, owner, devices) standings, each computed once (every pass sorts the whole
-    queue)."""
-    standings: dict[tuple[int | None, int, int], tuple[int, bool, float]] = {}
+    queue). Returns, for each job that fair share put behind a job submitted after it, a note saying so."""
+    standings: dict[tuple[int | None, int, int], tuple[int, bool, float, float]] = {}
 
-    def key(job: Queued) -> tuple[bool, tuple[int, bool, float], int]:
+    def key(job: Queued) -> tuple[bool, tuple[int, bool, float, float], int]:
         asked = (job.priority_class_id, job.owner_id, need_of(job))
         standing = standings.get(asked)
         if standing is None:
@@ -242,3 +276,25 @@ def sort_queue(
         return (job.checks is None, standing, job.rank)
 
     jobs.sort(key=key)
+    return _passed_by_fair_share(jobs, [key(job) for job in jobs])
+
+
+BEHIND_BY_FAIR_SHARE = "fair share puts #{ahead} ahead of it (its account's factor {theirs:.2f} against {ours:.2f})"
+
+
+def _passed_by_fair_share(
+    ordered: list[Queued], keys: list[tuple[bool, tuple[int, bool, float, float], int]]
+) -> dict[int, str]:
+    """The jobs of a class (and quota standing) behind the first of theirs, when that one was submitted later and
+    only its account's higher fair-share factor put it first: one note each, naming it."""
+    first: dict[tuple[bool, int, bool], tuple[Queued, float]] = {}
+    notes: dict[int, str] = {}
+    for job, (plain, (value, over, neg_factor, _ratio), rank) in zip(ordered, keys, strict=True):
+        group = (plain, value, over)
+        if group not in first:
+            first[group] = (job, -neg_factor)
+            continue
+        ahead, theirs = first[group]
+        if ahead.rank > rank and theirs > -neg_factor and ahead.owner_id != job.owner_id:
+            notes[job.pk] = BEHIND_BY_FAIR_SHARE.format(ahead=ahead.pk, theirs=theirs, ours=-neg_factor)
+    return notes

@@ -101,10 +101,10 @@ def _plan_pass(
     the first reserved one that may, and tell every waiting job why it waits and when it starts at the latest."""
     policy = scheduler_policy.POLICIES[settings.TFDASH_SCHEDULER_POLICY]
     classes, default_value = queueing.class_values()
-    share = queueing.shares(cluster, (job.owner_id for job in waiting), fleet.usage)
+    share = queueing.shares(cluster, (job.owner_id for job in waiting), fleet.usage, fleet.held_since, now.timestamp())
     shapes = {job.pk: job_shape(job) for job in waiting}
     needs = {pk: devices_needed(shape) for pk, shape in shapes.items()}
-    queueing.sort_queue(waiting, classes, default_value, share, lambda job: needs[job.pk])
+    behind = queueing.sort_queue(waiting, classes, default_value, share, lambda job: needs[job.pk])
     planner = backfill.Planner(
         fleet.states,
         fleet.gangs,
@@ -147,10 +147,10 @@ def _plan_pass(
     by_id = {job.pk: job for job in waiting}
     for job_id, why in planner.outcome.never.items():
         fail_never(job_id, cluster, why)
-    tell_reservations(planner.outcome.reservations, needs)
+    tell_reservations(planner.outcome.reservations, needs, behind)
     for job_id, unplaced in planner.outcome.unplaced.items():
         reasons[job_id] = WAITING_UNRESERVED if unplaced is None else f"{unplaced.reason}; {WAITING_UNRESERVED}"
-    tell_waiting(by_id, reasons, placed, planner.outcome)
+    tell_waiting(by_id, reasons, placed, planner.outcome, behind)
     if policy.preempts:
         preemption.consider(
             cluster, waiting, planner, share, needs, lambda job: shapes[job.pk], (classes, default_value)

@@ -37,8 +37,9 @@ def fail_never(job_id: int, cluster: Cluster, why: placement.Unplaceable) -> Non
     job.save(update_fields=["state", "finished_at", "reason"])
 
 
-def tell_reservations(reservations: dict[int, Reservation], needs: dict[int, int]) -> None:
-    """A reserved job stores when it starts at the latest and where (the queue view and its page show them)."""
+def tell_reservations(reservations: dict[int, Reservation], needs: dict[int, int], behind: dict[int, str]) -> None:
+    """A reserved job stores when it starts at the latest and where (the queue view and its page show them);
+    `behind`: the notes of the jobs fair share put behind a later one (queueing.sort_queue)."""
     told = Job.objects.filter(pk__in=list(reservations)).values_list("pk", *_TOLD_FIELDS)
     depth = {job_id: n for n, job_id in enumerate(reservations)}  # made in queue order: 0 is the queue's head
     for job_id, restarts, max_restarts, restart_reason, *last in told:
@@ -52,6 +53,8 @@ def tell_reservations(reservations: dict[int, Reservation], needs: dict[int, int
         )
         if restarts:
             reason += f" (restart {restarts} of {max_restarts}, after: {restart_reason})"
+        if job_id in behind:
+            reason += f"; {behind[job_id]}"
         fields: dict[str, Any] = {
             "expected_start": at,
             "reservation": {"at": at.isoformat(), "hosts": where},
@@ -82,9 +85,10 @@ def tell_waiting(
     reasons: dict[int, str],
     placed: list[tuple[queueing.Queued, placement.Placement]],
     outcome: Outcome,
+    behind: dict[int, str],
 ) -> None:
-    """Every other waiting job says why it waits, one UPDATE per distinct reason (most share one), of the rows whose
-    reason changes only: no live hint is sent for a reason alone (the job's state did not change). Which rows change
+    """Every other waiting job says why it waits (and, when fair share put a later job ahead of it, which: `behind`),
+    one UPDATE per distinct reason (most share one), of the rows whose reason changes only: no live hint is sent for a reason alone (the job's state did not change). Which rows change
     is judged on what the pass read of them: a pass that plans every start tells the whole queue, and an UPDATE
     matching 2,000 ids to find the few that changed was a tenth of such a pass (bench/pass_cost.py). A row written
     since the read (staff held it, say) is told by the next pass whose reason differs from it."""
@@ -93,6 +97,8 @@ def tell_waiting(
     for job_id, job in jobs.items():
         if job_id not in done:
             reason = reasons.get(job_id, WAITING_UNRESERVED)
+            if job_id in behind and reason != HELD:
+                reason += f"; {behind[job_id]}"
             if job.reason != reason or job.told_start:
                 by_reason[reason].append(job_id)
     for reason, ids in by_reason.items():

@@ -88,10 +88,11 @@ def tell_waiting(
     behind: dict[int, str],
 ) -> None:
     """Every other waiting job says why it waits (and, when fair share put a later job ahead of it, which: `behind`),
-    one UPDATE per distinct reason (most share one), of the rows whose reason changes only: no live hint is sent for a reason alone (the job's state did not change). Which rows change
-    is judged on what the pass read of them: a pass that plans every start tells the whole queue, and an UPDATE
-    matching 2,000 ids to find the few that changed was a tenth of such a pass (bench/pass_cost.py). A row written
-    since the read (staff held it, say) is told by the next pass whose reason differs from it."""
+    one UPDATE per distinct reason (most share one), of the rows whose reason changes only: no live hint is sent for
+    a reason alone (the job's state did not change). Which rows change is judged on what the pass read of them: a
+    pass that plans every start tells the whole queue, and an UPDATE matching 2,000 ids to find the few that changed
+    was a tenth of such a pass (bench/pass_cost.py). A row written since the read (staff held it, say) is told by the
+    next pass whose reason differs from it."""
     done = {job.pk for job, _where in placed} | set(outcome.reservations) | set(outcome.never) | set(outcome.deferred)
     by_reason: dict[str, list[int]] = defaultdict(list)
     for job_id, job in jobs.items():

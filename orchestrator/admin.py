@@ -153,6 +153,7 @@ class ClusterAdmin(admin.ModelAdmin):
         (None, {"fields": ("name", "description", "shared_dir")}),
         ("Time limits", {"fields": ("default_time_limit_s", "max_time_limit_s", "stop_grace_s")}),
         ("Placement", {"fields": ("packing",)}),
+        ("Fair share", {"fields": ("fair_share_half_life_s",)}),
         (
             "Object store",
             {

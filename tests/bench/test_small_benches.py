@@ -108,3 +108,13 @@ def test_webhook_stall_bench_runs_both_rounds_and_cuts_every_delivery_at_its_dea
                     rf"{STALL_DEADLINE_S} s\)", output)  # fmt: skip
     assert cut and int(cut[1]) >= 10 and float(cut[3]) < STALL_DEADLINE_S + 2, output[-4000:]
     assert code in (0, 1), output[-4000:]  # 1: a ratio over the target, the bench's to report (one job is noise)
+
+
+@pytest.mark.timeout(120)
+def test_fair_share_replay_brings_every_account_nearer_its_share_with_memory_than_without(artifacts_dir):
+    code, output = run("fairshare", ["bench/fair_share_replay.py", "--seeds", "5", "--hosts", "2", "--days", "4",
+                                     "--half-lives", "0,7"], artifacts_dir, 100)  # fmt: skip
+    assert code == 0, output[-4000:]
+    worst = {float(h): float(miss) for h, miss in re.findall(r"^5\s+(\S+)d\s.*\s([+-]\d+)%\s+[0-9.]+$", output, re.M)}
+    assert set(worst) == {0.0, 7.0}, output[-4000:]
+    assert abs(worst[7.0]) < abs(worst[0.0]), output[-4000:]

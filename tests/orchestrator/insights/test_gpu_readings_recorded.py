@@ -1,8 +1,8 @@
 """The agent's GPU readings from a real GPU, judged by the product's own code: no machine of the suite has a GPU,
 so `scripts/device/gpu_shared.py` ran the agent's facts and sampler on a lent NVIDIA H200 (driver 580.159.04,
 2026-11-28) with two CUDA processes on the GPU, and recorded what they read (data/h200_gpu_readings.json). Here those
-readings go the way a host's samples go: the ingest's wire check (contracts/host_samples.py), the stored rows, and the slow-worker
-insight, which names the GPU shared when the slow worker's process is one of them."""
+readings go the way a host's samples go: the ingest's wire check (contracts/host_samples.py), the stored rows, and
+the slow-worker insight, which names the GPU shared when the slow worker's process is one of them."""
 
 from __future__ import annotations
 

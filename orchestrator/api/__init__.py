@@ -2,5 +2,5 @@
 experiments, webhooks, priority classes and who may use them, API tokens and sign-in limits, the agents' join
 endpoint, and the OpenAPI schema's error answers. Thin: each view hands the work to the package that owns it.
 
-May import: contracts, limits, models, identity, objectstore, metrics, webhooks, jobs, scheduler, submit,
+May import: contracts, core, limits, models, identity, objectstore, metrics, webhooks, jobs, scheduler, submit,
 experiments, agents, insights, diagnosis."""

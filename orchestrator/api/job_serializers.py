@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from datetime import datetime
 from typing import Any
 
@@ -14,10 +15,11 @@ from contracts.terminal_text import render_lines
 from orchestrator import limits
 from orchestrator.api.diagnosis_serializer import DETAIL_ONLY, DiagnosisSerializer
 from orchestrator.api.progress_serializer import ProgressSerializer
+from orchestrator.core import progress as progress_words
 from orchestrator.diagnosis import store
 from orchestrator.insights import input_bound, slow_worker
 from orchestrator.metrics import drops
-from orchestrator.models import Cluster, Job, Task
+from orchestrator.models import Cluster, Job, JobState, Task
 from orchestrator.scheduler import protection
 from orchestrator.submit import job_fields, submission
 from orchestrator.submit.job_fields import JobField
@@ -298,7 +300,14 @@ class JobSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(ProgressSerializer())
     def get_progress(self, obj: Job) -> dict[str, Any]:
-        return obj.progress if isinstance(obj.progress, dict) else {}  # the row's own JSON: no query per job
+        stored = obj.progress if isinstance(obj.progress, dict) else {}  # the row's own JSON: no query per job
+        if not stored:
+            return {}
+        # The words the pages use, as of now (the ETA less the time since it was measured): the CLI prints them, so
+        # the rule lives once, here (orchestrator/core/progress.py describe).
+        running, now = obj.state == JobState.RUNNING, time.time()
+        text = progress_words.describe(stored, now=now, running=running)
+        return {**stored, "text": text, "short": progress_words.describe(stored, now=now, running=running, short=True)}
 
     @extend_schema_field(DiagnosisSerializer())
     def get_diagnosis(self, obj: Job) -> dict[str, Any]:

@@ -25,3 +25,8 @@ class ProgressSerializer(serializers.Serializer):
     )
     resumed_from_epoch = serializers.IntegerField(required=False, help_text="epochs done before this run started")
     at = serializers.FloatField(required=False, help_text="when its newest figure was measured (unix time)")
+    text = serializers.CharField(
+        required=False,
+        help_text='in words, as the pages say it: "epoch 3/10 · step 90/300 · 1,234 examples/s · ETA 2 min"',
+    )
+    short = serializers.CharField(required=False, help_text='the jobs list\'s: "epoch 3/10 · ETA 2 min"')

@@ -51,13 +51,17 @@ def test_wait_shows_the_progress_live_and_at_the_end_without_an_eta(alice, monke
     assert code == 0
     assert "  progress: epoch 10/10 · step 300/300 · 1,234 examples/s" in printed.splitlines()
 
-    running = {"id": 7, "state": "running", "attempt": 1, "progress": {**PROGRESS, "at": time.time()}}
-    watch = JobWatch(in_process_client(alice), 7, Console())
-    assert f"{FULL} · ETA 2 min" in watch.line(running, plain=True)
+    live = a_job(alice, "running", {**PROGRESS, "at": time.time()})
+    api = in_process_client(alice)
+    watch = JobWatch(api, live.pk, Console())
+    assert f"{FULL} · ETA 2 min" in watch.line(api.job(live.pk), plain=True)
 
 
-def test_the_words_leave_out_what_is_unknown():
-    assert progress_text({"state": "running", "progress": {}}) == ""
+def test_the_command_says_what_the_server_says_and_nothing_before_the_first_epoch(alice):
+    api = in_process_client(alice)
     unknown = {"epoch": 2, "epochs": None, "step": 7, "steps": None, "examples_per_s": None, "eta_s": None, "at": 1.0}
-    assert progress_text({"state": "running", "progress": unknown}) == "epoch 2"
-    assert progress_text({"state": "running", "progress": {**PROGRESS, "at": 100.0}}, now=5000.0) == f"{FULL} · ETA 0 s"
+    assert progress_text(api.job(a_job(alice, "running", {}).pk)) == ""
+    assert progress_text(api.job(a_job(alice, "running", unknown).pk)) == "epoch 2"
+    old = a_job(alice, "running", {**PROGRESS, "at": 100.0})
+    assert progress_text(api.job(old.pk)) == f"{FULL} · ETA 0 s"
+    assert progress_text(api.job(old.pk), short=True) == "epoch 3/10 · ETA 0 s"

@@ -76,9 +76,9 @@ def level(share: float) -> str:
 def judge_worker(shares: Sequence[float], host_cpu_percent: float | None = None) -> Judgement:
     """The judgement of one worker from its windows' input-wait shares (oldest first) and its host's median CPU."""
     recent = list(shares)[-WINDOWS:]
-    if len(recent) < MIN_WINDOWS:
-        return Judgement("too_early", sum(recent) / len(recent) if recent else None, len(recent), "")
-    share = sum(recent) / len(recent)
+    share = sum(recent) / len(recent) if recent else None
+    if share is None or len(recent) < MIN_WINDOWS:
+        return Judgement("too_early", share, len(recent), "")
     found = level(share)
     if found == "not":
         fix = ""

@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(1, str(ROOT))
 
 import var_lock  # noqa: E402 - after the path
+from celery_workers import worker_argv  # noqa: E402 - after the path
 from local_children import Child, Children, tethered  # noqa: E402 - after the path
 from local_services import (  # noqa: E402 - after the path
     EmbeddedPostgres,
@@ -202,29 +203,20 @@ class Stack:
         self.start("web", [PY, "-m", "daphne", "-b", bind, "-p", str(port), "config.asgi:application"], childless=True)
         self.start(
             "orchestrator",
-            [PY, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B", "--pool", "threads",
-             "-c", "4", "--without-gossip", "--without-mingle", "--without-heartbeat",
-             "-l", "INFO", "--hostname", "orchestrator@%h",
-             "-s", str(self.var / "celerybeat-schedule")],
-        )  # fmt: skip
+            worker_argv(
+                "orchestrator", 4, "orchestrator@%h", beat_schedule=self.var / "celerybeat-schedule", python=PY
+            ),
+        )
         # Scheduler passes in a process of their own: a pass then shares no interpreter lock with the hosts' events
         # (docs/sizing.md: at fleet size that was the difference between 972 and 1,209 tasks/s placed).
         self.start(
             "scheduler",
-            [PY, "-m", "celery", "-A", "config", "worker", "-Q", "scheduler", "--pool", "threads", "-c", "1",
-             "--without-gossip", "--without-mingle", "--without-heartbeat",
-             "-l", "INFO", "--hostname", "scheduler@%h"],
+            worker_argv("scheduler", 1, "scheduler@%h", python=PY),
             nice=SCHEDULER_NICE, childless=True,  # a thread pool: no process of its own
         )  # fmt: skip
         # Webhook deliveries in a worker of their own: a slow receiver holds none of the orchestrator's threads (one
         # sweep at a time, its POSTs in a bounded pool of their own: orchestrator/webhooks/delivering.py).
-        self.start(
-            "webhooks",
-            [PY, "-m", "celery", "-A", "config", "worker", "-Q", "webhooks", "--pool", "threads", "-c", "1",
-             "--without-gossip", "--without-mingle", "--without-heartbeat",
-             "-l", "INFO", "--hostname", "webhooks@%h"],
-            childless=True,
-        )  # fmt: skip
+        self.start("webhooks", worker_argv("webhooks", 1, "webhooks@%h", python=PY), childless=True)
         # The one consumer of the metric stream (point ids then grow in commit order).
         self.start("ingest", [PY, "manage.py", "ingest_metrics"], childless=True)
         agent_env = self.agent_env()

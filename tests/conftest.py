@@ -20,6 +20,7 @@ from django.conf import settings
 from contracts import broker
 from contracts.broker import without_credentials
 from contracts.protocol import ORCHESTRATOR_QUEUE, SCHEDULER_QUEUE
+from scripts.celery_workers import worker_argv
 from tests.support.object_store import ObjectStore, running_store
 from tests.support.processes import ManagedProcess
 
@@ -275,27 +276,11 @@ def orchestrator(service_env: dict[str, str], tmp_path_factory: pytest.TempPathF
     one pass at a time), the webhooks worker (the `webhooks` queue) and the metrics ingest."""
     beat_file = tmp_path_factory.mktemp("beat") / "schedule"
     proc = ManagedProcess(
-        "orchestrator",
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator", "-B",
-         "--without-gossip", "--without-mingle", "--without-heartbeat",
-         "--pool", "threads", "-c", "4", "-l", "INFO", "--hostname", "orchestrator-test@%h", "-s", str(beat_file)],
-        service_env,
-    )  # fmt: skip
-    scheduler = ManagedProcess(
-        "scheduler",
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "scheduler",
-         "--without-gossip", "--without-mingle", "--without-heartbeat",
-         "--pool", "threads", "-c", "1", "-l", "INFO", "--hostname", "scheduler-test@%h"],
-        service_env,
-    )  # fmt: skip
+        "orchestrator", worker_argv("orchestrator", 4, "orchestrator-test@%h", beat_schedule=beat_file), service_env
+    )
+    scheduler = ManagedProcess("scheduler", worker_argv("scheduler", 1, "scheduler-test@%h"), service_env)
     # Webhook deliveries in a worker of their own, as shipped: a slow receiver holds none of the orchestrator's threads.
-    webhooks = ManagedProcess(
-        "webhooks",
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "webhooks",
-         "--without-gossip", "--without-mingle", "--without-heartbeat",
-         "--pool", "threads", "-c", "1", "-l", "INFO", "--hostname", "webhooks-test@%h"],
-        service_env,
-    )  # fmt: skip
+    webhooks = ManagedProcess("webhooks", worker_argv("webhooks", 1, "webhooks-test@%h"), service_env)
     # The one consumer of the agents' metric stream (point ids grow in commit order).
     ingest = ManagedProcess("ingest", [sys.executable, "manage.py", "ingest_metrics"], service_env)
     proc.wait_for_line(r"orchestrator-test@\S+ ready", timeout=60)

@@ -35,6 +35,7 @@ from django.db import connections
 
 from orchestrator.identity import api_tokens
 from orchestrator.models import Cluster, Host, HostStatus, TaskEnvironment
+from scripts.celery_workers import worker_argv
 from tests.agent_dist.conftest import agent_env, agent_venv  # noqa: F401 - agent_venv: a fixture used here
 from tests.conftest import TASK_UIDS  # root only here, as in CI: each job's tasks under a uid of its own
 from tests.conftest import _artifacts as test_artifacts
@@ -82,16 +83,13 @@ class ControlPlane:
         py = sys.executable
         port = _free_port(self.network.gateway)
         self.web_url = f"http://{self.network.gateway}:{port}"
-        celery = [py, "-m", "celery", "-A", "config", "worker", "--without-gossip", "--without-mingle",
-                  "--without-heartbeat", "--pool", "threads", "-l", "INFO"]  # fmt: skip
         self.procs["orchestrator"] = ManagedProcess(
             "orchestrator",
-            [*celery, "-Q", "orchestrator", "-B", "-c", "4", "--hostname", "orchestrator-netns@%h",
-             "-s", str(self.workdir / "beat-schedule")],
+            worker_argv("orchestrator", 4, "orchestrator-netns@%h", beat_schedule=self.workdir / "beat-schedule"),
             self.env,
-        )  # fmt: skip
+        )
         self.procs["scheduler"] = ManagedProcess(
-            "scheduler", [*celery, "-Q", "scheduler", "-c", "1", "--hostname", "scheduler-netns@%h"], self.env
+            "scheduler", worker_argv("scheduler", 1, "scheduler-netns@%h"), self.env
         )
         self.procs["ingest"] = ManagedProcess("ingest", [py, "manage.py", "ingest_metrics"], self.env)
         self.procs["web"] = ManagedProcess(

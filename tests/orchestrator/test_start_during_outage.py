@@ -6,11 +6,11 @@ never started: the worker stayed up applying no heartbeat and no task exit (the 
 
 from __future__ import annotations
 
-import sys
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from scripts.celery_workers import worker_argv
 from tests.support.processes import ManagedProcess
 from tests.support.tcp_relay import TcpRelay
 
@@ -23,11 +23,9 @@ def test_a_worker_started_during_a_database_outage_reads_the_streams_and_syncs_o
     away = urlunsplit(url._replace(netloc=f"{url.netloc.rpartition('@')[0]}@127.0.0.1:{relay.port}"))
     worker = ManagedProcess(
         "orchestrator-outage",
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "orchestrator",
-         "--without-gossip", "--without-mingle", "--without-heartbeat",
-         "--pool", "threads", "-c", "2", "-l", "INFO", "--hostname", "orchestrator-outage@%h"],
+        worker_argv("orchestrator", 2, "orchestrator-outage@%h"),
         {**service_env, "DATABASE_URL": away},
-    )  # fmt: skip
+    )
     try:
         worker.wait_for_line(r"orchestrator-outage@\S+ ready", timeout=60)
         worker.wait_for_line(r"could not sync the hosts' broker users at start", timeout=30)

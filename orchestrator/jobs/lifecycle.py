@@ -41,6 +41,7 @@ from orchestrator.models.row_locks import tasks_locked
 from orchestrator.plumbing import pass_requests as passes
 from orchestrator.plumbing.compiled_reads import CompiledRead
 from orchestrator.plumbing.compiled_writes import save_fields
+from orchestrator.usage import recording as usage_recording
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,7 @@ def finish_task(task: Task, state: str, code: int | None, detail: str, now: Any)
     if detail:
         task.detail = detail[:2000]
     save_fields(task, ["state", "exit_code", "finished_at", "detail", "event_seq"])
+    usage_recording.task_ended(task)  # its device-seconds, once, in this transaction
     if task.job.state in DIAGNOSED_STATES and not _has_active_tasks(task.job):
         # The last of a failed gang ended: the peers stopped after the job's end are judged too (once, not per task).
         diagnose_after_commit(task.job_id)

@@ -27,10 +27,10 @@ def chart_data(report: reads.Report) -> dict[str, Any]:
     shown = [a.account for a in report.accounts[:CHART_ACCOUNTS]]
     series = {name: [0.0] * len(days) for name in shown}
     at = {day: n for n, day in enumerate(days)}
-    for row in report.rows:
-        name = row.account if row.account in series else OTHERS
+    for day, account, _kind, seconds, _running, _cost in report.rows:
+        name = account if account in series else OTHERS
         values = series.setdefault(name, [0.0] * len(days))
-        values[at[row.day]] += row.device_seconds / 3600.0
+        values[at[day]] += seconds / 3600.0
     return {
         "days": [int(day_start(day).timestamp()) for day in days],
         "accounts": [{"name": name, "hours": [round(v, 4) for v in values]} for name, values in series.items()],

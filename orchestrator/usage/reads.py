@@ -25,7 +25,13 @@ from orchestrator.usage.recording import held_from
 from orchestrator.usage.scopes import Scope
 
 _GROUPS_OF_USERS = get_user_model().groups.through._meta.db_table
-_ACCOUNT = {"user": "u.user_id", "group": "g.group_id", "cluster": "u.cluster_id"}
+# Per grouping: the account's id and its name, and the join that names it.
+_ACCOUNT = {
+    "user": ("u.user_id", f"a.{get_user_model().USERNAME_FIELD}",
+             f"JOIN {get_user_model()._meta.db_table} a ON a.id = u.user_id"),
+    "group": ("g.group_id", "a.name", f"JOIN {Group._meta.db_table} a ON a.id = g.group_id"),
+    "cluster": ("u.cluster_id", "c.name", ""),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -37,14 +43,11 @@ class Filters:
     cluster: int | None = None
 
 
-@dataclass
-class Row:
-    day: date
-    account: str
-    kind: str
-    device_seconds: float  # ended tasks' (the rollup) and running tasks' so far
-    running_seconds: float  # of which running tasks'
-    cost: float | None  # device-hours x the cluster's price; None when no cluster of it has a price
+# One day of one account's use of one device kind, as the database returns it: (day, account, kind, device-seconds of
+# ended tasks (the rollup) and running ones so far, of which running tasks', cost: device-hours x the cluster's price,
+# None when no cluster of it has a price). Plain tuples: a 90-day read for hundreds of users is tens of thousands of
+# rows, and an object per row cost more than the query itself.
+Row = tuple[date | None, str, str, float, float, float | None]
 
 
 @dataclass
@@ -102,12 +105,16 @@ def _rollup_sql(query: Query, scope: Scope, filters: Filters) -> tuple[str, list
     if filters.cluster is not None:
         where.append("u.cluster_id = %s")
         params.append(filters.cluster)
+    account, name, named = _ACCOUNT[query.by]
+    # Rows in Row's shape and order (running seconds 0: added after), named in SQL: Python only passes them on. The
+    # period's totals per account and kind come first, as rows whose day is NULL (the second grouping set).
     sql = f"""
-        SELECT u.day, {_ACCOUNT[query.by]}, u.kind, SUM(u.device_seconds),
+        SELECT u.day, {name}, u.kind, SUM(u.device_seconds), 0.0::float8,
                SUM(u.device_seconds * c.price_per_device_hour::float8) / 3600.0
-        FROM {UsageDay._meta.db_table} u JOIN {Cluster._meta.db_table} c ON c.id = u.cluster_id {join}
+        FROM {UsageDay._meta.db_table} u JOIN {Cluster._meta.db_table} c ON c.id = u.cluster_id {join} {named}
         WHERE {" AND ".join(where)}
-        GROUP BY 1, 2, 3
+        GROUP BY GROUPING SETS ((u.day, {account}, {name}, u.kind), ({account}, {name}, u.kind))
+        ORDER BY u.day NULLS FIRST, {name}, u.kind
     """  # noqa: S608 - table names from the models, values parameters
     return sql, params
 
@@ -138,7 +145,7 @@ def _running(
     since, until = day_start(query.start), min(now, day_start(query.end + timedelta(days=1)))
     held = []
     for placed_at, started_at, devices, owner_id, cluster_id, gpus in rows:
-        start = held_from(Task(placed_at=placed_at, started_at=started_at))
+        start = held_from(placed_at, started_at)
         if start is None or not devices:
             continue
         kind = device_kind(gpus)
@@ -160,37 +167,55 @@ def _names(by: str, ids: set[int]) -> dict[int, str]:
     return dict(Cluster.objects.filter(pk__in=ids).values_list("pk", "name"))
 
 
-def read(query: Query, scope: Scope, filters: Filters, now: datetime) -> Report:
-    """The usage of the period per day, account and kind, as `scope` may see it, ended and running tasks together."""
-    sql, params = _rollup_sql(query, scope, filters)
-    cells: dict[tuple[date, int, str], list[Any]] = {}  # -> [device-seconds, running seconds, cost]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        for day, account, kind, seconds, cost in cursor.fetchall():
-            cells[(day, account, kind)] = [seconds, 0.0, cost]
-    prices = {
-        pk: None if p is None else float(p) for pk, p in Cluster.objects.values_list("pk", "price_per_device_hour")
-    }
-    for day, account, kind, seconds, cost in _running(query, scope, filters, now, prices):
-        cell = cells.setdefault((day, account, kind), [0.0, 0.0, None])
-        cell[0] += seconds
-        cell[1] += seconds
-        cell[2] = _add_cost(cell[2], cost)
-    names = _names(query.by, {account for _day, account, _kind in cells})
-    rows: list[Row] = []
+def _with_running(rows: list[Row], running: list[Row]) -> list[Row]:
+    """The rollup's rows with running tasks' cells added to theirs (a row of their own where the rollup has none)."""
+    if not running:
+        return rows
+    at = {row[:3]: n for n, row in enumerate(rows)}
+    for cell in running:
+        n = at.get(cell[:3])
+        if n is None:
+            at[cell[:3]] = len(rows)
+            rows.append(cell)
+        else:
+            day, account, kind, seconds, ran, cost = rows[n]
+            rows[n] = (day, account, kind, seconds + cell[3], ran + cell[4], _add_cost(cost, cell[5]))
+    rows.sort(key=lambda row: row[:3])
+    return rows
+
+
+def _accounts(rows: list[Row]) -> list[Account]:
+    """Each account's totals from rows per account and kind (the rollup's totals and the running tasks' cells)."""
     totals: dict[str, Account] = {}
-    for (day, account, kind), (seconds, running, cost) in sorted(
-        cells.items(), key=lambda item: (item[0][0], names.get(item[0][1], ""), item[0][2])
-    ):
-        name = names.get(account, f"#{account}")
-        rows.append(Row(day=day, account=name, kind=kind, device_seconds=seconds, running_seconds=running, cost=cost))
-        total = totals.setdefault(name, Account(account=name))
+    for _day, account, kind, seconds, running, cost in rows:
+        total = totals.get(account)
+        if total is None:
+            total = totals[account] = Account(account=account)
         total.device_seconds += seconds
         total.running_seconds += running
         total.by_kind[kind] = total.by_kind.get(kind, 0.0) + seconds
-        total.cost = _add_cost(total.cost, cost)
-    accounts = sorted(totals.values(), key=lambda a: (-a.device_seconds, a.account))
-    return Report(query=query, rows=rows, accounts=accounts, generated_at=now)
+        if cost is not None:
+            total.cost = (total.cost or 0.0) + cost
+    return sorted(totals.values(), key=lambda a: (-a.device_seconds, a.account))
+
+
+def read(query: Query, scope: Scope, filters: Filters, now: datetime) -> Report:
+    """The usage of the period per day, account and kind, as `scope` may see it, ended and running tasks together."""
+    sql, params = _rollup_sql(query, scope, filters)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        fetched = cursor.fetchall()
+    split = next((n for n, row in enumerate(fetched) if row[0] is not None), len(fetched))
+    totals, rows = fetched[:split], fetched[split:]
+    prices = {
+        pk: None if p is None else float(p) for pk, p in Cluster.objects.values_list("pk", "price_per_device_hour")
+    }
+    held = _running(query, scope, filters, now, prices)
+    names = _names(query.by, {account for _day, account, *_rest in held})
+    running: list[Row] = [(day, names.get(a, f"#{a}"), kind, s, s, cost) for day, a, kind, s, cost in held]
+    rows = _with_running(rows, running)
+    # Totals: the rollup's per account and kind, and the running cells (summed by account in _accounts).
+    return Report(query=query, rows=rows, accounts=_accounts([*totals, *running]), generated_at=now)
 
 
 def totals() -> list[tuple[str, str, str, float]]:

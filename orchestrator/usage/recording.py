@@ -23,10 +23,10 @@ _UPSERT = f"""
 """  # noqa: S608 - the table's name from the model, every value a parameter
 
 
-def held_from(task: Task) -> datetime | None:
-    """When the task began to hold its devices: its placement; a row placed before placements were stored counts
-    from its start."""
-    return task.placed_at or task.started_at
+def held_from(placed_at: datetime | None, started_at: datetime | None) -> datetime | None:
+    """When a task began to hold its devices: its placement; a row placed before placements were stored counts from
+    its start."""
+    return placed_at or started_at
 
 
 def task_ended(task: Task) -> bool:
@@ -36,7 +36,7 @@ def task_ended(task: Task) -> bool:
     if not Task.objects.filter(pk=task.pk, usage_recorded=False).update(usage_recorded=True):
         return False
     task.usage_recorded = True
-    start, end, devices = held_from(task), task.finished_at, len(task.devices or ())
+    start, end, devices = held_from(task.placed_at, task.started_at), task.finished_at, len(task.devices or ())
     if start is None or end is None or not devices:
         return True
     parts = split_by_day(start, end)

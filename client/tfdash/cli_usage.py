@@ -51,7 +51,8 @@ def usage(ns: argparse.Namespace, client: Callable[[], Client]) -> int:
     out.print(table)
     if ns.daily:
         daily = Table("day", str(body.get("by", "account")), "kind", "device-hours", "device-seconds", box=None)
-        for row in body.get("days", []):
+        days = [row for row in body.get("days", []) if isinstance(row, dict)]
+        for row in sorted(days, key=lambda r: (str(r.get("day")), str(r.get("account")), str(r.get("kind")))):
             daily.add_row(
                 escape(str(row.get("day"))),
                 escape(printable(str(row.get("account", "")))),

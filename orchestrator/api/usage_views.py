@@ -42,7 +42,7 @@ class UsageSerializer(serializers.Serializer):
     generated_at = serializers.DateTimeField()
     device_seconds = serializers.FloatField(help_text="the period's total, every account shown")
     accounts = UsageAccountSerializer(many=True, help_text="each account's totals, most used first")
-    days = UsageDaySerializer(many=True, help_text="per day, account and kind")
+    days = UsageDaySerializer(many=True, help_text="per day, account and kind, in no particular order")
 
     def get_fields(self) -> dict[str, serializers.Field]:
         fields = super().get_fields()

@@ -10,6 +10,7 @@ from dashboard import (
     job_views,
     queue_views,
     token_views,
+    usage_views,
     webhook_views,
 )
 
@@ -39,6 +40,7 @@ urlpatterns = [
     path("webhooks/", webhook_views.webhooks, name="webhooks"),
     path("webhooks/<int:webhook_id>/delete/", webhook_views.webhook_delete, name="webhook-delete"),
     path("tokens/", token_views.tokens, name="tokens"),
+    path("usage/", usage_views.usage, name="usage"),
     path("tokens/<int:token_id>/revoke/", token_views.token_revoke, name="token-revoke"),
     path("experiments/<int:experiment_id>/cancel/", experiment_views.experiment_cancel, name="experiment-cancel"),
     path("experiments/<int:experiment_id>/target/", experiment_views.experiment_target, name="experiment-target"),

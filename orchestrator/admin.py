@@ -145,7 +145,7 @@ class PriorityClassAdmin(admin.ModelAdmin):
 
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
-    list_display = ("name", "host_count", "online_count", "created_at")
+    list_display = ("name", "host_count", "online_count", "price_per_device_hour", "created_at")
     search_fields = ("name",)
     inlines = [HostInline, QuotaInline]
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}  # an endpoint typed without its scheme
@@ -154,6 +154,14 @@ class ClusterAdmin(admin.ModelAdmin):
         ("Time limits", {"fields": ("default_time_limit_s", "max_time_limit_s", "stop_grace_s")}),
         ("Placement", {"fields": ("packing",)}),
         ("Fair share", {"fields": ("fair_share_half_life_s",)}),
+        (
+            "Usage",
+            {
+                "description": "Showback: the usage page and API show each account's device-hours on this cluster "
+                "times this price as its cost. Nothing is billed.",
+                "fields": ("price_per_device_hour",),
+            },
+        ),
         (
             "Object store",
             {

@@ -45,6 +45,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "orchestrator.metrics",
         "orchestrator.webhooks",
         "orchestrator.diagnosis",
+        "orchestrator.usage",
     ),
     ("orchestrator.jobs", "orchestrator.insights"),
     ("orchestrator.preflight",),

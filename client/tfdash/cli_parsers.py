@@ -22,6 +22,7 @@ from tfdash.cli_commands import (
     tensorboard,
     wait,
 )
+from tfdash.cli_usage import usage
 from tfdash.client import Client
 
 Command = Callable[[argparse.Namespace, Callable[[], Client]], int]
@@ -160,4 +161,19 @@ def build_parsers() -> dict[str, tuple[argparse.ArgumentParser, Command, bool]]:
     p.add_argument("--to", default=".", help="the folder to write job<ID>/ into (default: here)")
     _reads_json(p)
     parsers["tensorboard"] = (p, tensorboard, False)
+
+    p = _parser(
+        "usage",
+        "Device-hours per user, group or cluster for a period of UTC days (GET /api/usage/): ended tasks and running "
+        "ones so far. You see your own usage and your groups' (staff: everyone's).",
+    )
+    p.add_argument("--from", dest="start", metavar="YYYY-MM-DD", help="the first day (default: 29 days before --to)")
+    p.add_argument("--to", dest="end", metavar="YYYY-MM-DD", help="the last day, inclusive (default: today, UTC)")
+    p.add_argument("--by", choices=("user", "group", "cluster"), default="user", help="one row per (default: user)")
+    p.add_argument("--user", help="only this user's usage")
+    p.add_argument("--group", help="only this group's members' usage")
+    p.add_argument("--cluster", help="only this cluster's usage (by name)")
+    p.add_argument("--daily", action="store_true", help="also print each day's rows")
+    _reads_json(p)
+    parsers["usage"] = (p, usage, False)
     return parsers

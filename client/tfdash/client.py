@@ -118,6 +118,28 @@ class Client(LogsApi, ArtifactsApi):
             raise Unsupported(f"{self.url} does not list priority classes; it needs a newer server.") from None
         return [c for c in body if isinstance(c, dict)] if isinstance(body, list) else []
 
+    def usage(
+        self,
+        *,
+        start: str | None = None,
+        end: str | None = None,
+        by: str = "user",
+        user: str | None = None,
+        group: str | None = None,
+        cluster: str | None = None,
+    ) -> dict[str, Any]:
+        """Device usage per UTC day and account (`GET /api/usage/`): `start`/`end` are YYYY-MM-DD (the API's `from`
+        and `to`), `by` user, group or cluster. Returns `accounts` (each one's totals) and `days` (per day, account and
+        kind). Refused for a bad period, AuthError for another user's usage, Unsupported on an older server."""
+        asked = {"from": start, "to": end, "by": by, "user": user, "group": group, "cluster": cluster}
+        try:
+            body = self._request("GET", "/api/usage/", params={k: v for k, v in asked.items() if v})
+        except NotFound:
+            raise Unsupported(
+                f"{self.url} does not offer the usage API (GET /api/usage/); it needs a newer server."
+            ) from None
+        return dict(body)
+
     def experiments(self) -> list[dict[str, Any]]:
         body = self._request("GET", "/api/experiments/")
         return list(body["results"] if isinstance(body, dict) else body)

@@ -9,6 +9,7 @@ from orchestrator.api.experiment_views import ExperimentViewSet
 from orchestrator.api.job_views import JobViewSet
 from orchestrator.api.priority_views import PriorityClassesView
 from orchestrator.api.token_views import ApiTokenViewSet, TokenView
+from orchestrator.api.usage_views import UsageView
 from orchestrator.api.views import ClusterViewSet, HostViewSet, api_not_found
 from orchestrator.api.webhook_views import WebhookViewSet
 
@@ -27,6 +28,7 @@ urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("priority-classes/", PriorityClassesView.as_view(), name="priority-classes"),
     path("agents/join/", AgentJoinView.as_view(), name="agent-join"),
+    path("usage/", UsageView.as_view(), name="usage"),
     path("clusters/<int:cluster_pk>/hosts/", host_list, name="cluster-hosts"),
     path("clusters/<int:cluster_pk>/hosts/<int:pk>/", host_detail, name="cluster-host-detail"),
     path("", include(router.urls)),

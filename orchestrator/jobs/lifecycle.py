@@ -25,7 +25,7 @@ from django.utils import timezone
 from contracts.strategies import speaks_for_job
 from orchestrator.core import preemption, preflight
 from orchestrator.diagnosis.store import DIAGNOSED_STATES, diagnose_after_commit
-from orchestrator.jobs import dispatch, usage_decay
+from orchestrator.jobs import dispatch
 from orchestrator.metrics import live
 from orchestrator.models import (
     ACTIVE_TASK_STATES,
@@ -41,6 +41,7 @@ from orchestrator.models.row_locks import tasks_locked
 from orchestrator.plumbing import pass_requests as passes
 from orchestrator.plumbing.compiled_reads import CompiledRead
 from orchestrator.plumbing.compiled_writes import save_fields
+from orchestrator.usage import recording as usage_recording
 
 log = logging.getLogger(__name__)
 
@@ -130,13 +131,11 @@ def without_suffix(reason: str) -> str:
 
 
 def finish_task(task: Task, state: str, code: int | None, detail: str, now: Any) -> None:
-    first_end = task.finished_at is None  # (a replay that got past the event numbers must not count its use twice)
     task.state, task.exit_code, task.finished_at = state, code, now
     if detail:
         task.detail = detail[:2000]
     save_fields(task, ["state", "exit_code", "finished_at", "detail", "event_seq"])
-    if first_end:
-        usage_decay.add_ended(task, now)
+    usage_recording.task_ended(task)  # its device-seconds, once, in this transaction (and fair share's memory)
     if task.job.state in DIAGNOSED_STATES and not _has_active_tasks(task.job):
         # The last of a failed gang ended: the peers stopped after the job's end are judged too (once, not per task).
         diagnose_after_commit(task.job_id)

@@ -115,6 +115,7 @@ def _relaunch_in_place(job: Job, task: Task, reason: str) -> None:
     job.restart_reason = reason
     job.reason = f"{reason}; relaunched in place (restart {job.restarts} of {job.max_restarts})"
     save_fields(job, ["restarts", "restart_reason", "reason"])
+    now = timezone.now()
     again = Task.objects.create(
         job=job,
         attempt=task.attempt,
@@ -126,7 +127,8 @@ def _relaunch_in_place(job: Job, task: Task, reason: str) -> None:
         port=task.port,
         devices=task.devices,
         tf_config=task.tf_config,
-        ordered_at=timezone.now(),  # its launch goes out on commit
+        ordered_at=now,  # its launch goes out on commit
+        placed_at=now,  # it holds the slot's devices from now (orchestrator/usage/)
     )
     log.warning("job %s: %s; relaunching it in place", job.pk, reason)
     transaction.on_commit(lambda: dispatch.launch_tasks([again.pk]))

@@ -1,7 +1,7 @@
 """The Django models, one module per concern: clusters and hosts, jobs and tasks with their log lines (jobs.py),
 uploaded scripts, metric points and their rollups, artifacts, ports found taken, experiments, the queue's rows
-(priority classes, quotas, a job's story), webhooks and their outbox, leases, API tokens, task environments;
-row_locks.py says the one order in which writers lock job and task rows.
+(priority classes, quotas, a job's story), webhooks and their outbox, leases, API tokens, task environments, device
+usage per day (usage.py); row_locks.py says the one order in which writers lock job and task rows.
 
 May import: contracts, core (the rules the models' choices and checks are made from). Never a feature package."""
 
@@ -30,6 +30,7 @@ from orchestrator.models.points import MetricPoint, PointRollup
 from orchestrator.models.port_blocks import HostPortBlock
 from orchestrator.models.queueing import DecayedUsage, JobEvent, PriorityClass, Quota
 from orchestrator.models.scripts import Script
+from orchestrator.models.usage import DeviceKind, UsageDay, device_kind
 from orchestrator.models.webhooks import DeliveryState, JobStateChange, Webhook, WebhookDelivery
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "ControlLease",
     "DecayedUsage",
     "DeliveryState",
+    "DeviceKind",
     "Experiment",
     "ExperimentMode",
     "Host",
@@ -64,6 +66,8 @@ __all__ = [
     "TaskLogLine",
     "TaskState",
     "TaskType",
+    "UsageDay",
     "Webhook",
     "WebhookDelivery",
+    "device_kind",
 ]

@@ -98,6 +98,16 @@ class Cluster(models.Model):
         help_text="A file on the control plane holding the access key id and secret (an AWS credentials INI with "
         "aws_access_key_id and aws_secret_access_key, or key=value lines); readable by the control plane alone.",
     )
+    # Showback, not billing: the usage page and API multiply this cluster's device-hours by it (orchestrator/usage/).
+    price_per_device_hour = models.DecimalField(
+        "price per device-hour",
+        max_digits=10,
+        decimal_places=4,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="Shown beside usage as its cost (showback; nothing is billed). Blank: no price.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -260,9 +260,15 @@ class Task(models.Model):
     facts = models.JSONField(default=dict, blank=True)
     # The sealed time (its agent's clock) of the report `facts` came from: an older one, late or replayed, is refused.
     facts_at = models.FloatField(null=True, blank=True)
+    # When the scheduler placed it (its devices are held from then on: usage counts from here, orchestrator/usage/).
+    # Null on rows placed before usage was recorded.
+    placed_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     listening_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Its device-seconds are in the usage rollup (orchestrator/usage/recording.py): set in the transaction that ended
+    # it, so an end delivered twice counts once.
+    usage_recorded = models.BooleanField(default=False)
     # A ParameterServer worker restarted in place is a new row (so agents, logs and metrics tell the runs apart) with
     # the same type, index, host, port and TF_CONFIG, and the next `restart` number.
     restart = models.PositiveIntegerField(default=0)
@@ -298,7 +304,12 @@ class Task(models.Model):
                 fields=["job", "attempt", "type", "index", "restart"], name="task_unique_in_job_attempt"
             )
         ]
-        indexes = [models.Index(fields=["host", "state"])]
+        indexes = [
+            models.Index(fields=["host", "state"]),
+            # The tasks whose usage is not recorded yet: those still holding devices (every ended task is recorded, or
+            # marked so by the migration that began recording). The usage reads find them here, not in every task.
+            models.Index(fields=["id"], condition=models.Q(usage_recorded=False), name="task_usage_pending"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.type} {self.index}" + (f" (restart {self.restart})" if self.restart else "")

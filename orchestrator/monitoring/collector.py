@@ -32,6 +32,7 @@ from orchestrator.metrics import stream as metrics_stream
 from orchestrator.models import Cluster, Host, HostStatus, Job, JobState
 from orchestrator.plumbing import counters, streams
 from orchestrator.scheduler import scheduling
+from orchestrator.usage import reads as usage_reads
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class Rows:
     heartbeat_age: list[tuple[str, str, float]] = field(default_factory=list)  # (cluster, host, seconds)
     host_names: list[str] = field(default_factory=list)
     leases: list[leases.Held] = field(default_factory=list)
+    usage: list[tuple[str, str, str, float]] = field(default_factory=list)  # (user, cluster, kind, device-seconds)
 
 
 def read_rows() -> Rows:
@@ -84,6 +86,7 @@ def read_rows() -> Rows:
             if last is not None:
                 rows.heartbeat_age.append((cluster, name, max(0.0, (now - last).total_seconds())))
         rows.leases = leases.read_all()
+        rows.usage = usage_reads.totals()  # the rollup summed: rows per user, cluster, kind and day, not tasks
     return rows
 
 
@@ -193,6 +196,16 @@ def _row_families(rows: Rows) -> Iterator[Metric]:
     yield holder
     yield left
     yield moves
+    # Ended tasks' device-seconds (orchestrator/usage/): a running task counts at its end, so the counter never goes
+    # down; the API and the page add running tasks' time so far.
+    usage = CounterMetricFamily(
+        "tfdash_usage_device_seconds",
+        "device-seconds of ended tasks (devices held x placement to end), by the job's owner, cluster and device kind",
+        labels=["user", "cluster", "kind"],
+    )
+    for user, cluster, kind, seconds in rows.usage:
+        usage.add_metric([user, cluster, kind], seconds)
+    yield usage
 
 
 def _redis_families(readings: Readings) -> Iterator[Metric]:

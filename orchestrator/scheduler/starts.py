@@ -76,6 +76,7 @@ def start(
                 "tf_config": None if (text := configs[(t.type, t.index)]) is None else task_rows.JsonText(text),
                 "restarts": gang_restarts + relaunched[job.pk][(t.type, t.index)],
                 "ordered_at": now,  # its launch goes out on commit
+                "placed_at": now,  # its devices are held from now (orchestrator/usage/)
             }
             for t in where.tasks
         ]

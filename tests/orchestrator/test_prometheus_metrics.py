@@ -30,7 +30,7 @@ FAMILIES = {
     "tfdash_host_heartbeat_age_seconds", "tfdash_heartbeat_lag_seconds", "tfdash_stream_backlog_entries",
     "tfdash_ingest_oldest_waiting_seconds", "tfdash_ingest_points_stored", "tfdash_ingest_entries_handled",
     "tfdash_dead_letters", "tfdash_agent_messages_refused", "tfdash_scheduler_pass_seconds", "tfdash_orders_resent",
-    "tfdash_scrape_ok", "tfdash_scrape_duration_seconds",
+    "tfdash_scrape_ok", "tfdash_scrape_duration_seconds", "tfdash_usage_device_seconds",
 }  # fmt: skip
 
 

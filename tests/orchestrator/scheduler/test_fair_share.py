@@ -65,6 +65,7 @@ def test_a_tasks_end_adds_its_decayed_device_seconds_once(alice):
     scheduling.schedule_cluster(host.cluster_id)
     placed = timezone.now() - timedelta(hours=1)
     Job.objects.filter(pk=done.pk).update(placed_at=placed)
+    Task.objects.filter(job=done).update(placed_at=placed)
     task = Task.objects.get(job=done)
     apply(task, TaskEventKind.STARTED, pid=4242)
 

@@ -9,6 +9,10 @@ examples_per_s needs the batch size, which Keras does not tell callbacks: it is 
 (Keras' default 32 when absent) or from the `batch` step of a tf.data pipeline; when neither is known the lines
 carry steps_per_s but no examples_per_s.
 
+A user's own `BackupAndRestore` (tf_keras, Keras 2) also saves at a stop's SIGTERM, at the next step, under
+(MultiWorker)Mirrored, and a restarted `fit` goes on at the step after it (preemption.py); a script without one has
+no backup to resume from, and none is added (where its checkpoints go, and whether it wants them, is the user's).
+
 `patch_coordinator` (worker_agent/runtime/coordinator.py) does the same for a ParameterServer custom loop:
 `ClusterCoordinator.schedule` / `join`; what Keras schedules inside a patched `fit` is left to fit's callback.
 """
@@ -23,8 +27,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from worker_agent.runtime import preemption
 from worker_agent.runtime.coordinator import inside_keras, patch_coordinator
-from worker_agent.runtime.flavour import module_flavour
+from worker_agent.runtime.flavour import KERAS3, module_flavour
 from worker_agent.runtime.input_wait import patch_make_train_function
 from worker_agent.runtime.metrics import is_ours, last_step, metrics_callback_class
 
@@ -50,6 +55,10 @@ def patch_keras(module: ModuleType) -> bool:
         return True
     flavour = module_flavour(module)
     model_class.fit = _wrap_fit(fit, base, flavour)
+    try:
+        preemption.enable_for(flavour)
+    except Exception as exc:
+        _warn_once("preemption", f"saving at a stop is off: {exc!r}")
     try:  # fit's steps then sample how long they wait for input (worker_agent/runtime/input_wait.py)
         patch_make_train_function(model_class, flavour)
     except Exception as exc:
@@ -82,6 +91,8 @@ def with_metrics_callback(
         callbacks = list(given)
     else:  # a CallbackList the user built: leave it alone
         return args, kwargs
+    if flavour != KERAS3:
+        preemption.upgrade_backups(callbacks)
     if any(is_ours(cb) for cb in callbacks):
         return args, kwargs
     callbacks.append(_callback_for(model, args, kwargs, base, flavour))

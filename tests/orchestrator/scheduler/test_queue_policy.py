@@ -143,6 +143,16 @@ def test_a_high_job_preempts_the_low_job_losing_the_least_work_and_the_victim_re
     assert resumed.text == f"resumed at epoch 3 on {host.name}"
 
 
+def test_a_job_resumed_from_a_backup_saved_at_a_stop_says_the_epoch_and_step(alice):
+    host = one_host()
+    resumed = job(alice, host, "preempted mid-epoch")
+    JobEvent.objects.bulk_create([JobEvent.resuming(resumed, [host.name])])
+    JobEvent.resumed_from(resumed.pk, "3", 116)  # junk (not a count) changes nothing
+    JobEvent.resumed_from(resumed.pk, 3, 116)  # 3 epochs and 116 steps of the 4th done: it goes on with step 117
+    JobEvent.resumed_from(resumed.pk, 3, 117)  # a later report: the line is written once
+    assert JobEvent.objects.get(job=resumed, kind="resumed").text == f"resumed at epoch 4, step 117 on {host.name}"
+
+
 @pytest.mark.parametrize(("packing", "wide_runs"), [("pack", True), ("spread", False)])
 def test_a_packing_cluster_keeps_a_whole_host_free_for_a_wide_worker(alice, packing, wide_runs):
     hosts = [one_host(devices=4) for _ in range(2)]

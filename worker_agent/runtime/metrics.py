@@ -105,6 +105,7 @@ class _MetricsLogic:
         self._waits_at_open = (0.0, 0)  # input_wait.recorder's sums when the window opened
         self._sampling = False
         self._resume_epoch: int | None = None  # the first epoch of this process, until its first step says the step
+        self.last_begun = (-1, -1)  # (epoch, batch) of the last step begun, from 0: a stop's exit says it (train.py)
 
     # --- Keras hooks --------------------------------------------------------------------------------------------
     @_guarded
@@ -132,12 +133,15 @@ class _MetricsLogic:
 
     @_guarded
     def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        # int(): after a mid-epoch restore tf_keras counts batches from a numpy int64 (its backup's batch + 1).
+        self.last_begun = (self._epoch, int(batch))
         if not self._started:  # a fit resumed mid-epoch begins at the step after the saved one
-            self._start(resumed_from_epoch=self._resume_epoch or 0, resumed_from_step=batch)
+            self._start(resumed_from_epoch=self._resume_epoch or 0, resumed_from_step=int(batch))
 
     @_guarded
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         now = self._clock()
+        batch = int(batch)  # a numpy int64 in an epoch resumed mid-way (on_train_batch_begin): its steps go to JSON
         self._last_batch, self._last_batch_t, self._last_logs = batch, now, logs
         if self._window_t0 is None:
             self._window_t0 = now

@@ -136,24 +136,30 @@ def _train(tf: Any, role: Role, config: RunConfig, flavour: str, emitter: Emitte
     facts["saves_at_stop"] = at_stop
     callback_class = metrics_callback_class(keras.callbacks.Callback)
     callbacks: list[Any] = [checkpoints.backup_callback(keras, job, at_stop=at_stop)] if backup is not None else []
-    callbacks.append(
-        callback_class(
-            examples_per_step=batches.examples_per_step_this_task,
-            facts=facts,
-            emitter=emitter,
-            on_start=lambda epoch, step: print(_summary(facts, epoch, step), flush=True),
+    metrics = callback_class(
+        examples_per_step=batches.examples_per_step_this_task,
+        facts=facts,
+        emitter=emitter,
+        on_start=lambda epoch, step: print(_summary(facts, epoch, step), flush=True),
+    )
+    callbacks.append(metrics)
+    try:
+        history = model.fit(
+            train,
+            epochs=config.epochs,
+            steps_per_epoch=steps,
+            validation_data=val,
+            validation_steps=val_steps,
+            callbacks=callbacks,
+            shuffle=False,  # the pipeline shuffles; Keras 3 warns when asked to shuffle a dataset
+            verbose=2,
         )
-    )
-    history = model.fit(
-        train,
-        epochs=config.epochs,
-        steps_per_epoch=steps,
-        validation_data=val,
-        validation_steps=val_steps,
-        callbacks=callbacks,
-        shuffle=False,  # the pipeline shuffles; Keras 3 warns when asked to shuffle a dataset
-        verbose=2,
-    )
+    except SystemExit as stop:
+        if stop.code == preemption.SAVED_AT_STOP_EXIT:  # TensorFlow saved at the step that had begun last, then left
+            epoch, batch = metrics.last_begun
+            print(f"tfdash: {role.name} stopped by SIGTERM: saved a backup after epoch {epoch + 1}, step {batch + 1} "
+                  f"(its last completed); a restart goes on from the step after it", flush=True)  # fmt: skip
+        raise
 
     saved = checkpoints.save_model(model, job, is_chief=role.is_chief, task_name=role.name)
     if saved is not None:

@@ -73,11 +73,22 @@ def _wrap_fit(fit: Callable[..., Any], base: type, flavour: str) -> Callable[...
             args, kwargs = with_metrics_callback(self, args, kwargs, base, flavour)
         except Exception as exc:  # never stand between the user and their training
             _warn_once("fit", f"could not add the metrics callback: {exc!r}")
-        with inside_keras():  # under ParameterServer, fit schedules its steps itself: its callback reports them
-            return fit(self, *args, **kwargs)
+        try:
+            with inside_keras():  # under ParameterServer, fit schedules its steps itself: its callback reports them
+                return fit(self, *args, **kwargs)
+        except SystemExit as stop:  # TensorFlow's exit after saving at a stop (preemption.py): say where, then go
+            ours = [cb for cb in _callbacks_of(args, kwargs) if is_ours(cb)]
+            if stop.code == preemption.SAVED_AT_STOP_EXIT and ours:
+                preemption.say_saved(ours[0].last_begun)
+            raise
 
     patched_fit._tfdash_patched = True  # type: ignore[attr-defined]
     return patched_fit
+
+
+def _callbacks_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    given = args[CALLBACKS_POSITION] if len(args) > CALLBACKS_POSITION else kwargs.get("callbacks")
+    return list(given) if isinstance(given, (list, tuple)) else []
 
 
 def with_metrics_callback(
@@ -85,12 +96,9 @@ def with_metrics_callback(
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     positional = len(args) > CALLBACKS_POSITION
     given = args[CALLBACKS_POSITION] if positional else kwargs.get("callbacks")
-    if given is None:
-        callbacks: list[Any] = []
-    elif isinstance(given, (list, tuple)):
-        callbacks = list(given)
-    else:  # a CallbackList the user built: leave it alone
+    if given is not None and not isinstance(given, (list, tuple)):  # a CallbackList the user built: leave it alone
         return args, kwargs
+    callbacks = _callbacks_of(args, kwargs)
     if flavour != KERAS3:
         preemption.upgrade_backups(callbacks)
     if any(is_ours(cb) for cb in callbacks):

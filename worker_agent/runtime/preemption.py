@@ -31,6 +31,8 @@ from worker_agent.runtime.flavour import KERAS2, TF_KERAS
 # The exit code of a task that saved at a stop and exited: TensorFlow's default `exit_fn` off GCP (Borg's).
 SAVED_AT_STOP_EXIT = 42
 
+_said = False
+
 # Where each legacy Keras keeps the GCP gate: tf_keras (TF >= 2.16 with TF_USE_LEGACY_KERAS) and Keras 2 (TF <= 2.15).
 _STATE_MODULES = {TF_KERAS: "tf_keras.src.distribute.worker_training_state",
                   KERAS2: "keras.src.distribute.worker_training_state"}  # fmt: skip
@@ -47,11 +49,28 @@ def enable_for(flavour: str) -> bool:
     except ImportError:
         print(f"tfdash: no {name}: saving at a stop stays off", file=sys.stderr, flush=True)
         return False
-    if not hasattr(state, "support_on_demand_checkpoint_callback"):
+    training_state = getattr(state, "WorkerTrainingState", None)
+    if not hasattr(state, "support_on_demand_checkpoint_callback") or not hasattr(training_state, "restore"):
         print(f"tfdash: {name} has no preemption gate: saving at a stop stays off", file=sys.stderr, flush=True)
         return False
     state.support_on_demand_checkpoint_callback = _mirrored
+    training_state.restore = _restore_from_the_chiefs_backup
     return True
+
+
+def _restore_from_the_chiefs_backup(self: Any) -> None:
+    """`WorkerTrainingState.restore` for every worker, with or without saving at a stop.
+
+    Keras' own, with saving at a stop on, restores nothing here and leaves it to the handler it builds, which restores
+    from the folder it writes to: on a non-chief worker that is its temporary folder, empty after any epoch-end
+    backup (Keras removes it). The chief then restored the backup and the other worker did not, and their next
+    collective op failed ("Collective instance 129 expected type 1 and data_type 9 but got ...", measured after a
+    SIGKILL). So every worker restores the chief's backup here, as Keras does without saving at a stop, and the
+    handler's step counter, which aligns the workers' save step, is taken from that same backup on every worker."""
+    self.read_checkpoint_manager.restore_or_initialize()
+    handler = getattr(self, "preemption_handler", None)
+    if handler is not None:
+        handler._run_counter = int(handler._checkpointed_runs.numpy())
 
 
 def _mirrored(strategy: Any) -> bool:
@@ -74,3 +93,20 @@ def upgrade_backups(callbacks: list[Any]) -> int:
             callback.save_before_preemption = True
             upgraded += 1
     return upgraded
+
+
+def say_saved(last_begun: tuple[int, int]) -> None:
+    """On the way out of a `fit` that TensorFlow ended with SAVED_AT_STOP_EXIT: where the backup is, in the task's log,
+    once (the builtin runtime and the injected `fit` wrapper both catch the exit). TensorFlow saves at the end of the
+    step that began last and exits at once, so that step is the last completed. `last_begun`: (epoch, batch) from 0,
+    as the metrics callback saw them."""
+    global _said
+    if _said:
+        return
+    _said = True
+    epoch, batch = last_begun
+    print(
+        f"tfdash: stopped by SIGTERM: saved a backup after epoch {epoch + 1}, step {batch + 1} (its last completed); "
+        "a restart goes on from the step after it",
+        flush=True,
+    )

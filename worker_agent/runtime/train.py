@@ -155,10 +155,8 @@ def _train(tf: Any, role: Role, config: RunConfig, flavour: str, emitter: Emitte
             verbose=2,
         )
     except SystemExit as stop:
-        if stop.code == preemption.SAVED_AT_STOP_EXIT:  # TensorFlow saved at the step that had begun last, then left
-            epoch, batch = metrics.last_begun
-            print(f"tfdash: {role.name} stopped by SIGTERM: saved a backup after epoch {epoch + 1}, step {batch + 1} "
-                  f"(its last completed); a restart goes on from the step after it", flush=True)  # fmt: skip
+        if stop.code == preemption.SAVED_AT_STOP_EXIT:
+            preemption.say_saved(metrics.last_begun)
         raise
 
     saved = checkpoints.save_model(model, job, is_chief=role.is_chief, task_name=role.name)

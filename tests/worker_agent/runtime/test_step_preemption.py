@@ -1,10 +1,11 @@
-"""A MultiWorkerMirrored builtin job stopped mid-epoch by SIGTERM (what the agent sends when a job is preempted)
-saves at its next step and goes on from the step after it: real TF processes, two workers on loopback, tf_keras.
+"""A MultiWorkerMirrored gang stopped mid-epoch by SIGTERM (what the agent sends when a job is preempted) saves at its
+next step and goes on from the step after it: real TF processes, two workers on loopback, tf_keras; for the builtin
+program and for a user's unmodified `model.fit` script with its own `BackupAndRestore` (through the injected hook).
 
 TensorFlow's PreemptionCheckpointHandler (switched on off GCP by worker_agent/runtime/preemption.py) saves at a step
-end every worker agrees on and exits 42; the runtime then says which step that was, the last one it began, and the
-restarted gang's facts say where it went on: the next step, in the same epoch. Nothing of the agent runs here; the
-agent's side (SIGTERM, the grace, SIGKILL) is worker_agent/supervision/task_run.py's.
+end every worker agrees on and exits 42; the task's log then says which step that was (the last one it began), and
+the restarted gang's facts say where it went on: the next step, in the same epoch. Nothing of the agent runs here;
+the agent's side (SIGTERM, the grace, SIGKILL) is tests/orchestrator/test_step_preemption_e2e.py's.
 """
 
 from __future__ import annotations
@@ -12,15 +13,32 @@ from __future__ import annotations
 import os
 import re
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.support.processes import wait_until
-from tests.worker_agent.runtime._tasks import Task, describe, tasks, wait_all
-from tests.worker_agent.runtime.test_builtin_programs import RUN_TIMEOUT_S, start_mwms
+import pytest
+
+from tests.support.processes import ROOT, wait_until
+from tests.worker_agent.runtime._tasks import PYTHON, Task, describe, task_env, tasks, tf_config, wait_all
+from tests.worker_agent.runtime.test_builtin_programs import RUN_TIMEOUT_S, mwms_cluster, start_mwms
 
 STEPS = 150  # long epochs (a few seconds on 2 cores), so a SIGTERM sent early in epoch 2 lands inside it
 SAVED = re.compile(r"stopped by SIGTERM: saved a backup after epoch (\d+), step (\d+) \(its last completed\)")
+USER_SCRIPT = ROOT / "tests" / "programs" / "mwms_backup_fit.py"
+
+
+def start_builtin(start: Any, job: Path, cwd: Path, label: str) -> list[Task]:
+    return start_mwms(start, job, {"epochs": 3, "steps_per_epoch": STEPS}, cwd, label=label)
+
+
+def start_user_script(start: Any, job: Path, cwd: Path, label: str) -> list[Task]:
+    cluster = mwms_cluster()
+    argv = [PYTHON, "-u", str(USER_SCRIPT), "--epochs", "3", "--steps", str(STEPS)]
+    return [
+        start(f"{label}worker-{i}", argv, task_env(job, TF_CONFIG=tf_config(cluster, "worker", i)), cwd)
+        for i in range(2)
+    ]
 
 
 def training_lines(task: Task) -> list[dict[str, Any]]:
@@ -35,11 +53,13 @@ def saved_at(task: Task) -> tuple[int, int]:
     return int(found[0][0]), int(found[0][1])
 
 
-def test_a_gang_stopped_by_sigterm_mid_epoch_resumes_at_the_step_after_its_last_completed_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("program", [start_builtin, start_user_script], ids=["builtin", "user_fit_script"])
+def test_a_gang_stopped_by_sigterm_mid_epoch_resumes_at_the_step_after_its_last_completed_one(
+    tmp_path: Path, program: Callable[[Any, Path, Path, str], list[Task]]
+) -> None:
     job = tmp_path / "job"
-    config = {"epochs": 3, "steps_per_epoch": STEPS}
     with tasks() as start:
-        first = start_mwms(start, job, config, tmp_path, label="run1-")
+        first = program(start, job, tmp_path, "run1-")
         wait_until(
             lambda: (
                 any(line["epoch"] >= 2 for line in training_lines(first[0]))
@@ -60,7 +80,7 @@ def test_a_gang_stopped_by_sigterm_mid_epoch_resumes_at_the_step_after_its_last_
         reported = max(line["step"] for line in training_lines(first[0]))
         assert reported <= (epoch - 1) * STEPS + step  # nothing the first run reported is lost
 
-        second = start_mwms(start, job, config, tmp_path, label="run2-")
+        second = program(start, job, tmp_path, "run2-")
         codes = wait_all(second, RUN_TIMEOUT_S)
         assert set(codes.values()) == {0}, describe(second)
 
@@ -68,12 +88,13 @@ def test_a_gang_stopped_by_sigterm_mid_epoch_resumes_at_the_step_after_its_last_
         facts = worker.facts()
         # Epochs and steps done before this run: the saved step's epoch, and every step of it up to the saved one.
         assert (facts["resumed_from_epoch"], facts["resumed_from_step"]) == (epoch - 1, step), describe(second)
-        assert facts["saves_at_stop"] is True
         assert [e["epoch"] for e in worker.epoch_ends()] == [2, 3]
         assert worker.epoch_ends()[0]["step"] == 2 * STEPS  # the resumed epoch ends on the same global step
         steps = [line["step"] for line in training_lines(worker)]
         assert all(type(s) is int for s in steps) and min(steps) > (epoch - 1) * STEPS + step, steps
-    assert f"resumed from epoch {epoch - 1}, step {step}" in second[0].output()
     first_loss = first[0].epoch_ends()[0]["metrics"]["loss"]
     resumed_loss = second[0].epoch_ends()[0]["metrics"]["loss"]
     assert resumed_loss < first_loss, (first_loss, resumed_loss)  # the weights came back, not only the counters
+    if program is start_builtin:
+        assert second[0].facts()["saves_at_stop"] is True
+        assert f"resumed from epoch {epoch - 1}, step {step}" in second[0].output()

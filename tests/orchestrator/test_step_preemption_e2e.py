@@ -69,5 +69,6 @@ def test_a_job_preempted_mid_epoch_resumes_at_the_step_after_its_last_completed_
     assert (facts["resumed_from_epoch"], facts["resumed_from_step"]) == (epochs_done, steps_done)
     assert min(train_steps(second)) > done
     resumed = JobEvent.objects.get(job=low, kind="resumed").text
+    print(f"saved after epoch {epoch}, step {step}; last reported step {max(train_steps(first))}; {resumed}")
     at = f"epoch {epochs_done + 1}" + (f", step {steps_done + 1}" if steps_done else "")
     assert resumed.startswith(f"resumed at {at} on step-"), resumed

@@ -122,7 +122,8 @@ def _eligible(
 
 
 def _work_at_risk(rows: list[tuple[int, int | None, bool, int, Any]], now: float) -> dict[int, float]:
-    """Seconds each running job would redo if stopped now: since its last epoch end (its checkpoint), or its start."""
+    """Seconds each running job would redo if stopped now: since its last epoch end (its checkpoint), or its start;
+    none for a run that saves at the stop's step (its facts' saves_at_stop, worker_agent/runtime/preemption.py)."""
     ids = [row[0] for row in rows]
     checkpoints = dict(
         MetricPoint.objects.filter(job_id__in=ids, phase="epoch_end")
@@ -130,8 +131,9 @@ def _work_at_risk(rows: list[tuple[int, int | None, bool, int, Any]], now: float
         .annotate(latest=Max("ts"))
         .values_list("job_id", "latest")
     )
+    saving = set(Job.objects.filter(pk__in=ids, facts__saves_at_stop=True).values_list("pk", flat=True))
     return {
-        pk: now - max(checkpoints.get(pk) or 0.0, placed_at.timestamp() if placed_at else 0.0)
+        pk: 0.0 if pk in saving else now - max(checkpoints.get(pk) or 0.0, placed_at.timestamp() if placed_at else 0.0)
         for pk, _class, _borrowing, _owner, placed_at in rows
     }
 

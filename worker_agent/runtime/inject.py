@@ -103,7 +103,7 @@ def with_metrics_callback(
         preemption.upgrade_backups(callbacks)
     if any(is_ours(cb) for cb in callbacks):
         return args, kwargs
-    callbacks.append(_callback_for(model, args, kwargs, base, flavour))
+    callbacks.append(_callback_for(model, args, kwargs, base, flavour, callbacks))
     if positional:
         args = (*args[:CALLBACKS_POSITION], callbacks, *args[CALLBACKS_POSITION + 1 :])
     else:
@@ -111,7 +111,9 @@ def with_metrics_callback(
     return args, kwargs
 
 
-def _callback_for(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], base: type, flavour: str) -> Any:
+def _callback_for(
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], base: type, flavour: str, callbacks: list[Any]
+) -> Any:
     global _facts_sent
     x = kwargs["x"] if "x" in kwargs else (args[0] if args else None)
     batch_size = kwargs["batch_size"] if "batch_size" in kwargs else (args[2] if len(args) > 2 else None)
@@ -131,6 +133,7 @@ def _callback_for(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], bas
             "global_batch": global_batch,
             "workers": share,
             "examples_per_step_this_task": per_step,
+            "saves_at_stop": preemption.saves_at_stop(flavour, strategy, callbacks),
         }
     cls = metrics_callback_class(base)
     return cls(examples_per_step=per_step, facts=facts, step_offset=last_step())

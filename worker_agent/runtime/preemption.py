@@ -32,6 +32,7 @@ from worker_agent.runtime.flavour import KERAS2, TF_KERAS
 SAVED_AT_STOP_EXIT = 42
 
 _said = False
+_enabled: set[str] = set()  # the flavours whose gate enable_for switched
 
 # Where each legacy Keras keeps the GCP gate: tf_keras (TF >= 2.16 with TF_USE_LEGACY_KERAS) and Keras 2 (TF <= 2.15).
 _STATE_MODULES = {TF_KERAS: "tf_keras.src.distribute.worker_training_state",
@@ -55,7 +56,18 @@ def enable_for(flavour: str) -> bool:
         return False
     state.support_on_demand_checkpoint_callback = _mirrored
     training_state.restore = _restore_from_the_chiefs_backup
+    _enabled.add(flavour)
     return True
+
+
+def saves_at_stop(flavour: str, strategy: Any, callbacks: list[Any]) -> bool:
+    """Whether a `fit` with these callbacks saves at a stop's step (a fact for the scheduler's victim choice): the
+    gate is on for its Keras, it runs under (MultiWorker)Mirrored, and a backup callback asks for it."""
+    # MultiWorkerMirrored's class is CollectiveAllReduceStrategy (TF 2.15 to 2.21); its exported name, in case.
+    names = ("MirroredStrategy", "CollectiveAllReduceStrategy", "MultiWorkerMirroredStrategy")
+    mirrored = type(strategy).__name__ in names
+    asked = any(getattr(callback, "save_before_preemption", False) is True for callback in callbacks)
+    return flavour in _enabled and mirrored and asked
 
 
 def _restore_from_the_chiefs_backup(self: Any) -> None:

@@ -40,3 +40,20 @@ def test_it_says_where_it_saved_once_counted_from_one(capsys, monkeypatch) -> No
     out = capsys.readouterr().out
     assert out.count("stopped by SIGTERM") == 1
     assert "saved a backup after epoch 4, step 117 (its last completed)" in out
+
+
+class CollectiveAllReduceStrategy:
+    """MultiWorkerMirroredStrategy's class name."""
+
+
+class ParameterServerStrategy:
+    pass
+
+
+def test_a_fit_saves_at_a_stop_with_the_gate_on_a_mirrored_strategy_and_a_backup_asking(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(preemption, "_enabled", {"tf_keras"})
+    asking = [BackupAndRestore(save_before_preemption=True)]
+    assert preemption.saves_at_stop("tf_keras", CollectiveAllReduceStrategy(), asking) is True
+    assert preemption.saves_at_stop("tf_keras", CollectiveAllReduceStrategy(), [BackupAndRestore()]) is False
+    assert preemption.saves_at_stop("tf_keras", ParameterServerStrategy(), asking) is False
+    assert preemption.saves_at_stop("keras2", CollectiveAllReduceStrategy(), asking) is False  # its gate not switched

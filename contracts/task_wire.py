@@ -11,7 +11,8 @@ the process writes one JSON object per line to it (never to stdout, which is the
    "step_time_s": float, "learning_rate": float, "val_loss": float, "val_accuracy": float, ...}}
   {"kind": "facts", "ts": ..., "facts": {"replicas_in_sync": int, "global_batch": int, "per_replica_batch": int,
    "machine_batch": int, "per_device_batch": int, "base_learning_rate": float, "effective_learning_rate": float,
-   "warmup_epochs": float, "keras": "tf_keras" | "keras3", "checkpoint_dir": str, "resumed_from_epoch": int, ...}}
+   "warmup_epochs": float, "keras": "tf_keras" | "keras3", "checkpoint_dir": str, "resumed_from_epoch": int,
+   "resumed_from_step": int (steps of the next epoch done too: a backup saved at a stop's step), ...}}
   {"kind": "artifact", "ts": ..., "name": "model.keras", "path": absolute path of a file the agent uploads; it
    must lie in the job's folders (its JOB_DIR_ENV, or its HOME under the agent's workdir) and be the task's own}
 """

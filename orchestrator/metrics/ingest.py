@@ -338,9 +338,8 @@ def _write(batch: Batch) -> None:
         if (task.type, task.index) == speaks_for_job(task.job.strategy):  # the task whose exit decides the job
             Job.objects.filter(pk=task.job_id).update(facts=facts)
             # A preempted job placed again: its resume line names the checkpoint this process restored.
-            resumed = facts.get("resumed_from_epoch") if isinstance(facts, dict) else None
-            if isinstance(resumed, int) and not isinstance(resumed, bool) and resumed >= 0:
-                JobEvent.resumed_from(task.job_id, resumed)
+            if isinstance(facts, dict):
+                JobEvent.resumed_from(task.job_id, facts.get("resumed_from_epoch"), facts.get("resumed_from_step"))
     # Job.progress of the jobs whose speaking task sent train or epoch_end points or facts: one UPDATE for them all.
     phases: dict[str, set[int]] = {"train": set(), "epoch_end": set()}
     for points in batch.stored_points.values():

@@ -8,6 +8,8 @@ reads it is orchestrator/scheduler/class_rights.py.
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import models
@@ -123,18 +125,28 @@ class JobEvent(models.Model):
         return cls(job=job, kind="resumed", text=f"{cls._RESUMING}{', '.join(hosts)}{cls._FROM}")
 
     @classmethod
-    def resumed_from(cls, job_id: int, epochs_done: int) -> None:
-        """The job's process restored the checkpoint of `epochs_done` epochs: its pending resume line says so (a
-        replayed report finds none pending and changes nothing)."""
+    def resumed_from(cls, job_id: int, epochs_done: object, steps_done: object = 0) -> None:
+        """The job's process restored the checkpoint of `epochs_done` epochs and `steps_done` steps of the next (a
+        backup saved at a stop's step; 0: an epoch end), as its facts claim: its pending resume line says so, epochs
+        and steps counted from 1, "resumed at epoch 4, step 117 on ..." (a replayed report finds none pending and
+        changes nothing; a claim that is no count changes nothing either)."""
+        if not _count(epochs_done):
+            return
+        at = f"epoch {epochs_done + 1}" + (f", step {steps_done + 1}" if _count(steps_done) and steps_done else "")
         for event in cls.objects.filter(job_id=job_id, kind="resumed", text__startswith=cls._RESUMING):
             hosts = event.text.removeprefix(cls._RESUMING).removesuffix(cls._FROM)
-            event.text = f"resumed at epoch {epochs_done + 1} on {hosts}"
+            event.text = f"resumed at {at} on {hosts}"
             event.save(update_fields=["text"])
+
+
+def _count(value: object) -> TypeGuard[int]:
+    """A count a task's facts claim: an int (not a bool) >= 0; anything else is junk."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 class DecayedUsage(models.Model):
     """A user's decayed device-seconds on a cluster from their ended tasks, as of a time (orchestrator/core/
-    fair_share.py): one row per user and cluster, added to at each task's end (orchestrator/jobs/usage_decay.py);
+    fair_share.py): one row per user and cluster, added to at each task's end (orchestrator/usage/decay.py);
     the scheduler adds running tasks live and sums users into their accounts."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="decayed_usage")

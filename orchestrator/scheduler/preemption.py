@@ -151,7 +151,8 @@ def _may_be_stopped(row: Running, protection: preemption.Protection, now: float)
 
 
 def _work_at_risk(rows: list[Running], now: float) -> dict[int, float]:
-    """Seconds each running job would redo if stopped now: since its last epoch end (its checkpoint), or its start."""
+    """Seconds each running job would redo if stopped now: since its last epoch end (its checkpoint), or its start;
+    none for a run that saves at the stop's step (its facts' saves_at_stop, worker_agent/runtime/preemption.py)."""
     ids = [row.pk for row in rows]
     checkpoints = dict(
         MetricPoint.objects.filter(job_id__in=ids, phase="epoch_end")
@@ -159,8 +160,11 @@ def _work_at_risk(rows: list[Running], now: float) -> dict[int, float]:
         .annotate(latest=Max("ts"))
         .values_list("job_id", "latest")
     )
+    saving = set(Job.objects.filter(pk__in=ids, facts__saves_at_stop=True).values_list("pk", flat=True))
     return {
-        row.pk: now - max(checkpoints.get(row.pk) or 0.0, row.placed_at.timestamp() if row.placed_at else 0.0)
+        row.pk: 0.0
+        if row.pk in saving
+        else now - max(checkpoints.get(row.pk) or 0.0, row.placed_at.timestamp() if row.placed_at else 0.0)
         for row in rows
     }
 

@@ -5,6 +5,8 @@ Layout under the job folder (env TFDASH_JOB_DIR; default ./job in the task's wor
   itself lets only the chief write there (checkpoints/chief/) and gives other MultiWorkerMirrored workers temporary
   folders (checkpoints/workertemp_<index>/) that it removes after each save, because every worker must take part
   in a save. Backups are taken at each epoch end, restored by `fit` on a restart, and deleted when `fit` completes.
+  With legacy Keras (tf_keras, Keras 2) one is also taken at the next step after a stop's SIGTERM (preemption.py),
+  and a restarted `fit` goes on at the step after it.
 - artifacts/model.keras: the trained model, one file, written by the chief only (temp name, then an atomic rename).
 """
 
@@ -31,7 +33,10 @@ def backup_dir(job: Path) -> Path:
     return job / "checkpoints"
 
 
-def backup_callback(keras: Any, job: Path) -> Any:
+def backup_callback(keras: Any, job: Path, *, at_stop: bool) -> Any:
+    """Backups at each epoch end; `at_stop` (legacy Keras only, preemption.enable_for done) also at a stop's step."""
+    if at_stop:
+        return keras.callbacks.BackupAndRestore(backup_dir=str(backup_dir(job)), save_before_preemption=True)
     return keras.callbacks.BackupAndRestore(backup_dir=str(backup_dir(job)))
 
 

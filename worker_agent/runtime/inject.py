@@ -9,6 +9,10 @@ examples_per_s needs the batch size, which Keras does not tell callbacks: it is 
 (Keras' default 32 when absent) or from the `batch` step of a tf.data pipeline; when neither is known the lines
 carry steps_per_s but no examples_per_s.
 
+A user's own `BackupAndRestore` (tf_keras, Keras 2) also saves at a stop's SIGTERM, at the next step, under
+(MultiWorker)Mirrored, and a restarted `fit` goes on at the step after it (preemption.py); a script without one has
+no backup to resume from, and none is added (where its checkpoints go, and whether it wants them, is the user's).
+
 `patch_coordinator` (worker_agent/runtime/coordinator.py) does the same for a ParameterServer custom loop:
 `ClusterCoordinator.schedule` / `join`; what Keras schedules inside a patched `fit` is left to fit's callback.
 """
@@ -23,8 +27,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from worker_agent.runtime import preemption
 from worker_agent.runtime.coordinator import inside_keras, patch_coordinator
-from worker_agent.runtime.flavour import module_flavour
+from worker_agent.runtime.flavour import KERAS3, module_flavour
 from worker_agent.runtime.input_wait import patch_make_train_function
 from worker_agent.runtime.metrics import is_ours, last_step, metrics_callback_class
 
@@ -50,6 +55,10 @@ def patch_keras(module: ModuleType) -> bool:
         return True
     flavour = module_flavour(module)
     model_class.fit = _wrap_fit(fit, base, flavour)
+    try:
+        preemption.enable_for(flavour)
+    except Exception as exc:
+        _warn_once("preemption", f"saving at a stop is off: {exc!r}")
     try:  # fit's steps then sample how long they wait for input (worker_agent/runtime/input_wait.py)
         patch_make_train_function(model_class, flavour)
     except Exception as exc:
@@ -64,11 +73,22 @@ def _wrap_fit(fit: Callable[..., Any], base: type, flavour: str) -> Callable[...
             args, kwargs = with_metrics_callback(self, args, kwargs, base, flavour)
         except Exception as exc:  # never stand between the user and their training
             _warn_once("fit", f"could not add the metrics callback: {exc!r}")
-        with inside_keras():  # under ParameterServer, fit schedules its steps itself: its callback reports them
-            return fit(self, *args, **kwargs)
+        try:
+            with inside_keras():  # under ParameterServer, fit schedules its steps itself: its callback reports them
+                return fit(self, *args, **kwargs)
+        except SystemExit as stop:  # TensorFlow's exit after saving at a stop (preemption.py): say where, then go
+            ours = [cb for cb in _callbacks_of(args, kwargs) if is_ours(cb)]
+            if stop.code == preemption.SAVED_AT_STOP_EXIT and ours:
+                preemption.say_saved(ours[0].last_begun)
+            raise
 
     patched_fit._tfdash_patched = True  # type: ignore[attr-defined]
     return patched_fit
+
+
+def _callbacks_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    given = args[CALLBACKS_POSITION] if len(args) > CALLBACKS_POSITION else kwargs.get("callbacks")
+    return list(given) if isinstance(given, (list, tuple)) else []
 
 
 def with_metrics_callback(
@@ -76,15 +96,14 @@ def with_metrics_callback(
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     positional = len(args) > CALLBACKS_POSITION
     given = args[CALLBACKS_POSITION] if positional else kwargs.get("callbacks")
-    if given is None:
-        callbacks: list[Any] = []
-    elif isinstance(given, (list, tuple)):
-        callbacks = list(given)
-    else:  # a CallbackList the user built: leave it alone
+    if given is not None and not isinstance(given, (list, tuple)):  # a CallbackList the user built: leave it alone
         return args, kwargs
+    callbacks = _callbacks_of(args, kwargs)
+    if flavour != KERAS3:
+        preemption.upgrade_backups(callbacks)
     if any(is_ours(cb) for cb in callbacks):
         return args, kwargs
-    callbacks.append(_callback_for(model, args, kwargs, base, flavour))
+    callbacks.append(_callback_for(model, args, kwargs, base, flavour, callbacks))
     if positional:
         args = (*args[:CALLBACKS_POSITION], callbacks, *args[CALLBACKS_POSITION + 1 :])
     else:
@@ -92,7 +111,9 @@ def with_metrics_callback(
     return args, kwargs
 
 
-def _callback_for(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], base: type, flavour: str) -> Any:
+def _callback_for(
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], base: type, flavour: str, callbacks: list[Any]
+) -> Any:
     global _facts_sent
     x = kwargs["x"] if "x" in kwargs else (args[0] if args else None)
     batch_size = kwargs["batch_size"] if "batch_size" in kwargs else (args[2] if len(args) > 2 else None)
@@ -112,6 +133,7 @@ def _callback_for(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], bas
             "global_batch": global_batch,
             "workers": share,
             "examples_per_step_this_task": per_step,
+            "saves_at_stop": preemption.saves_at_stop(flavour, strategy, callbacks),
         }
     cls = metrics_callback_class(base)
     return cls(examples_per_step=per_step, facts=facts, step_offset=last_step())

@@ -8,7 +8,9 @@ imports neither. What it writes:
   line is 0.5 s old (so epochs shorter than a window still show their throughput, at the same rate limit).
 - phase "epoch_end", after every epoch: the epoch's logs (val_* included), learning_rate and epoch_time_s.
 Epochs are counted from 1 in these lines (the Nth epoch of the run, the one in progress or just finished); facts'
-`resumed_from_epoch` is the number of epochs already done before this process started (0: a fresh run).
+`resumed_from_epoch` is the number of epochs already done before this process started (0: a fresh run), and
+`resumed_from_step` the steps of the next epoch done too (a backup saved mid-epoch at a stop, preemption.py; 0 at an
+epoch boundary): the facts line waits for the first step's start, where Keras tells which step that is.
 
 examples_per_s: the examples this task accounts for per step (its share of a synchronous global batch; the whole
 batch for a ParameterServer coordinator) x steps in the window / window seconds. The first window of a fit starts
@@ -75,7 +77,7 @@ class _MetricsLogic:
         emitter: Emitter | None = None,
         min_interval_s: float = MIN_INTERVAL_S,
         step_offset: int = 0,
-        on_start: Callable[[int], None] | None = None,
+        on_start: Callable[[int, int], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         super().__init__()
@@ -102,6 +104,8 @@ class _MetricsLogic:
         self._first_epoch_of_fit = True
         self._waits_at_open = (0.0, 0)  # input_wait.recorder's sums when the window opened
         self._sampling = False
+        self._resume_epoch: int | None = None  # the first epoch of this process, until its first step says the step
+        self.last_begun = (-1, -1)  # (epoch, batch) of the last step begun, from 0: a stop's exit says it (train.py)
 
     # --- Keras hooks --------------------------------------------------------------------------------------------
     @_guarded
@@ -115,8 +119,8 @@ class _MetricsLogic:
 
     @_guarded
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
-        if not self._started:
-            self._start(resumed_from_epoch=epoch)
+        if not self._started and self._resume_epoch is None:
+            self._resume_epoch = epoch
         now = self._clock()
         self._epoch = epoch
         self._epoch_t0 = now
@@ -128,8 +132,16 @@ class _MetricsLogic:
         self._first_epoch_of_fit = False
 
     @_guarded
+    def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        # int(): after a mid-epoch restore tf_keras counts batches from a numpy int64 (its backup's batch + 1).
+        self.last_begun = (self._epoch, int(batch))
+        if not self._started:  # a fit resumed mid-epoch begins at the step after the saved one
+            self._start(resumed_from_epoch=self._resume_epoch or 0, resumed_from_step=int(batch))
+
+    @_guarded
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         now = self._clock()
+        batch = int(batch)  # a numpy int64 in an epoch resumed mid-way (on_train_batch_begin): its steps go to JSON
         self._last_batch, self._last_batch_t, self._last_logs = batch, now, logs
         if self._window_t0 is None:
             self._window_t0 = now
@@ -140,6 +152,8 @@ class _MetricsLogic:
 
     @_guarded
     def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+        if not self._started:  # an epoch without steps (Keras ran none): it resumed at this epoch's start
+            self._start(resumed_from_epoch=epoch if self._resume_epoch is None else self._resume_epoch)
         now = self._clock()
         if (
             self._window_t0 is not None
@@ -171,12 +185,13 @@ class _MetricsLogic:
             self._start(resumed_from_epoch=int(params.get("epochs") or 0))
 
     # --- internals ----------------------------------------------------------------------------------------------
-    def _start(self, resumed_from_epoch: int) -> None:
+    def _start(self, resumed_from_epoch: int, resumed_from_step: int = 0) -> None:
         self._started = True
         if self.facts is not None:
-            self.emitter.facts({**self._run_length(), **self.facts, "resumed_from_epoch": resumed_from_epoch})
+            resumed = {"resumed_from_epoch": resumed_from_epoch, "resumed_from_step": resumed_from_step}
+            self.emitter.facts({**self._run_length(), **self.facts, **resumed})
         if self._on_start is not None:
-            self._on_start(resumed_from_epoch)
+            self._on_start(resumed_from_epoch, resumed_from_step)
 
     def _run_length(self) -> dict[str, int]:
         """The fit's epochs and steps per epoch as Keras tells callbacks (`params`), for the job's progress and ETA

@@ -5,7 +5,8 @@ The agent hands the config in env TFDASH_PROGRAM_CONFIG (a command line is reada
 
 Exit codes: 0 trained (or, for a ParameterServer worker/ps, never: they serve until killed); 2 refused before
 training (bad arguments or config, a malformed TF_CONFIG, Keras 3 with MultiWorkerMirrored or ParameterServer);
-anything else is TensorFlow failing (1 from an uncaught exception).
+42 stopped by SIGTERM after saving a backup at the next step (preemption.py: (MultiWorker)Mirrored with legacy
+Keras); anything else is TensorFlow failing (1 from an uncaught exception).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from contracts.batching import (
 from contracts.run_config import ConfigError, RunConfig, parse_config
 from contracts.strategies import Strategy
 from contracts.task_wire import PROGRAM_CONFIG_ENV
-from worker_agent.runtime import checkpoints, data, models
+from worker_agent.runtime import checkpoints, data, models, preemption
 from worker_agent.runtime.emitter import Emitter, get_emitter
 from worker_agent.runtime.flavour import KERAS3, keras_flavour
 from worker_agent.runtime.metrics import metrics_callback_class
@@ -129,27 +130,34 @@ def _train(tf: Any, role: Role, config: RunConfig, flavour: str, emitter: Emitte
         models.compile_model(keras, model, config, rates)
 
     backup = checkpoints.backup_dir(job) if config.checkpoint else None
+    # A stop's SIGTERM saves at the next step where TensorFlow can (not ParameterServer, not Keras 3).
+    at_stop = backup is not None and not ps and preemption.enable_for(flavour)
     facts = _facts(role, config, flavour, batches, rates, backup, len(arrays.x_train), tf.__version__)
+    facts["saves_at_stop"] = at_stop
     callback_class = metrics_callback_class(keras.callbacks.Callback)
-    callbacks: list[Any] = [checkpoints.backup_callback(keras, job)] if backup is not None else []
-    callbacks.append(
-        callback_class(
-            examples_per_step=batches.examples_per_step_this_task,
-            facts=facts,
-            emitter=emitter,
-            on_start=lambda resumed: print(_summary(facts, resumed), flush=True),
+    callbacks: list[Any] = [checkpoints.backup_callback(keras, job, at_stop=at_stop)] if backup is not None else []
+    metrics = callback_class(
+        examples_per_step=batches.examples_per_step_this_task,
+        facts=facts,
+        emitter=emitter,
+        on_start=lambda epoch, step: print(_summary(facts, epoch, step), flush=True),
+    )
+    callbacks.append(metrics)
+    try:
+        history = model.fit(
+            train,
+            epochs=config.epochs,
+            steps_per_epoch=steps,
+            validation_data=val,
+            validation_steps=val_steps,
+            callbacks=callbacks,
+            shuffle=False,  # the pipeline shuffles; Keras 3 warns when asked to shuffle a dataset
+            verbose=2,
         )
-    )
-    history = model.fit(
-        train,
-        epochs=config.epochs,
-        steps_per_epoch=steps,
-        validation_data=val,
-        validation_steps=val_steps,
-        callbacks=callbacks,
-        shuffle=False,  # the pipeline shuffles; Keras 3 warns when asked to shuffle a dataset
-        verbose=2,
-    )
+    except SystemExit as stop:
+        if stop.code == preemption.SAVED_AT_STOP_EXIT:
+            preemption.say_saved(metrics.last_begun)
+        raise
 
     saved = checkpoints.save_model(model, job, is_chief=role.is_chief, task_name=role.name)
     if saved is not None:
@@ -191,7 +199,7 @@ def _facts(
     }
 
 
-def _summary(facts: dict[str, Any], resumed: int) -> str:
+def _summary(facts: dict[str, Any], epochs_done: int, steps_done: int) -> str:
     f = facts
     lines = [
         f"tfdash: {f['program']} on {f['strategy']} ({f['keras']}), {f['role']} {f['task_index']}"
@@ -204,6 +212,6 @@ def _summary(facts: dict[str, Any], resumed: int) -> str:
         f"  learning rate: base {f['base_learning_rate']:g}, effective {f['effective_learning_rate']:g} "
         f"(scale_lr {f['scale_lr']}), warm-up {f['warmup_epochs']:g} epochs = {f['warmup_steps']} steps",
         f"  {f['steps_per_epoch']} steps/epoch x {f['epochs']} epochs; checkpoints: {f['checkpoint_dir'] or 'off'}; "
-        f"resumed from epoch {resumed}",
+        f"resumed from epoch {epochs_done}" + (f", step {steps_done}" if steps_done else ""),
     ]
     return "\n".join(lines)

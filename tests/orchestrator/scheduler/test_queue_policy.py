@@ -150,6 +150,36 @@ def test_a_high_job_preempts_the_low_job_losing_the_least_work_and_the_victim_re
     assert resumed.text == f"resumed at epoch 3 on {host.name}"
 
 
+def test_a_job_that_saves_at_the_stops_step_is_preempted_before_one_that_would_redo_work(alice, bob):
+    host = one_host(devices=2)
+    saves_at_stop = job(alice, host, "low, MWMS: saves at the stop's step", priority="low")  # the older: not the tie
+    fresh_checkpoint = job(alice, host, "low, checkpointed just now", priority="low")
+    scheduling.schedule_cluster(host.cluster_id)
+    placed = timezone.now() - timedelta(minutes=10)  # within their limits, long before their last epoch ends
+    Job.objects.filter(pk__in=[fresh_checkpoint.pk, saves_at_stop.pk]).update(state=JobState.RUNNING, placed_at=placed)
+    Job.objects.filter(pk=saves_at_stop.pk).update(facts={"saves_at_stop": True})  # its epoch ended long ago
+    now = timezone.now().timestamp()
+    for j, ts in ((fresh_checkpoint, now - 5), (saves_at_stop, now - 300)):
+        MetricPoint.objects.create(job=j, task=Task.objects.get(job=j), phase="epoch_end", name="loss", step=1,
+                                   epoch=1, value=0.5, ts=ts)  # fmt: skip
+    urgent = job(bob, host, "deadline", priority="high")
+
+    scheduling.schedule_cluster(host.cluster_id)
+
+    assert states(saves_at_stop, fresh_checkpoint) == [JobState.PREEMPTED, JobState.RUNNING]
+    assert JobEvent.objects.get(job=saves_at_stop, kind="preempted").text.startswith(f"preempted by #{urgent.pk}")
+
+
+def test_a_job_resumed_from_a_backup_saved_at_a_stop_says_the_epoch_and_step(alice):
+    host = one_host()
+    resumed = job(alice, host, "preempted mid-epoch")
+    JobEvent.objects.bulk_create([JobEvent.resuming(resumed, [host.name])])
+    JobEvent.resumed_from(resumed.pk, "3", 116)  # junk (not a count) changes nothing
+    JobEvent.resumed_from(resumed.pk, 3, 116)  # 3 epochs and 116 steps of the 4th done: it goes on with step 117
+    JobEvent.resumed_from(resumed.pk, 3, 117)  # a later report: the line is written once
+    assert JobEvent.objects.get(job=resumed, kind="resumed").text == f"resumed at epoch 4, step 117 on {host.name}"
+
+
 @pytest.mark.parametrize(("packing", "wide_runs"), [("pack", True), ("spread", False)])
 def test_a_packing_cluster_keeps_a_whole_host_free_for_a_wide_worker(alice, packing, wide_runs):
     hosts = [one_host(devices=4) for _ in range(2)]

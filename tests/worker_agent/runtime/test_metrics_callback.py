@@ -72,9 +72,13 @@ def make_callback(emitter: Emitter, clock: Clock, steps: int | None = 100, epoch
     return callback
 
 
-def run_epoch(callback: Any, clock: Clock, epoch: int, steps: int, step_s: float, logs: dict[str, Any]) -> None:
+def run_epoch(
+    callback: Any, clock: Clock, epoch: int, steps: int, step_s: float, logs: dict[str, Any], first: int = 0
+) -> None:
+    """Keras' hooks for one epoch; `first`: the step it begins at (a fit resumed from a mid-epoch backup)."""
     callback.on_epoch_begin(epoch)
-    for batch in range(steps):
+    for batch in range(first, steps):
+        callback.on_train_batch_begin(batch)
         clock.now += step_s
         callback.on_train_batch_end(batch, logs)
     callback.on_epoch_end(epoch, {**logs, "val_loss": 0.5, "val_accuracy": 0.9})
@@ -92,7 +96,8 @@ def test_train_lines_are_throttled_to_the_window_and_epoch_end_lines_always_come
     events = lines(path)
     assert events[0]["kind"] == "facts"
     # The fit's length as Keras tells callbacks, for the job's progress and ETA.
-    assert events[0]["facts"] == {"epochs": 3, "steps_per_epoch": 40, "global_batch": 64, "resumed_from_epoch": 0}
+    resumed = {"resumed_from_epoch": 0, "resumed_from_step": 0}
+    assert events[0]["facts"] == {"epochs": 3, "steps_per_epoch": 40, "global_batch": 64, **resumed}
     train = [e for e in events if e["kind"] == "metric" and e["phase"] == "train"]
     ends = [e for e in events if e["kind"] == "metric" and e["phase"] == "epoch_end"]
     # 2.5 s of 1/16 s steps per epoch, 0.5 s windows (8 steps). The first epoch's first window opens after its first
@@ -136,14 +141,27 @@ def test_epochs_shorter_than_a_window_still_report_throughput_at_the_same_rate(s
 def test_a_resumed_run_continues_the_step_axis_and_says_where_it_resumed(sink: tuple[Emitter, Path]) -> None:
     emitter, path = sink
     clock = Clock()
-    started: list[int] = []
-    callback = make_callback(emitter, clock, steps=10, epochs=5, facts={}, on_start=started.append)
+    started: list[tuple[int, int]] = []
+    callback = make_callback(emitter, clock, steps=10, epochs=5, facts={}, on_start=lambda *at: started.append(at))
     callback.on_train_begin()
     run_epoch(callback, clock, 3, steps=10, step_s=0.01, logs={"loss": 0.1})
     events = lines(path)
-    assert events[0]["facts"]["resumed_from_epoch"] == 3
-    assert started == [3]
+    assert (events[0]["facts"]["resumed_from_epoch"], events[0]["facts"]["resumed_from_step"]) == (3, 0)
+    assert started == [(3, 0)]
     assert (events[-1]["epoch"], events[-1]["step"]) == (4, 40)
+
+
+def test_a_run_resumed_mid_epoch_says_the_step_it_went_on_from(sink: tuple[Emitter, Path]) -> None:
+    emitter, path = sink
+    clock = Clock()
+    started: list[tuple[int, int]] = []
+    callback = make_callback(emitter, clock, steps=10, epochs=5, facts={}, on_start=lambda *at: started.append(at))
+    callback.on_train_begin()
+    run_epoch(callback, clock, 3, steps=10, step_s=0.01, logs={"loss": 0.1}, first=7)  # 7 steps of epoch 4 done
+    events = lines(path)
+    assert (events[0]["facts"]["resumed_from_epoch"], events[0]["facts"]["resumed_from_step"]) == (3, 7)
+    assert started == [(3, 7)]
+    assert (events[-1]["phase"], events[-1]["epoch"], events[-1]["step"]) == ("epoch_end", 4, 40)
 
 
 def test_a_run_resumed_after_its_last_epoch_still_sends_its_facts(sink: tuple[Emitter, Path]) -> None:
@@ -152,7 +170,7 @@ def test_a_run_resumed_after_its_last_epoch_still_sends_its_facts(sink: tuple[Em
     callback.on_train_begin()
     callback.on_train_end()
     # The facts' own epochs win over Keras' params; unknown steps per epoch are left out.
-    facts = {"x": 1, "epochs": 6, "resumed_from_epoch": 5}
+    facts = {"x": 1, "epochs": 6, "resumed_from_epoch": 5, "resumed_from_step": 0}
     assert lines(path) == [{"kind": "facts", "ts": pytest.approx(lines(path)[0]["ts"]), "facts": facts}]
 
 

@@ -40,6 +40,7 @@ def train_steps(task: Task) -> list[int]:
 def test_a_job_preempted_mid_epoch_resumes_at_the_step_after_its_last_completed_one(api: APIClient, two_hosts, alice):  # type: ignore[no-untyped-def]
     queueing.standard_classes_if_none()
     PriorityClass.objects.get(name="high").users.add(alice)
+    PriorityClass.objects.filter(name="low").update(min_run_s=0)  # no minimum run: preempted within its epoch 2
     low_id = submit(api, "low, long epochs", "low", LOW_RUN)
     wait_for_job(low_id, ("running",), timeout=90)
     first = speaker(low_id, 1)

@@ -289,10 +289,12 @@ def test_no_secret_crosses_the_broker_and_nothing_captured_or_forged_runs(
     assert "refused agent.launch: stale:" in agent.output()
     assert not stale_marker.exists()
 
-    # The control: a fresh order signed by the control plane does run.
+    # The control: a fresh order signed by the control plane does run: the agent starts its process. (The control
+    # plane then kills it as a stray, a task nobody placed; under load that can come before its first line writes the
+    # marker, so the agent's own word is the proof, and the marker at most once.)
     fresh_marker = markers / "fresh"
     queue_order(sign_order(control_private_key(), HOST, AGENT_LAUNCH, launch_body(fresh_marker, 920_000)))
-    wait_until(lambda: runs(fresh_marker) == 1, 30, what="the fresh order run")
+    agent.wait_for_line(r"task 920000 attempt 1 started: pid \d+", timeout=30)
     fresh_push = wait_until(
         lambda: next((p for p in watcher.pushes(agent_queue(HOST)) if b"920000" in b"".join(readings(p))), None),
         10,
@@ -306,7 +308,8 @@ def test_no_secret_crosses_the_broker_and_nothing_captured_or_forged_runs(
     restarted.wait_for_line(r"consuming tfdash:host:watch-0:orders", timeout=30)
     push(client, agent_queue(HOST), [fresh_push])
     wait_until(lambda: "was seen before" in restarted.output(), 30, what="the replay after the restart refused")
-    assert runs(fresh_marker) == 1 and runs(marker) == 1
+    assert "task 920000 attempt 1 started" not in restarted.output()
+    assert runs(fresh_marker) <= 1 and runs(marker) == 1
 
     # Across all of it, no secret on the broker, in any encoding the commands carry.
     key = agent_mac_key(token, host.name)

@@ -143,10 +143,17 @@ def sync(client: redis.Redis | None = None) -> Synced:
         if user not in present or applied.get(user) != _digest(rules):
             _set_user(client, host.name, rules, disconnect=user in present)
             done.set += 1
-    for user in present:
-        if user.startswith(broker.USER_PREFIX) and user not in wanted:
-            _delete_user(client, user)
-            done.removed += 1
+    stale = [user for user in present if user.startswith(broker.USER_PREFIX) and user not in wanted]
+    if stale:
+        # Read again just before deleting: a host registered while this sync ran (its row committed after the read
+        # above, its user set at once after that commit) keeps the user it was just given. Without this, a host
+        # deleted and registered again under the same name could lose its user until the next sync.
+        names = [user.removeprefix(broker.USER_PREFIX) for user in stale]
+        registered = set(Host.objects.filter(name__in=names).exclude(agent_key="").values_list("name", flat=True))
+        for user in stale:
+            if user.removeprefix(broker.USER_PREFIX) not in registered:
+                _delete_user(client, user)
+                done.removed += 1
     for user in set(applied) - present - wanted:
         client.hdel(APPLIED, user)
     done.wanted = len(wanted)

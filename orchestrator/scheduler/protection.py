@@ -13,7 +13,7 @@ from math import inf
 from django.utils import timezone
 
 from orchestrator.core import preemption
-from orchestrator.models import Job, JobState
+from orchestrator.models import Job, JobState, PriorityClass
 from orchestrator.scheduler import queueing
 
 
@@ -31,7 +31,8 @@ def protected(job: Job) -> Protected | None:
     klass = job.priority_class or queueing.default_class()
     if not ((klass is not None and klass.preemptible) or job.borrowing):
         return None
-    protection = klass.protection if klass is not None else preemption.Protection(0, None, 0)
+    # No class at all (none defined): the model's defaults, as the scheduler's victim choice uses (class_protections).
+    protection = (klass or PriorityClass()).protection
     placed = job.placed_at.timestamp() if job.placed_at else None
     until = preemption.protected_until(placed, protection, shielded=job.preemption_shielded)
     if until == inf:

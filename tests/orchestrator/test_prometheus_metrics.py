@@ -145,7 +145,9 @@ def test_every_family_matches_the_api_rows_and_counters(staff, alice, redis_url,
     assert grew("tfdash_dead_letters", "tfdash_dead_letters_total", kind="metrics") == 1
     assert grew("tfdash_agent_messages_refused", "tfdash_agent_messages_refused_total",
                 reason="bad_mac_or_unknown_host") == 1  # fmt: skip
-    assert grew("tfdash_scheduler_pass_seconds", "tfdash_scheduler_pass_seconds_count") == 1
+    # At least one, as the ingest's counters above: the count is the Redis's, and a clean-clone run under load counted
+    # 2 (a pass from elsewhere on the same Redis landed between the scrapes).
+    assert grew("tfdash_scheduler_pass_seconds", "tfdash_scheduler_pass_seconds_count") >= 1
     assert grew("tfdash_scheduler_pass_seconds", "tfdash_scheduler_pass_seconds_sum") > 0
     assert one(after, "tfdash_orders_resent", "tfdash_orders_resent_total") == counters.get("orders_resent")
     stream_client.delete(stream_name)

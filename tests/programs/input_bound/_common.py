@@ -2,7 +2,10 @@
 each reads as the one change it makes). Plain tf_keras `model.fit` over a tf.data.Dataset, nothing of tfdash.
 
 INPUT_BOUND_BATCHES (default 20) batches per epoch, INPUT_BOUND_EPOCHS (default 2) epochs, INPUT_BOUND_SEED
-(default 0) the data's and the weights' seed; the bench and the test set them.
+(default 0) the data's and the weights' seed; the bench and the test set them. INPUT_BOUND_MIN_EPOCH_S (default 0)
+raises the batches so that an epoch's compute alone lasts that long: the test needs a few 0.5 s metric windows, and a
+fixed count of batches gave only two on a machine whose steps took under 50 ms instead of 100-300 ms (CI: "2
+train windows"). The scripts therefore build the model (which times a step) before the data.
 
 The map waits SLOWDOWN (1) times the model's training step per batch, like a slow decoder or a remote read:
 `model()` times a few compiled steps first and sets it, so the scripts mean the same on a fast machine and a loaded
@@ -19,6 +22,7 @@ AUTOTUNE picks depends on the machine's cores, and a fixed number makes the run 
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -32,13 +36,24 @@ PARALLEL_CALLS = 16
 BATCHES = int(os.environ.get("INPUT_BOUND_BATCHES", "20"))
 EPOCHS = int(os.environ.get("INPUT_BOUND_EPOCHS", "2"))
 SEED = int(os.environ.get("INPUT_BOUND_SEED", "0"))
+MIN_EPOCH_S = float(os.environ.get("INPUT_BOUND_MIN_EPOCH_S", "0"))
+MAX_BATCHES = 2000  # 32 MiB of examples: a bound on what a very fast machine builds
 tf.random.set_seed(SEED)
-_sleep_s = [0.1]  # set by model() from its measured step
+_step_s: list[float] = []  # set by model(): one training step's compute, measured
+
+
+def batches() -> int:
+    """Batches per epoch: BATCHES, or more where MIN_EPOCH_S asks for a longer epoch than that at the measured step."""
+    if not MIN_EPOCH_S:
+        return BATCHES
+    if not _step_s:
+        raise RuntimeError("model() times a step; call it before examples()")
+    return min(MAX_BATCHES, max(BATCHES, math.ceil(MIN_EPOCH_S / _step_s[0])))
 
 
 def examples() -> tf.data.Dataset:
     rng = np.random.default_rng(SEED)
-    x = rng.normal(size=(BATCHES * BATCH, FEATURES)).astype("float32")
+    x = rng.normal(size=(batches() * BATCH, FEATURES)).astype("float32")
     y = (x[:, :8].sum(axis=1) > 0).astype("int64")
     return tf.data.Dataset.from_tensor_slices((x, y))
 
@@ -47,7 +62,7 @@ def slow_decode(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """A map step that waits SLOWDOWN steps per batch outside TensorFlow's own kernels, as Python decoders do."""
 
     def decode(batch: tf.Tensor) -> tf.Tensor:
-        time.sleep(_sleep_s[0])
+        time.sleep(SLOWDOWN * _step_s[0])
         return batch
 
     decoded = tf.py_function(decode, [x], tf.float32)
@@ -66,8 +81,8 @@ def model() -> tf.keras.Model:
         ]
     )
     net.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    _sleep_s[0] = SLOWDOWN * _compute_seconds(net)
-    print(f"the map sleeps {_sleep_s[0] * 1000:.1f} ms a batch", flush=True)
+    _step_s[:] = [_compute_seconds(net)]
+    print(f"the map sleeps {SLOWDOWN * _step_s[0] * 1000:.1f} ms a batch; {batches()} batches an epoch", flush=True)
     return net
 
 

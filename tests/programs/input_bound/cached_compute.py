@@ -8,5 +8,6 @@ import tensorflow as tf
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import BATCH, EPOCHS, examples, model
 
+net = model()
 data = examples().batch(BATCH).cache().prefetch(tf.data.AUTOTUNE)
-model().fit(data, epochs=EPOCHS, verbose=0)
+net.fit(data, epochs=EPOCHS, verbose=0)

@@ -9,8 +9,9 @@ import tensorflow as tf
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import BATCH, EPOCHS, examples, model, slow_decode
 
+net = model()
 data = examples().batch(BATCH).map(slow_decode)
 options = tf.data.Options()
 options.experimental_optimization.inject_prefetch = False  # no prefetch at all, not even the one tf.data adds itself
 data = data.with_options(options)
-model().fit(data, epochs=EPOCHS, verbose=0)
+net.fit(data, epochs=EPOCHS, verbose=0)

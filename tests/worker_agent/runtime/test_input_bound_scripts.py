@@ -17,11 +17,14 @@ from tests.worker_agent.runtime._tasks import Task, task_env
 
 PROGRAMS = ROOT / "tests" / "programs" / "input_bound"
 TF_TIMEOUT_S = 180
+MIN_EPOCH_S = 2.5
 
 
-# Batches and epochs: enough for 10 windows of 0.5 s (a step is 100-300 ms here, the sleepy map's twice that). The
-# parallel map runs one epoch: a new epoch's iterator waits for its first batch however parallel the map (a step's
-# worth); bench/input_bound.py shows two-epoch runs beside the TF profiler's figure.
+# Batches and epochs: enough for 10 windows of 0.5 s (a step is 100-300 ms here, the sleepy map's twice that), and at
+# least MIN_EPOCH_S of compute an epoch wherever steps are faster (on CI's machine under 50 ms: 20 batches made two
+# windows in all, too early to judge). The parallel map runs one epoch: a new epoch's iterator waits for its first
+# batch however parallel the map (a step's worth); bench/input_bound.py shows two-epoch runs beside the TF profiler's
+# figure.
 @pytest.mark.parametrize(
     ("script", "batches", "epochs", "levels"),
     [
@@ -33,7 +36,12 @@ TF_TIMEOUT_S = 180
 def test_each_script_is_judged_as_its_pipeline_deserves(
     tmp_path: Path, script: str, batches: int, epochs: int, levels: tuple[str, ...]
 ) -> None:
-    env = task_env(tmp_path / "job", INPUT_BOUND_BATCHES=str(batches), INPUT_BOUND_EPOCHS=str(epochs))
+    env = task_env(
+        tmp_path / "job",
+        INPUT_BOUND_BATCHES=str(batches),
+        INPUT_BOUND_EPOCHS=str(epochs),
+        INPUT_BOUND_MIN_EPOCH_S=str(MIN_EPOCH_S),
+    )
     task = Task(script, [sys.executable, "-u", str(PROGRAMS / f"{script}.py")], env, cwd=tmp_path)
     code = task.wait(TF_TIMEOUT_S)
     assert code == 0, f"{script} failed ({code}):\n{task.output()[-4000:]}"

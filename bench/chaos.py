@@ -236,7 +236,7 @@ class Monkey(threading.Thread):
         start the killed one again a moment later (it comes back as the standby)."""
         from orchestrator.leases import store
 
-        holders = {h.name: h.holder for h in with_retry("leases", store.read_all) if h.live}
+        holders = self._acting_holders()
         plane = "b" if "scheduler-b@" in holders.get(store.SCHEDULER, "") else ""
         pids = _process_tree_pids([self.stack.children[name].proc.pid for name in self.stack.control_plane(plane)])
         killed_at = time.time()
@@ -253,13 +253,25 @@ class Monkey(threading.Thread):
         for name in self.stack.control_plane(plane):
             self.stack.start(name)
 
+    def _acting_holders(self, bound_s: float = 60) -> dict[str, str]:
+        """The live leases' holders, once the scheduler's lease has one: a fault due while no plane held it (the last
+        takeover not done yet) waits for it, or it would hit a plane acting for nothing and measure no takeover (a
+        clean-clone run: a kill whose takeover had only "job placed", no "scheduler")."""
+        from orchestrator.leases import store
+
+        deadline = time.time() + bound_s
+        while True:
+            holders = {h.name: h.holder for h in with_retry("leases", store.read_all) if h.live}
+            if store.SCHEDULER in holders or time.time() > deadline or self.stopped.wait(0.5):
+                return holders
+
     def _cut_a_plane(self) -> None:
         """Cut the acting control plane off the network (its namespace's link down) for longer than a lease, its
         processes running on, then mend it: the other plane takes over, the cut one must stop acting by itself and
         stay the standby once back (a holder that lost its lease never acts on it)."""
         from orchestrator.leases import store
 
-        holders = {h.name: h.holder for h in with_retry("leases", store.read_all) if h.live}
+        holders = self._acting_holders()
         plane = "b" if "scheduler-b@" in holders.get(store.SCHEDULER, "") else ""
         pids = _process_tree_pids([self.stack.children[name].proc.pid for name in self.stack.control_plane(plane)])
         link = ["ip", "netns", "exec", self.stack.plane_netns[plane], "ip", "link", "set", "eth0"]

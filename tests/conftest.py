@@ -63,6 +63,7 @@ _PATH_KINDS = {
     "tests/worker_agent/runtime/test_injected_hook.py": ("tf",),
     "tests/worker_agent/runtime/test_input_bound_scripts.py": ("tf",),
     "tests/worker_agent/runtime/test_probe.py": ("tf",),
+    "tests/worker_agent/runtime/test_step_preemption.py": ("tf",),  # a two-worker MultiWorkerMirrored gang, stopped
     "tests/worker_agent/runtime/test_tf215_env.py": ("tf",),
     "tests/scripts/test_run_local.py::test_make_run_": ("tf", "e2e"),  # the whole stack, as `make run` starts it
     "tests/worker_agent/environments/test_known.py::test_a_real_probe": ("tf",),

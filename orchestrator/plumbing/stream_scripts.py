@@ -145,12 +145,15 @@ return out
 """
 
 # KEYS: streams. ARGV: group, consumer, min idle ms, count. Takes over (JUSTID: unread, uncounted) entries other
-# consumers of the group read and left unacknowledged for that long; they are then read as this consumer's pending.
+# consumers of the group read and left unacknowledged for that long; they are then read as this consumer's pending (the
+# reader's next read is a backlog read when any was claimed). Returns how many it claimed.
 CLAIM = """
+local claimed = 0
 for _, key in ipairs(KEYS) do
-  redis.pcall('XAUTOCLAIM', key, ARGV[1], ARGV[2], ARGV[3], '0-0', 'COUNT', ARGV[4], 'JUSTID')
+  local res = redis.pcall('XAUTOCLAIM', key, ARGV[1], ARGV[2], ARGV[3], '0-0', 'COUNT', ARGV[4], 'JUSTID')
+  if type(res) == 'table' and not res.err then claimed = claimed + #res[2] end
 end
-return 0
+return claimed
 """
 
 # KEYS: streams. ARGV: group. The id of the oldest entry the group has not finished with, over all the streams:

@@ -22,10 +22,12 @@ At least once: an entry is acknowledged (and deleted) only after the handler ret
 dead letters of its batch. A handler that meets an outage (orchestrator/plumbing/outages.py: the database, Redis or
 the broker away, a lock not had in time) is given the same batch again after a backoff, without reading it again:
 a delivery is counted only when a reader died on its batch (or the handler raised anything else), so an outage never
-dead-letters anything. A reader that starts again reads its pending entries first; entries delivered twice already
+dead-letters anything. A reader that starts again reads its pending entries first (once it knows the hosts' streams:
+started during a database outage, it waits for the host list before its backlog read); entries delivered twice already
 are read one at a time, so the one that kills the reader is the only one set aside. A handler returns the entries it
 could not use, with the reason: those are dead-lettered. A reader whose process died leaves its pending entries to be
-claimed by another reader of the same group after `claim_idle_ms` (when set).
+claimed by another reader of the same group after `claim_idle_ms` (when set); a reader that claimed any reads its
+pending entries next.
 """
 
 from __future__ import annotations
@@ -145,6 +147,7 @@ class StreamReader:
     dead: int = 0
     _streams: list[str] = field(default_factory=list)
     _hosts_at: float = -1e9
+    _hosts_read: bool = False  # a host list was read at least once
     _next_claim: float = 0.0
     _offset: int = 0
     _scripts: dict[str, Any] = field(default_factory=dict)
@@ -158,7 +161,8 @@ class StreamReader:
         while not stop.is_set():
             try:
                 if self.claim_idle_ms is not None and (backlog or time.monotonic() >= self._next_claim):
-                    self.take_over_abandoned()
+                    # What it took over is this consumer's pending now, which only a backlog read reads.
+                    backlog = self.take_over_abandoned() > 0 or backlog
                 handled = self.drain_once(backlog=backlog)
                 if backlog and handled == 0:
                     backlog = False
@@ -190,14 +194,19 @@ class StreamReader:
         connection.close()
 
     def streams(self) -> list[str]:
-        """Every host's stream of this kind (the host list read again every HOSTS_REFRESH_S)."""
+        """Every host's stream of this kind (the host list read again every HOSTS_REFRESH_S). Raises the database's
+        error while no list was ever read: a reader started during an outage that went on with none would end its
+        backlog read at once (nothing to read) and never read the entries it had left pending before it restarted."""
         if time.monotonic() - self._hosts_at >= HOSTS_REFRESH_S:
             try:
                 self._streams = streams_of(self.kind, self.hosts())
                 self._hosts_at = time.monotonic()
+                self._hosts_read = True
             except DatabaseError as exc:
-                log.warning("%s reader: cannot read the host list (%s); using the last one", self.kind, exc)
                 connection.close()
+                if not self._hosts_read:
+                    raise
+                log.warning("%s reader: cannot read the host list (%s); using the last one", self.kind, exc)
         return self._streams
 
     def ensure_groups(self) -> None:
@@ -209,14 +218,17 @@ class StreamReader:
         """Read the host list again before the next read (tests, a host just registered)."""
         self._hosts_at = -1e9
 
-    def take_over_abandoned(self) -> None:
-        """Claim what other readers read and never acknowledged (a worker that died for good)."""
+    def take_over_abandoned(self) -> int:
+        """Claim what readers of the group (this one before a restart among them) read and never acknowledged for
+        `claim_idle_ms` (a worker that died for good); returns how many entries it claimed."""
         self._next_claim = time.monotonic() + self.claim_every_s
         keys = self.streams()
-        if keys and self.claim_idle_ms is not None:
-            self._script(stream_scripts.CLAIM)(
-                keys=keys, args=[self.group, self.consumer, self.claim_idle_ms, self.per_stream]
-            )
+        if not keys or self.claim_idle_ms is None:
+            return 0
+        claimed = self._script(stream_scripts.CLAIM)(
+            keys=keys, args=[self.group, self.consumer, self.claim_idle_ms, self.per_stream]
+        )
+        return int(claimed or 0)
 
     def drain_once(self, *, backlog: bool = False) -> int:
         """Read up to `read_count` entries (this consumer's pending ones when `backlog`), hand those within bounds to

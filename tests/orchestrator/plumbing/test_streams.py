@@ -5,15 +5,19 @@ after its handler returned."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 import redis
+from django.db import OperationalError
 
 from contracts import broker
 from contracts.protocol import MAX_ENTRY_BYTES, TASK_ARTIFACT, TASK_METRICS
 from orchestrator.plumbing import counters, streams
+from tests.support.processes import wait_until
 
 KIND = broker.METRICS
 GROUP = "test-readers"
@@ -136,6 +140,80 @@ def test_an_outage_is_waited_out_with_the_same_batch_and_never_dead_letters(redi
 
     assert handled == [b"kept"]
     assert not client.xrange(streams.dead_letter_stream(KIND))
+    assert client.xpending(stream, GROUP)["pending"] == 0
+
+
+def running(one: streams.StreamReader) -> tuple[threading.Event, threading.Thread]:
+    """The reader's own loop (what the ingest and the orchestrator run), in a thread."""
+    stop = threading.Event()
+    thread = threading.Thread(target=one.run, args=(stop,), daemon=True)
+    thread.start()
+    return stop, thread
+
+
+def test_a_reader_started_while_the_database_is_away_reads_what_it_had_left_pending(redis_url, hosts):
+    """The chaos soak's lost point: the ingest read an entry, the database went away before it was stored, and the
+    ingest was killed and started again while the database was still away, so it could not read the host list. Its
+    backlog read found no streams and ended; it read only new entries after that, and the one it had read before its
+    restart stayed pending, never stored."""
+    client = redis.Redis.from_url(redis_url)
+    stream = broker.stream(hosts[0], KIND)
+    client.xadd(stream, {"name": "left pending"})
+
+    def database_away(entries: list[streams.Entry]) -> list[tuple[streams.Entry, Exception]]:
+        raise OperationalError("the database went away")
+
+    with pytest.raises(OperationalError):
+        reader(client, hosts, database_away).drain_once()  # the process killed after this
+    assert client.xpending(stream, GROUP)["pending"] == 1
+
+    database_up = threading.Event()
+    asked = []
+
+    def host_list() -> list[str]:
+        asked.append(time.monotonic())
+        if not database_up.is_set():
+            raise OperationalError("connection refused")
+        return hosts
+
+    recorder = Recorder()
+    again = streams.StreamReader(client, kind=KIND, group=GROUP, consumer="c", handler=recorder, hosts=host_list)
+    stop, thread = running(again)
+    try:
+        wait_until(lambda: len(asked) >= 3, 10, what="the restarted reader to ask for the host list three times")
+        client.xadd(stream, {"name": "new"})
+        database_up.set()
+        wait_until(lambda: len(recorder.seen) >= 2, 10, what=f"both entries handled (handled: {recorder.seen})")
+    finally:
+        stop.set()
+        thread.join(10)
+    assert recorder.seen == [(hosts[0], b"left pending"), (hosts[0], b"new")]
+    assert client.xpending(stream, GROUP)["pending"] == 0
+
+
+def test_what_a_dead_reader_left_is_claimed_and_read_by_a_running_one(redis_url, hosts):
+    """A reader that died for good (its partition moved, its worker gone) leaves entries pending under its name: a
+    running reader claims them after `claim_idle_ms` and reads them then, not only at its own next restart."""
+    client = redis.Redis.from_url(redis_url)
+    stream = broker.stream(hosts[0], KIND)
+    client.xadd(stream, {"name": "abandoned"})
+    dead = streams.StreamReader(client, kind=KIND, group=GROUP, consumer="dead", handler=Recorder(fail=(b"abandoned",)),
+                                hosts=lambda: hosts)  # fmt: skip
+    dead.ensure_groups()
+    with pytest.raises(RuntimeError):
+        dead.drain_once()
+    assert client.xpending(stream, GROUP)["pending"] == 1
+
+    recorder = Recorder()
+    live = streams.StreamReader(client, kind=KIND, group=GROUP, consumer="live", handler=recorder, hosts=lambda: hosts,
+                                claim_idle_ms=500, claim_every_s=0.1)  # fmt: skip
+    stop, thread = running(live)  # its start's backlog read finds nothing of its own; the claim comes later
+    try:
+        wait_until(lambda: recorder.seen, 10, what="the abandoned entry handled by the running reader")
+    finally:
+        stop.set()
+        thread.join(10)
+    assert recorder.seen == [(hosts[0], b"abandoned")]
     assert client.xpending(stream, GROUP)["pending"] == 0
 
 

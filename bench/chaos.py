@@ -234,17 +234,11 @@ class Monkey(threading.Thread):
     def _kill_a_plane(self) -> None:
         """SIGKILL every process of the control plane whose scheduler holds the lease, measure the other's takeover,
         start the killed one again a moment later (it comes back as the standby)."""
-        from orchestrator.leases import store
-
-        holders = self._acting_holders()
-        plane = "b" if "scheduler-b@" in holders.get(store.SCHEDULER, "") else ""
-        pids = _process_tree_pids([self.stack.children[name].proc.pid for name in self.stack.control_plane(plane)])
+        plane, pids, held = self._acting_plane()
         killed_at = time.time()
         self.stack.kill_plane(plane)
         self.tally.faults["plane"] += 1
         probe = Workload(self.truth, self.tally, self.rng).submit(KINDS[0])  # a small job, to time its placement
-        # The leases the killed plane held (the beat's may have been the other plane's already).
-        held = [name for name, holder in holders.items() if _pid_of(holder) in pids]
         self.takeovers.append(
             threading.Thread(target=self._measure, args=(killed_at, pids, held, probe), name="takeover", daemon=True)
         )
@@ -253,33 +247,32 @@ class Monkey(threading.Thread):
         for name in self.stack.control_plane(plane):
             self.stack.start(name)
 
-    def _acting_holders(self, bound_s: float = 60) -> dict[str, str]:
-        """The live leases' holders, once the scheduler's lease has one: a fault due while no plane held it (the last
-        takeover not done yet) waits for it, or it would hit a plane acting for nothing and measure no takeover (a
-        clean-clone run: a kill whose takeover had only "job placed", no "scheduler")."""
+    def _acting_plane(self, bound_s: float = 60) -> tuple[str, set[int], list[str]]:
+        """The plane whose scheduler holds its lease ("" or "b"), that plane's process ids and the leases it holds
+        (the beat's may be the other plane's already), once the scheduler's lease has a holder: a fault due while no
+        plane held it (the last takeover not done yet) waits for it, or it would hit a plane acting for nothing and
+        measure no takeover (a clean-clone run: a kill whose takeover had only "job placed", no "scheduler")."""
         from orchestrator.leases import store
 
         deadline = time.time() + bound_s
         while True:
             holders = {h.name: h.holder for h in with_retry("leases", store.read_all) if h.live}
             if store.SCHEDULER in holders or time.time() > deadline or self.stopped.wait(0.5):
-                return holders
+                break
+        plane = "b" if "scheduler-b@" in holders.get(store.SCHEDULER, "") else ""
+        pids = _process_tree_pids([self.stack.children[name].proc.pid for name in self.stack.control_plane(plane)])
+        return plane, pids, [name for name, holder in holders.items() if _pid_of(holder) in pids]
 
     def _cut_a_plane(self) -> None:
         """Cut the acting control plane off the network (its namespace's link down) for longer than a lease, its
         processes running on, then mend it: the other plane takes over, the cut one must stop acting by itself and
         stay the standby once back (a holder that lost its lease never acts on it)."""
-        from orchestrator.leases import store
-
-        holders = self._acting_holders()
-        plane = "b" if "scheduler-b@" in holders.get(store.SCHEDULER, "") else ""
-        pids = _process_tree_pids([self.stack.children[name].proc.pid for name in self.stack.control_plane(plane)])
+        plane, pids, held = self._acting_plane()
         link = ["ip", "netns", "exec", self.stack.plane_netns[plane], "ip", "link", "set", "eth0"]
         cut_at = time.time()
         subprocess.run([*link, "down"], check=True, timeout=30)
         self.tally.faults["partition"] += 1
         probe = Workload(self.truth, self.tally, self.rng).submit(KINDS[0])
-        held = [name for name, holder in holders.items() if _pid_of(holder) in pids]
         self.takeovers.append(
             threading.Thread(target=self._measure, args=(cut_at, pids, held, probe, "plane cut off"), daemon=True)
         )

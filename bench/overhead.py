@@ -111,20 +111,20 @@ def main() -> int:
     without_cpu, with_cpu = [], []
     for round_ in range(args.rounds):
         order = (False, True, True, False) if round_ % 2 == 0 else (True, False, False, True)
-        times = [(with_metrics, *fit_times(with_metrics)) for with_metrics in order]
-        bare_cpu = [cpu for with_metrics, cpu, _ in times if not with_metrics]
-        bare_wall = [wall for with_metrics, _, wall in times if not with_metrics]
-        ours_cpu = sum(cpu for with_metrics, cpu, _ in times if with_metrics)
-        ours_wall = sum(wall for with_metrics, _, wall in times if with_metrics)
-        cpu_ratios.append(sum(bare_cpu) / ours_cpu)
-        wall_ratios.append(sum(bare_wall) / ours_wall)
+        fits: dict[bool, list[tuple[float, float]]] = {False: [], True: []}  # the round's two (CPU s, wall s) of each
+        for with_metrics in order:
+            fits[with_metrics].append(fit_times(with_metrics))
+        bare_cpu, bare_wall = zip(*fits[False], strict=True)
+        ours_cpu, ours_wall = zip(*fits[True], strict=True)
+        cpu_ratios.append(sum(bare_cpu) / sum(ours_cpu))
+        wall_ratios.append(sum(bare_wall) / sum(ours_wall))
         cpu_controls.append(bare_cpu[0] / bare_cpu[1])
         wall_controls.append(bare_wall[0] / bare_wall[1])
         without_cpu.extend(bare_cpu)
-        with_cpu.extend(cpu for with_metrics, cpu, _ in times if with_metrics)
+        with_cpu.extend(ours_cpu)
         print(
             f"round {round_ + 1:2d}: CPU s without {bare_cpu[0]:.3f} {bare_cpu[1]:.3f}  with "
-            f"{ours_cpu / 2:.3f} (mean)  ratio {cpu_ratios[-1]:.3f}   wall ratio {wall_ratios[-1]:.3f}"
+            f"{statistics.mean(ours_cpu):.3f} (mean)  ratio {cpu_ratios[-1]:.3f}   wall ratio {wall_ratios[-1]:.3f}"
         )
     without = [examples / cpu for cpu in without_cpu]
     with_ = [examples / cpu for cpu in with_cpu]

@@ -23,14 +23,12 @@ from contracts.protocol import ORCHESTRATOR_QUEUE, SCHEDULER_QUEUE
 from scripts.celery_workers import worker_argv
 from tests.support.object_store import ObjectStore, running_store
 from tests.support.processes import ManagedProcess
+from tests.support.task_uids import TASK_UIDS
 
 AGENT_HEARTBEAT_S = 0.5
-# As in CI (root): test agents run each job's tasks under a uid of its own. Empty when not root.
 # `make test` runs the suite on two pytest-xdist workers (gw0, gw1): each has its own test databases (pytest-django
-# suffixes their names), its own Redis (tests/settings.py) and its own half of the task uids, so the agents of one
-# never hand the other's uids to a job.
-_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-TASK_UIDS = f"{20000 + 5000 * _WORKER}-{24999 + 5000 * _WORKER}" if os.geteuid() == 0 else ""
+# suffixes their names), its own Redis (tests/settings.py) and its own task uids (tests/support/task_uids.py), so the
+# agents of one never hand the other's uids to a job, nor kill the other's processes.
 
 
 # Test tiers (docs/development/testing.md). `make test` runs every test; `make test-fast` (TFDASH_TEST_TIER=fast) runs

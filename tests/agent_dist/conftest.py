@@ -16,9 +16,11 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
 from orchestrator.models import Job
-from tests.browser.conftest import WebServer, free_port
-from tests.conftest import AGENT_HEARTBEAT_S, TASK_UIDS
+from tests.browser.conftest import WebServer
+from tests.conftest import AGENT_HEARTBEAT_S
+from tests.support.ports import free_port
 from tests.support.processes import ROOT, wait_until
+from tests.support.task_uids import TASK_UIDS
 
 AGENT_PROJECT = ROOT / "agent"
 # Beside the checkout (var/ is ignored), not under pytest's 0700 tmp: as root the agent's tasks run under uids of

@@ -19,8 +19,9 @@ from orchestrator.identity.keys import control_public_key
 from orchestrator.models import Host, HostStatus
 from tests import factories
 from tests.agent_dist.conftest import log_of, submit_script, wait_for_end
-from tests.conftest import AGENT_HEARTBEAT_S, TASK_UIDS
+from tests.conftest import AGENT_HEARTBEAT_S
 from tests.support.processes import ROOT, ManagedProcess, wait_until
+from tests.support.task_uids import TASK_UIDS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import pytest
 from django.db import connections
 
+from tests.support.ports import free_port
 from tests.support.processes import ManagedProcess, wait_until
 
 T = TypeVar("T")
@@ -57,12 +58,6 @@ def orm(transactional_db: None) -> Iterator[Orm]:
     helper = Orm()
     yield helper
     helper.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class WebServer:

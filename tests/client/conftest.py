@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.browser.conftest import WebServer, free_port
+from tests.browser.conftest import WebServer
+from tests.support.ports import free_port
 
 
 @pytest.fixture

@@ -37,12 +37,13 @@ from orchestrator.identity import api_tokens
 from orchestrator.models import Cluster, Host, HostStatus, TaskEnvironment
 from scripts.celery_workers import worker_argv
 from tests.agent_dist.conftest import agent_env, agent_venv  # noqa: F401 - agent_venv: a fixture used here
-from tests.conftest import TASK_UIDS  # root only here, as in CI: each job's tasks under a uid of its own
 from tests.conftest import _artifacts as test_artifacts
 from tests.support.netns import NetnsHost, Network, unavailable_reason
 from tests.support.object_store import ObjectStore, running_store
+from tests.support.ports import free_port
 from tests.support.processes import ManagedProcess, wait_until
 from tests.support.redis_server import RedisServer
+from tests.support.task_uids import TASK_UIDS  # root only here, as in CI: each job's tasks under a uid of its own
 
 DB = "isolated"  # tests/settings.py: a test database of its own, made only in sessions with a test asking for it
 HOSTS = 4  # enough for a ParameterServer job's four tasks on four machines, or a two-worker gang and a spare
@@ -56,14 +57,6 @@ def _database_url(alias: str) -> str:
     if db.get("PASSWORD"):
         auth += ":" + quote(db["PASSWORD"])
     return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
-def _free_port(address: str) -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind((address, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -81,7 +74,7 @@ class ControlPlane:
 
     def start(self) -> None:
         py = sys.executable
-        port = _free_port(self.network.gateway)
+        port = free_port(self.network.gateway)
         self.web_url = f"http://{self.network.gateway}:{port}"
         self.procs["orchestrator"] = ManagedProcess(
             "orchestrator",

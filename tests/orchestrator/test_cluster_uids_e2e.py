@@ -22,7 +22,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="task uids need the agent to run as root (CI does)"),
 ]
 
-UIDS = "29980-29981"  # two uids on every host: each host alone gives jobs an even id apart the same one
+UIDS = "30700-30701"  # two uids on every host: each host alone gives jobs an even id apart the same one
 
 
 def lines(job: Job, prefix: str) -> list[str]:

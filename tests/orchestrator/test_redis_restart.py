@@ -36,6 +36,7 @@ from contracts.broker import without_credentials
 from orchestrator.identity import api_tokens
 from orchestrator.identity.tokens import issue as issue_token
 from orchestrator.models import Cluster, Host, HostStatus, Job, MetricPoint, Task
+from tests.support.ports import free_port
 from tests.support.processes import ManagedProcess, wait_until
 from tests.support.redis_server import RedisServer
 from tests.support.wire import control_key_flags
@@ -65,7 +66,7 @@ class Deployment:
         self.artifacts = artifacts
         self.redis_url = redis_url
         self.workdir = workdir
-        self.web_port = _free_port()
+        self.web_port = free_port()
         self.web_url = f"http://127.0.0.1:{self.web_port}"
         self.label = "redis-restart"  # the prefix of its processes' logs in test-artifacts/
         self.procs: dict[str, ManagedProcess] = {}
@@ -354,9 +355,3 @@ def _database_url(alias: str) -> str:
     if db.get("PASSWORD"):
         auth += ":" + quote(db["PASSWORD"])
     return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

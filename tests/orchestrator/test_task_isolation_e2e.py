@@ -20,9 +20,9 @@ from django.conf import settings
 
 from orchestrator.models import Host, HostStatus, Job, Task
 from tests import factories
-from tests.conftest import TASK_UIDS
 from tests.orchestrator.test_jobs_e2e import log_text, submit, wait_for_job
 from tests.support.processes import wait_until
+from tests.support.task_uids import TASK_UIDS
 from worker_agent.supervision.identity import parse_range
 
 pytestmark = [

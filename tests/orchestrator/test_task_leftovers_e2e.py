@@ -32,7 +32,7 @@ pytestmark = [
 ]
 
 ONE_WORKER = {"strategy": "mirrored", "workers": 1, "devices_per_worker": 1}
-ONE_UID = "29990-29990"  # every job on the host gets the same uid, one after another
+ONE_UID = "30800-30800"  # every job on the host gets the same uid, one after another
 HOST_WORK = Path("/tmp/my_working_dir")
 PRIVATE = "tasks get their own /tmp, /dev/shm and /proc"
 

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import psutil
 import pytest
 import requests
 
+from tests.support.ports import free_port
 from tests.support.processes import ROOT, ManagedProcess, wait_until
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -54,12 +54,6 @@ def cmdline(process: psutil.Process) -> list[str]:
 def program(process: psutil.Process) -> bool:
     """One of make run's programs, not a guard (scripts/tether.py) that stays between it and make run."""
     return not any(arg.endswith("scripts/tether.py") for arg in cmdline(process))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def quick_start_env(open_tmp, port: int, redis_port: int, pg_port: int) -> dict[str, str]:

@@ -30,6 +30,8 @@ from orchestrator.models import Host, HostStatus
 from tests import factories
 from tests.orchestrator.test_jobs_e2e import log_text, submit, wait_for_job
 from tests.support.processes import wait_until
+from tests.support.task_uids import TASK_UIDS
+from worker_agent.supervision.identity import parse_range
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -145,6 +147,6 @@ def test_a_jobs_planted_gconv_module_and_ld_debug_output_never_act_as_root(api, 
     }
     assert as_root == {"the module ran as root": [], "root made these at LD_DEBUG_OUTPUT": []}
     job_uids = {r["uid"] for r in records}
-    assert len(job_uids) == 1 and 20000 <= next(iter(job_uids)) <= 29999, records  # the job's own (TASK_UIDS)
+    assert len(job_uids) == 1 and next(iter(job_uids)) in parse_range(TASK_UIDS), records  # the job's own
     assert set(owners.values()) == job_uids
     assert {r["tunables"] for r in records} == {TUNABLES}

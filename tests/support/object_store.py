@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import sys
 import tempfile
 import time
@@ -21,6 +20,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from tests.support.ports import free_port
 from tests.support.processes import ROOT, ManagedProcess
 
 BUCKET = "tfdash-test"
@@ -58,12 +58,6 @@ class ObjectStore:
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
             for item in page.get("Contents", []):
                 s3.delete_object(Bucket=self.bucket, Key=item["Key"])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_http(url: str, timeout: float = 30) -> None:

@@ -5,17 +5,11 @@ on, `default` off, the control plane's user with a password of its own (scripts/
 from __future__ import annotations
 
 import secrets
-import socket
 from pathlib import Path
 
 from scripts.local_services import EmbeddedRedis
+from tests.support.ports import free_port
 from tests.support.processes import ManagedProcess
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class RedisServer:

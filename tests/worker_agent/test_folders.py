@@ -18,7 +18,7 @@ from worker_agent.supervision.uid_pool import TaskUids
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root (CI runs as root)")
 
 OUTSIDERS_UID = 4242  # owns the files of the stand-in for /etc
-TASK_UID = 20003
+TASK_UID = 30400  # the tests' uids: tests/support/task_uids.py
 
 
 # --- paths under the roots ------------------------------------------------------------------------------------------

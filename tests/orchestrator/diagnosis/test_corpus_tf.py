@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 from orchestrator.diagnosis.classify import JobEnd, classify
 from orchestrator.diagnosis.store import TAIL_LINES
 from tests.orchestrator.diagnosis.corpus import FAILING, run, task_end
+from tests.support.ports import free_ports
 
 
 def test_out_of_device_memory_is_gpu_oom_with_the_batch_hint(tmp_path):
@@ -26,18 +26,8 @@ def test_out_of_device_memory_is_gpu_oom_with_the_batch_hint(tmp_path):
     assert "Lower the per-replica batch size" in verdict["hint"]
 
 
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def test_keras_3_fit_under_two_multi_worker_mirrored_workers_says_to_keep_legacy_keras(tmp_path):
-    workers = [f"localhost:{port}" for port in _free_ports(2)]
+    workers = [f"localhost:{port}" for port in free_ports(2)]
     procs = []
     for index in range(2):
         env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": {"worker": workers},

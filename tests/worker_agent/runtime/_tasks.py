@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,20 +21,6 @@ from tests.support.processes import ROOT, wait_until
 
 HOOKS = ROOT / "worker_agent" / "hooks"
 PYTHON = sys.executable
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct free ports (all held open until every one is chosen, so none is picked twice)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def tf_config(cluster: dict[str, list[str]], task_type: str, index: int) -> str:

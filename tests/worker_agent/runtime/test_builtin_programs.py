@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from tests.support.ports import free_ports
 from tests.support.processes import wait_until
 from tests.worker_agent.runtime._tasks import (
     Task,
     describe,
-    free_ports,
     runtime_argv,
     task_env,
     tasks,

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ports import free_ports
 from tests.support.processes import ROOT
-from tests.worker_agent.runtime._tasks import Task, describe, free_ports, task_env, tasks, tf_config, wait_all
+from tests.worker_agent.runtime._tasks import Task, describe, task_env, tasks, tf_config, wait_all
 from worker_agent.supervision.runtime_root import runtime_pythonpath
 
 ENVS = Path(os.environ.get("TFDASH_TASK_ENVS_DIR") or ROOT / "var" / "envs")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import itertools
-import socket
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -45,9 +44,3 @@ def script_spec(content: bytes, *args: str, **changes: Any) -> LaunchSpec:
         kill_grace_s=1.0,
     )
     return replace(spec, **changes)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

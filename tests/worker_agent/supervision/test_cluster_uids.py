@@ -15,7 +15,7 @@ from worker_agent.supervision.uid_pool import TaskUids
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="task uids need root (CI runs as root)")
 
-UIDS = UidRange(29_960, 29_961)  # two uids, on both hosts
+UIDS = UidRange(30_600, 30_601)  # two uids, on both hosts (the tests' uids: tests/support/task_uids.py)
 
 
 def host(root: Path) -> TaskUids:
@@ -57,12 +57,12 @@ def test_one_jobs_tasks_on_two_hosts_share_its_uid(tmp_path):
 def test_a_slot_the_host_cannot_give_is_refused_with_the_reason(tmp_path):
     a = tmp_path / "a"
     one = host(a)
-    with pytest.raises(Unusable, match=r"slot 2 lies outside this host's --task-uids 29960-29961"):
+    with pytest.raises(Unusable, match=r"slot 2 lies outside this host's --task-uids 30600-30601"):
         one.acquire(5, folder(a, 5), slot=2)
 
     held = one.acquire(6, folder(a, 6), slot=0)
     # The control plane took job 6's tasks for ended (its host lost, say), but they still run here.
-    with pytest.raises(Unusable, match=r"uid 29960 \(slot 0\) still serves job 6 on this host"):
+    with pytest.raises(Unusable, match=r"uid 30600 \(slot 0\) still serves job 6 on this host"):
         one.acquire(7, folder(a, 7), slot=0)
     one.release(held)
 

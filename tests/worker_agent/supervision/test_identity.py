@@ -24,7 +24,7 @@ from worker_agent.supervision.uid_pool import TaskUids
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="task uids need root (CI runs as root)")
 
-RANGE = UidRange(20000, 29999)
+RANGE = UidRange(30200, 30299)  # the tests' uids: tests/support/task_uids.py
 
 
 def owner_and_mode(path: Path) -> tuple[int, int]:
@@ -34,16 +34,16 @@ def owner_and_mode(path: Path) -> tuple[int, int]:
 
 # --- the uid rule ---------------------------------------------------------------------------------------------------
 def test_a_job_gets_low_plus_its_id_modulo_the_size_and_its_tasks_share_it(tmp_path):
-    uids = TaskUids(UidRange(20000, 20009), Roots.agent(tmp_path))
+    uids = TaskUids(UidRange(30100, 30109), Roots.agent(tmp_path))
     home = tmp_path / "jobs" / "13"
     place = Place(tmp_path, ("jobs", "13"))
 
     first = uids.acquire(13, [place, place.child("worker-0-a0")])
     second = uids.acquire(13, [place, place.child("worker-1-a0")])
 
-    assert first == second == 20003 == identity.preferred_uid(13, uids.uids)
-    assert owner_and_mode(home) == (20003, 0o700)
-    assert owner_and_mode(home / "worker-1-a0") == (20003, 0o700)
+    assert first == second == 30103 == identity.preferred_uid(13, uids.uids)
+    assert owner_and_mode(home) == (30103, 0o700)
+    assert owner_and_mode(home / "worker-1-a0") == (30103, 0o700)
 
 
 def job_folder(root: Path, job_id: int) -> Place:
@@ -54,7 +54,7 @@ def test_two_running_jobs_never_share_a_uid_and_an_earlier_jobs_folder_goes_back
     shared = tmp_path / "shared"
     for root in (shared, tmp_path / "agent"):
         root.mkdir()
-    uids = TaskUids(UidRange(20000, 20001), Roots.agent(tmp_path / "agent", [shared]))
+    uids = TaskUids(UidRange(30110, 30111), Roots.agent(tmp_path / "agent", [shared]))
     jobs = tmp_path / "agent" / "jobs"
     a = uids.acquire(2, [job_folder(tmp_path / "agent", 2), job_folder(shared, 2)])
     (jobs / "2" / "ckpt").write_text("job 2's weights")
@@ -63,7 +63,7 @@ def test_two_running_jobs_never_share_a_uid_and_an_earlier_jobs_folder_goes_back
     os.chown(shared / "jobs" / "2" / "model.keras", a, a)
 
     b = uids.acquire(4, [job_folder(tmp_path / "agent", 4)])  # 4 % 2 == 2 % 2, but job 2 still runs here
-    assert (a, b) == (20000, 20001)
+    assert (a, b) == (30110, 30111)
     uids.release(a)
     c = uids.acquire(6, [job_folder(tmp_path / "agent", 6)])  # job 2 is over: its uid serves job 6, not its files
 
@@ -90,9 +90,9 @@ def test_a_hard_link_to_a_file_the_task_does_not_own_keeps_its_owner(tmp_path):
     outside.write_text("root's")
     os.link(outside, folder / "link")  # what a task could plant where protected_hardlinks is off
 
-    uid_pool.own_folder(Place(tmp_path, ("jobs", "3")), 20003)
+    uid_pool.own_folder(Place(tmp_path, ("jobs", "3")), 30103)
 
-    assert owner_and_mode(folder)[0] == 20003
+    assert owner_and_mode(folder)[0] == 30103
     assert outside.stat().st_uid == 0
 
 
@@ -160,10 +160,10 @@ def test_the_agent_refuses_to_start_when_a_task_uid_cannot_reach_its_workdir(ope
     closed = open_tmp / "private"
     closed.mkdir(mode=0o700)
 
-    result = agent("--task-uids", "20000-29999", "--workdir", str(closed / "agent"), cwd=open_tmp)
+    result = agent("--task-uids", "30200-30299", "--workdir", str(closed / "agent"), cwd=open_tmp)
 
     assert result.returncode == 2
-    assert "refusing to start: task uid 20000 cannot run tasks here" in result.stderr
+    assert "refusing to start: task uid 30200 cannot run tasks here" in result.stderr
     assert f"the agent's workdir {closed / 'agent'} is under {closed} (mode 700)" in result.stderr
 
 

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from contracts.task_messages import ProgramSpec, TaskEventKind
+from tests.support.ports import free_port
 from tests.support.processes import wait_until
 from tests.worker_agent.recording import Recorder
-from tests.worker_agent.supervision.specs import PROGRAMS, free_port, spec_for
+from tests.worker_agent.supervision.specs import PROGRAMS, spec_for
 from worker_agent.supervision import programs
 from worker_agent.supervision.runtime_root import PACKAGE_ROOT, runtime_pythonpath
 

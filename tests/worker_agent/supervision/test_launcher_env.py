@@ -19,7 +19,7 @@ from tests.worker_agent.supervision.specs import script_spec
 from worker_agent.supervision import Supervisor, identity, mount_ns
 from worker_agent.supervision.identity import UidRange
 
-RANGE = UidRange(20000, 29999)
+RANGE = UidRange(30300, 30399)  # the tests' uids: tests/support/task_uids.py
 SCRIPT = b"import json, os\nprint('ENV ' + json.dumps({'uid': os.getuid(), 'env': dict(os.environ)}), flush=True)\n"
 
 

@@ -80,7 +80,7 @@ def test_with_task_uids_the_folder_is_the_jobs_own_and_named_in_the_tasks_enviro
 
     workdir = tmp_path / "agent"
     workdir.mkdir()
-    workspace = Workspace(workdir, [], identity.parse_range("21000-21009"))
+    workspace = Workspace(workdir, [], identity.parse_range("30500-30509"))
     spec = spec_for("chatty.py")
     prepared = workspace.prepare(spec, programs.load(spec.program))
     try:

@@ -21,7 +21,7 @@ from worker_agent.supervision.uid_pool import TaskUids
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="task uids need root (CI runs as root)")
 
-UID = 30_975  # a range of one: every job gets it; outside 20000-29999, the two test workers' task uids (TASK_UIDS)
+UID = 30_975  # a range of one: every job gets it; the tests' uids: tests/support/task_uids.py
 KEY = 0x7F_D4_20_42  # the SysV key the first job uses; the next job looks it up by the same key
 QUEUE = "/tfdash-test-leftover"
 

@@ -20,7 +20,7 @@ from worker_agent.supervision.uid_pool import TaskUids
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="task uids need root (CI runs as root)")
 
-UID = 30_977  # a range of one: every job gets it; outside 20000-29999, the two test workers' task uids (TASK_UIDS)
+UID = 30_977  # a range of one: every job gets it; the tests' uids: tests/support/task_uids.py
 
 # Forks, the child starts a session of its own and forks again, the grandchild sleeps; both parents are gone at once.
 ESCAPE = """

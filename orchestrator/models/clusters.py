@@ -310,6 +310,8 @@ class HostSample(models.Model):
     """CPU, memory and GPU readings an agent took at `ts` (wall seconds)."""
 
     id = models.BigAutoField(primary_key=True)
+    # Also ON DELETE CASCADE in PostgreSQL (migration 0034): a sample stored while the host is being deleted goes
+    # with it. A migration that alters this field makes Django write the constraint again, without: redo 0034.
     host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="samples")
     ts = models.FloatField()
     cpu_percent = models.FloatField(null=True)

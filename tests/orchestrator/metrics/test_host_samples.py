@@ -8,7 +8,9 @@ import time
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from contracts.host_samples import MAX_GPU_PROCESSES
@@ -17,6 +19,7 @@ from contracts.protocol import HOST_SAMPLES
 from orchestrator.metrics import ingest
 from orchestrator.models import Host, HostSample, Task
 from orchestrator.plumbing import counters
+from tests import factories
 from tests.orchestrator.metrics.conftest import envelope
 
 pytestmark = pytest.mark.django_db
@@ -105,3 +108,25 @@ def test_old_bad_rows_fail_no_page(watched, client):
         (1, None, ""),
         (0, 91.0, "H100"),
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sample_stored_while_its_host_is_being_deleted_goes_with_the_host():
+    # Django deletes a host's samples, then the host, in two statements: the ingest, storing an agent's report on
+    # another connection, may commit a sample between them (a CI run: the host's DELETE failed on the foreign key).
+    host, _token = factories.host("going")
+    HostSample.objects.create(host=host, ts=1.0)
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as ingest_connection:
+
+        def sample_stored_meanwhile(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+            if sql.startswith('DELETE FROM "orchestrator_host"'):  # its samples are deleted: the host is next
+                ingest_connection.execute(
+                    "INSERT INTO orchestrator_hostsample (host_id, ts, gpus) VALUES (%s, 2.0, '[]')", [host.pk]
+                )
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(sample_stored_meanwhile):
+            Host.objects.filter(pk=host.pk).delete()
+
+    assert not Host.objects.filter(pk=host.pk).exists()
+    assert not HostSample.objects.exists()

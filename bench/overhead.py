@@ -19,9 +19,15 @@ reproducible from its rounds). Goal: ratio >= 0.98 (the interval's lower end say
 
     .venv/bin/python bench/overhead.py [--rounds 30] [--epochs 2] [--batch 64] [--keras tf_keras|keras3]
     .venv/bin/python bench/overhead.py --width 1024 --layers 2 --examples 8192 --rounds 20   # ~10 ms steps
+    .venv/bin/python bench/overhead.py --parts callback    # or sampling: what one of the two costs alone
 
-The default model (64-256-2, batch 64) steps in about 1.8 ms: the worst case for a cost paid per step (what Keras
-does around a callback's batch hooks, the sampling wrapper); the second line's steps are nearer a real model's.
+The default model (64-256-2, batch 64) steps in 0.4-1.8 ms (the VM's speed varies by day): the worst case for a cost
+paid per step (what Keras does around a callback's batch hooks, the sampling wrapper); the second line's steps are
+nearer a real model's. `--op-threads 1` takes TensorFlow's idle op threads out of the CPU time (their spin-waits
+between steps are most of the control's noise: its interval shrank from about +-3 % to about +-1 % here), and
+`--parts` says which of the two injected parts a cost belongs to. Measured 2026-11-28 (op-threads 1, 12-16 rounds):
+0.977 and 0.982 (4x longer fits) on the default model's 0.41 ms steps, 0.995 [0.985, 0.996] on 4.5 ms steps
+(--width 1024 --layers 2): a cost of about 6-9 us per step, whichever part, so under 2 % from steps of about 0.5 ms up.
 """
 
 from __future__ import annotations
@@ -47,12 +53,29 @@ def main() -> int:
     parser.add_argument("--keras", choices=("tf_keras", "keras3"), default="tf_keras")
     parser.add_argument("--width", type=int, default=256, help="units of each hidden layer")
     parser.add_argument("--layers", type=int, default=1, help="hidden layers (the step's compute)")
+    parser.add_argument(
+        "--parts",
+        choices=("both", "callback", "sampling"),
+        default="both",
+        help="what the 'with' fits inject: the product (both), the metrics callback alone, or the sampled train "
+        "function alone (sampling as while a callback reads it)",
+    )
+    parser.add_argument(
+        "--op-threads",
+        type=int,
+        default=0,
+        help="TensorFlow's intra- and inter-op threads (0: its own choice); 1 removes its idle threads' spin-waits",
+    )
     args = parser.parse_args()
     os.environ["TF_USE_LEGACY_KERAS"] = "1" if args.keras == "tf_keras" else "0"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
     import numpy as np
     import tensorflow as tf
+
+    if args.op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.op_threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.op_threads)
 
     from worker_agent.runtime.emitter import Emitter
     from worker_agent.runtime.input_wait import (
@@ -61,6 +84,7 @@ def main() -> int:
         SampledTrainFunction,
         sampled,
     )
+    from worker_agent.runtime.input_wait import recorder as input_waits
     from worker_agent.runtime.metrics import metrics_callback_class
 
     keras = tf.keras if args.keras == "tf_keras" else __import__("keras")
@@ -95,17 +119,20 @@ def main() -> int:
 
     def fit_times(with_metrics: bool) -> tuple[float, float]:
         """One fit's (CPU seconds of the whole process, wall seconds)."""
-        callbacks = [callback_class(examples_per_step=args.batch, emitter=emitter)] if with_metrics else []
-        model.train_function = product if with_metrics else bare  # fit keeps the one it finds
+        callback = with_metrics and args.parts != "sampling"
+        callbacks = [callback_class(examples_per_step=args.batch, emitter=emitter)] if callback else []
+        model.train_function = product if with_metrics and args.parts != "callback" else bare  # fit keeps it
         cpu, wall = time.process_time(), time.perf_counter()
         model.fit(data, epochs=args.epochs, verbose=0, callbacks=callbacks)
         return time.process_time() - cpu, time.perf_counter() - wall
 
     fit_times(True)  # the sampled path's own functions traced once, outside the measurement too
+    if args.parts == "sampling":
+        input_waits.start()  # what a callback's on_train_begin does: the wrapper samples while someone reads it
     drained["input_wait"] = 0
     print(
         f"keras={args.keras} examples/fit={examples} batch={args.batch} hidden={args.layers}x{args.width} "
-        f"rounds={args.rounds} (ABBA, CPU seconds)"
+        f"rounds={args.rounds} parts={args.parts} op-threads={args.op_threads or 'TF'} (ABBA, CPU seconds)"
     )
     cpu_ratios, wall_ratios, wall_controls, cpu_controls = [], [], [], []
     without_cpu, with_cpu = [], []

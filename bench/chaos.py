@@ -453,9 +453,13 @@ def _truth(path: Path) -> tuple[int, int | None] | None:
 
 
 def _under_killed_agent(task: Any, tally: Tally) -> bool:
-    if task.host is None or task.started_at is None:
+    # From the attempt's placement, not its started_at: that is when the control plane applied the start event, which
+    # an agent killed right after the launch delivers only from its next life (a soak beside stress-ng: placed
+    # 15:23:20, the agent killed at :23 with the task's pipe, started_at 15:24:12; its lost points counted as lost).
+    began = task.placed_at or task.started_at
+    if task.host is None or began is None:
         return False
-    start = task.started_at.timestamp() - 2
+    start = began.timestamp() - 2
     end = (task.finished_at.timestamp() if task.finished_at else time.time()) + 2
     return any(start <= at <= end for at in tally.agent_kills.get(task.host.name, []))
 

@@ -28,8 +28,7 @@ from tests.support.task_uids import TASK_UIDS
 AGENT_HEARTBEAT_S = 0.5
 # `make test` runs the suite on two pytest-xdist workers (gw0, gw1): each has its own test databases (pytest-django
 # suffixes their names) and its own task uids (tests/support/task_uids.py), so the agents of one never hand the
-# other's uids to a job, nor kill the other's processes. Both share the suite's Redis (tests/settings.py: the
-# controller starts it, the workers inherit its URL): a test asserts on its own hosts' streams and keys only.
+# other's uids to a job, nor kill the other's processes, and its own Redis (tests/settings.py).
 
 
 # Test tiers (docs/development/testing.md). `make test` runs every test; `make test-fast` (TFDASH_TEST_TIER=fast) runs

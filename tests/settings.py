@@ -133,8 +133,15 @@ if not os.environ.get("TFDASH_CONTROL_KEY_FILE") and not os.environ.get("TFDASH_
     os.environ["TFDASH_CONTROL_KEY_FILE"] = _throwaway_control_key()
 if not os.environ.get("DATABASE_URL"):
     os.environ["DATABASE_URL"] = _suite_postgres()
-if not os.environ.get("REDIS_URL"):
+# A Redis per test process: pytest-xdist's workers inherit the controller's environment, and a Redis they shared let
+# one worker's test overwrite the other's broker user for a host of the same name ("invalid username-password pair"
+# in test_backpressure) and find the other's dead letters in its stream (test_intake). The URL this file started is
+# marked with its process, so a worker starts its own; a REDIS_URL from outside (no mark) is used as it is.
+_REDIS_OWNER = "TFDASH_TEST_REDIS_OWNER"
+_this_process = os.environ.get("PYTEST_XDIST_WORKER", "controller")
+if not os.environ.get("REDIS_URL") or os.environ.get(_REDIS_OWNER, _this_process) != _this_process:
     os.environ["REDIS_URL"] = _suite_redis()
+    os.environ[_REDIS_OWNER] = _this_process
 os.environ.setdefault("TFDASH_HEARTBEAT_TIMEOUT_S", "4")
 os.environ.setdefault("TFDASH_WATCHDOG_INTERVAL_S", "0.5")
 os.environ.setdefault("TFDASH_ORDER_RESEND_S", "2")

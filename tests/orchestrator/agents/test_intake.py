@@ -46,8 +46,7 @@ def client(redis_url: str, fleet) -> Any:  # noqa: F811
 
 
 def _dead_letters(client: redis.Redis, hosts: list[str]) -> list[dict[bytes, bytes]]:
-    """The events' dead letters of `hosts`: the suite's Redis is shared by both test workers, and a test on the other
-    one dead-letters junk of its own hosts meanwhile (test_transport's junk-0)."""
+    """The events' dead letters of `hosts` (not another test's: test_transport's junk-0 leaves its own)."""
     letters = (fields for _id, fields in client.xrange(streams.dead_letter_stream(broker.EVENTS)))
     return [fields for fields in letters if fields.get(b"host", b"").decode() in hosts]
 

@@ -12,22 +12,17 @@ overlap (bench/chaos.py takes its hosts' ranges from 10000-20000 the same way).
 from __future__ import annotations
 
 import itertools
-import os
 import random
 import socket
 import threading
 
+from tests.support.workers import WORKER, WORKER_COUNT
+
 WINDOW = range(32000, 32768)  # Linux's ip_local_port_range starts at 32768 by default
 
 
-def _share() -> range:
-    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
-    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % workers
-    size = len(WINDOW) // workers
-    return WINDOW[worker * size : (worker + 1) * size]
-
-
-SHARE = _share()
+_SIZE = len(WINDOW) // WORKER_COUNT
+SHARE = WINDOW[WORKER % WORKER_COUNT * _SIZE : (WORKER % WORKER_COUNT + 1) * _SIZE]
 # Each process starts somewhere in its share and goes round it: a suite run right after another does not meet the
 # last run's ports first (a closed server's port lingers in TIME_WAIT, and a port still in use is skipped anyway).
 _turn = itertools.count(random.randrange(len(SHARE)))

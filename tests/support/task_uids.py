@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 
-_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+from tests.support.workers import WORKER
+
 # As in CI (root): test agents run each job's tasks under a uid of its own. Empty when not root.
-TASK_UIDS = f"{40000 + 5000 * _WORKER}-{44999 + 5000 * _WORKER}" if os.geteuid() == 0 else ""
+TASK_UIDS = f"{40000 + 5000 * WORKER}-{44999 + 5000 * WORKER}" if os.geteuid() == 0 else ""

@@ -8,8 +8,8 @@ most steps call Keras' own function unchanged; a sampled step times its Iterator
 - tf_keras: one compiled function fetches (timed) and calls tf_keras' own train function body
   (`train_tf_function.python_function`) with a one-batch stand-in iterator, so the step is tf_keras' code
   (strategy.run, reduction, step counter, jit_compile) exactly; only the two timestamps are added. A sampled step
-  cost ~0.3 ms more than tf_keras' own (bench/overhead.py; a fetch function and a step function called one after the
-  other cost ~1 ms more).
+  cost 0.02-0.05 ms more than tf_keras' own on 0.6-0.7 ms steps (bench/overhead.py's last line, 2026-11-28; a fetch
+  function and a step function called one after the other cost ~1 ms more).
 - Keras 3: a compiled timed fetch, then Keras 3's own train function on a one-batch list (it accepts an iterable and
   runs its compiled `one_step_on_data` on each element); measured no slower than its own step.
 An eager `next()` would have been simpler, but it costs 0.22-0.33 ms of Python and op dispatch per fetch of data
@@ -17,8 +17,9 @@ that is ready (measured here), which a compiled step never pays: a pipeline with
 input-bound on 1.4 ms steps. At the end of the data the fetch raises OutOfRangeError, as Keras' own step does.
 
 Which steps are sampled: each at random with probability (mean step time / SAMPLE_GAP_S), so about one step per
-SAMPLE_GAP_S (50 ms) of training is, and every step of 50 ms or more: the extra cost stays about 0.3 ms per 50 ms
-(~0.6 %) whatever the step time. Random, not
+SAMPLE_GAP_S (50 ms) of training is, and every step of 50 ms or more: the extra cost stays about 0.05 ms per 50 ms
+(~0.1 %) whatever the step time. (Drawn as the number of steps to the next sample, not as a coin at each step: the
+same law, and the steps between cost nothing.) Random, not
 "the first step 50 ms after the last sample": that rule samples every step that follows a pause (validation, an
 epoch's end), and an epoch's first fetch waits for a new iterator to fill its buffers, so it over-counted epoch
 starts. MultiWorkerMirrored is sampled by step count instead (every SYNC_EVERY-th step, the same steps on every
@@ -33,6 +34,7 @@ calling ours, and custom training loops (what they fetch is the user's own code)
 from __future__ import annotations
 
 import functools
+import math
 import random
 import sys
 import threading
@@ -89,7 +91,11 @@ class _OneBatch:
 
 
 class SampledTrainFunction:
-    """Keras' train function, with now and then a sampled step whose fetch is timed (see the module)."""
+    """Keras' train function, with now and then a sampled step whose fetch is timed (see the module).
+
+    Per step it only counts down to the next sample, chosen as a sample begins (`_steps_to_next`), and times the one
+    step just before a sample for the rate: a step of Keras' own costs a decrement and a compare, where a coin thrown
+    and two clock reads at every step cost about 1 us, 0.25 % of a 0.4 ms step (bench/overhead.py)."""
 
     _tfdash_sampled = True
 
@@ -110,36 +116,55 @@ class SampledTrainFunction:
         self._clock = clock
         self._rec = rec if rec is not None else recorder
         self._random = random.Random(0).random if random_source is None else random_source  # noqa: S311 - sampling
-        self._calls = 0
+        self._left = 1  # calls until the next sample, this one included: the first call is one (it traces)
         self._step_s: float | None = None
         self._traced = False
         self._original_traced = False
 
     def __call__(self, iterator: Any) -> Any:
-        self._calls += 1
-        if not self._rec.active or not self._due():
-            start = self._clock()
-            outputs = self.original(iterator)
-            if self._original_traced:  # its first call traced it: not a step's time
-                self._note_duration(self._clock() - start)
-            self._original_traced = True
-            return outputs
+        left = self._left - 1
+        self._left = left
+        if left > 1:  # most steps: Keras' own, untouched
+            return self.original(iterator)
+        if left == 1:  # the step before a sample: its time sets the sampling rate
+            return self._timed_original(iterator)
+        # The next sample is chosen before this one runs, so the count stays the same on every worker even when this
+        # step raises (the end of the data).
+        self._left = self._steps_to_next()
+        if not self._rec.active:  # no callback reads the samples: this one is skipped, the count goes on
+            return self.original(iterator)
         start = self._clock()
         outputs, waited = self.timed(iterator)  # OutOfRangeError at the end of the data, as Keras' own step raises
         if self._traced:  # the first sample traced both functions: its time is not a step's
             self._rec.add(float(waited))
-            self._note_duration(self._clock() - start)
+            if self._step_s is None:  # a sampled step is a little slower: it stands in until a plain one is timed
+                self._step_s = self._clock() - start
         self._traced = True
         return outputs
 
-    def _due(self) -> bool:
-        """Whether this step is sampled: decided before it runs, from earlier steps only, so a step's own wait never
-        makes it likelier to be sampled (sampling "the first step after a pause" would over-count epoch starts)."""
+    def _timed_original(self, iterator: Any) -> Any:
+        start = self._clock()
+        outputs = self.original(iterator)
+        if self._original_traced:  # its first timed call may have traced it: not a step's time
+            self._note_duration(self._clock() - start)
+        self._original_traced = True
+        return outputs
+
+    def _steps_to_next(self) -> int:
+        """How many calls from now the next sample is, decided from earlier steps only, so a step's own wait never
+        makes it likelier to be sampled (sampling "the first step after a pause" would over-count epoch starts).
+        Synchronous workers: every `every`-th call, counted from the first, the same calls on every worker. Else a
+        geometric draw with success (mean step time / gap): the same law as a coin thrown at each step, so about one
+        step per gap of training is sampled, and every step as long as the gap."""
         if self._every > 0:
-            return self._calls % self._every == 1 or self._every == 1
+            return self._every
         if self._step_s is None:
-            return True
-        return self._random() < self._step_s / self._gap_s
+            return 1
+        chance = self._step_s / self._gap_s
+        if chance >= 1.0:
+            return 1
+        draw = 1.0 - self._random()  # in (0, 1]
+        return 1 + int(math.log(draw) / math.log1p(-chance))
 
     def _note_duration(self, seconds: float) -> None:
         # A moving mean of the train function's own calls (not of the time between them: validation and callbacks

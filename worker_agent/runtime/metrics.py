@@ -131,23 +131,34 @@ class _MetricsLogic:
         self._waits_at_open = input_waits.snapshot()
         self._first_epoch_of_fit = False
 
-    @_guarded
+    # The two batch hooks run at every step: they only note the step and compare a clock, unguarded (nothing in them
+    # can raise), and call the guarded part when there is something to do. Keras' own batch hook dispatch costs about
+    # as much again (bench/overhead.py).
     def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
-        # int(): after a mid-epoch restore tf_keras counts batches from a numpy int64 (its backup's batch + 1).
-        self.last_begun = (self._epoch, int(batch))
-        if not self._started:  # a fit resumed mid-epoch begins at the step after the saved one
-            self._start(resumed_from_epoch=self._resume_epoch or 0, resumed_from_step=int(batch))
+        # A numpy int64 after a mid-epoch restore (tf_keras counts from its backup's batch + 1): made int where used.
+        self.last_begun = (self._epoch, batch)
+        if not self._started:
+            self._batch_begin_first(batch)
 
-    @_guarded
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         now = self._clock()
-        batch = int(batch)  # a numpy int64 in an epoch resumed mid-way (on_train_batch_begin): its steps go to JSON
         self._last_batch, self._last_batch_t, self._last_logs = batch, now, logs
+        if self._window_t0 is None or now - self._window_t0 >= self.min_interval_s:
+            self._batch_end_window(now, batch, logs)
+
+    @_guarded
+    def _batch_begin_first(self, batch: int) -> None:
+        # a fit resumed mid-epoch begins at the step after the saved one
+        self._start(resumed_from_epoch=self._resume_epoch or 0, resumed_from_step=int(batch))
+
+    @_guarded
+    def _batch_end_window(self, now: float, batch: int, logs: Mapping[str, Any] | None) -> None:
+        batch = int(batch)  # its steps go to JSON
         if self._window_t0 is None:
             self._window_t0 = now
             self._window_base = batch + 1
             self._waits_at_open = input_waits.snapshot()
-        elif now - self._window_t0 >= self.min_interval_s:
+        else:
             self._emit_window(now, batch, logs)
 
     @_guarded
@@ -155,12 +166,13 @@ class _MetricsLogic:
         if not self._started:  # an epoch without steps (Keras ran none): it resumed at this epoch's start
             self._start(resumed_from_epoch=epoch if self._resume_epoch is None else self._resume_epoch)
         now = self._clock()
+        last_batch = int(self._last_batch)
         if (
             self._window_t0 is not None
-            and self._last_batch + 1 > self._window_base
+            and last_batch + 1 > self._window_base
             and self._last_batch_t - self._last_emit_t >= self.min_interval_s
         ):
-            self._emit_window(self._last_batch_t, self._last_batch, self._last_logs)  # the epoch's unreported tail
+            self._emit_window(self._last_batch_t, last_batch, self._last_logs)  # the epoch's unreported tail
         self._last_logs = None
         values: dict[str, Any] = dict(_resolved(logs))
         lr = self._learning_rate()
@@ -168,7 +180,7 @@ class _MetricsLogic:
             values["learning_rate"] = lr
         values["epoch_time_s"] = now - self._epoch_t0
         steps_per_epoch = self._steps_per_epoch()
-        done = steps_per_epoch if steps_per_epoch is not None else self._last_batch + 1
+        done = steps_per_epoch if steps_per_epoch is not None else last_batch + 1
         step = self._global_step(done - 1)
         if steps_per_epoch is None:
             self._steps_before_epoch += max(done, 0)

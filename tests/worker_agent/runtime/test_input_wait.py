@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 from typing import Any
 
 import pytest
@@ -49,22 +50,41 @@ def test_it_samples_nothing_while_no_callback_reads_the_samples() -> None:
 
 
 def test_it_samples_steps_at_random_one_per_gap_of_training_and_leaves_out_the_traces() -> None:
-    # 10 ms steps and a 50 ms gap: each step is sampled with probability 0.2 (a draw below it samples).
+    # 10 ms steps and a 50 ms gap: each step is sampled with chance 0.2. The wrapper draws how many steps away the
+    # next sample is (geometric: 1 + floor(log(1 - u) / log(0.8))): u=0.5 -> 4, 0.1 -> 1, 0.9 -> 11.
     assert SAMPLE_GAP_S == 0.05
-    function, rec, _clock, calls = make(draws=[0.5, 0.1, 0.9, 0.19, 0.21])
+    function, rec, _clock, calls = make(draws=[0.5, 0.1, 0.9, 0.9])
     rec.start()
     data = itertools.count()
-    function(data)  # the first: sampled, traces the fetch and the step, not counted
-    function(data)  # still no step time known: sampled, counted
-    function(data)  # draw 0.5: Keras' own function (its first call, a trace: its time not taken as a step's)
-    function(data)  # 0.1 < 0.2: sampled
-    function(data)  # 0.9: not
-    function(data)  # 0.19: sampled
-    function(data)  # 0.21: not
+    for _ in range(19):
+        function(data)
     assert calls == [
-        "fetch", "step 0", "fetch", "step 1", "compiled", "fetch", "step 3", "compiled", "fetch", "step 5", "compiled"
+        "fetch", "step 0",  # the first: sampled, traces the fetch and the step, not counted
+        "fetch", "step 1",  # no step time known yet: the next is sampled too
+        "fetch", "step 2",  # the step time is known from now on: draw 0.5, the 4th call from here is next
+        "compiled", "compiled", "compiled",  # the last of them is timed (its first timed call: not counted)
+        "fetch", "step 6",  # draw 0.1: the very next call
+        "fetch", "step 7",  # draw 0.9: the 11th from here
+        *["compiled"] * 10,
+        "fetch", "step 18",
     ]  # fmt: skip
-    assert rec.snapshot() == (pytest.approx(0.012), 3)
+    assert rec.snapshot() == (pytest.approx(0.02), 5)
+
+
+def test_about_one_step_per_gap_of_training_is_sampled_whatever_the_step_time() -> None:
+    for step_s, expected_share in ((0.002, 0.04), (0.01, 0.2), (0.05, 1.0), (0.2, 1.0)):
+        function, rec, clock, _calls = make()
+        function._random = random.Random(7).random  # a seeded stream instead of the test's list
+        rec.start()
+
+        def original(iterator: Any, clock: Clock = clock, step_s: float = step_s) -> str:
+            clock.now += step_s
+            return "logs"
+
+        function.original = original
+        for _ in range(20_000):
+            function(itertools.count())
+        assert rec.steps / 20_000 == pytest.approx(expected_share, rel=0.05), step_s
 
 
 def test_synchronous_workers_sample_by_step_count_so_every_worker_samples_the_same_steps() -> None:

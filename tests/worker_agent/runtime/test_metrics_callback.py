@@ -221,7 +221,7 @@ def test_a_failing_hook_disables_the_callback_instead_of_the_training(
         clock.now += 0.1
         callback.on_train_batch_end(batch, {"loss": 1.0})  # raises inside; must not escape
     callback.on_epoch_end(0, {"loss": 1.0})
-    assert "metrics callback disabled after an error in on_train_batch_end" in capsys.readouterr().err
+    assert "metrics callback disabled after an error in _batch_end_window" in capsys.readouterr().err
     assert lines(path) == []
 
 

@@ -25,9 +25,8 @@ The default model (64-256-2, batch 64) steps in 0.4-1.8 ms (the VM's speed varie
 paid per step (what Keras does around a callback's batch hooks, the sampling wrapper); the second line's steps are
 nearer a real model's. `--op-threads 1` takes TensorFlow's idle op threads out of the CPU time (their spin-waits
 between steps are most of the control's noise: its interval shrank from about +-3 % to about +-1 % here), and
-`--parts` says which of the two injected parts a cost belongs to. Measured 2026-11-28 (op-threads 1, 12-16 rounds):
-0.977 and 0.982 (4x longer fits) on the default model's 0.41 ms steps, 0.995 [0.985, 0.996] on 4.5 ms steps
-(--width 1024 --layers 2): a cost of about 6-9 us per step, whichever part, so under 2 % from steps of about 0.5 ms up.
+`--parts` says which of the two injected parts a cost belongs to. Current figures: docs/sizing.md (2026-11-28:
+medians 0.969-0.993 on the default model, the parts measured back to back under 0.5 % of its step together).
 """
 
 from __future__ import annotations

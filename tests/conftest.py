@@ -108,8 +108,18 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 # machine's loopback share one worker and run one at a time, as they did in one process: their clusters' TF ports
 # (tests/factories.py and the tests' own ranges, 23000-29999) and the machine's cores are theirs. Everything else runs
 # on the other worker: unit, API and browser tests, the benches (the chaos soak's and the failover's stacks take
-# their TF ports from 10000-20000), and hosts with their own addresses (tests/network: ports of their own namespaces).
-_OWN_STACKS = ("tests/bench/", "tests/orchestrator/leases/test_failover_e2e.py", "tests/network/")
+# their TF ports from 10000-20000), hosts with their own addresses (tests/network: ports of their own namespaces), and
+# TF tests that run no job on a registered host: TF processes started directly on ports of the test worker's own
+# (tests/support/ports.py), and `make run`'s stack, whose hosts run no job in its tests. That last part also evens
+# the two workers out: beside stress-ng --cpu 1, `loopback-tf` took 1,757 s and the others 1,286 s before it.
+_OWN_STACKS = (
+    "tests/bench/",
+    "tests/orchestrator/leases/test_failover_e2e.py",
+    "tests/network/",
+    "tests/worker_agent/runtime/test_builtin_programs.py",
+    "tests/orchestrator/diagnosis/test_corpus_tf.py",
+    "tests/scripts/test_run_local.py",
+)
 
 
 def _worker_group(nodeid: str, kinds: set[str]) -> str:

@@ -163,6 +163,8 @@ class SampledTrainFunction:
         chance = self._step_s / self._gap_s
         if chance >= 1.0:
             return 1
+        if chance <= 0.0:  # a step the clock saw take no time (too coarse a clock): time the next one again
+            return 2
         draw = 1.0 - self._random()  # in (0, 1]
         return 1 + int(math.log(draw) / math.log1p(-chance))
 

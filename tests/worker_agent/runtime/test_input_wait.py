@@ -87,6 +87,15 @@ def test_about_one_step_per_gap_of_training_is_sampled_whatever_the_step_time() 
         assert rec.steps / 20_000 == pytest.approx(expected_share, rel=0.05), step_s
 
 
+def test_steps_a_clock_sees_take_no_time_are_timed_again_instead_of_failing_the_training() -> None:
+    rec = InputWaitRecorder()
+    rec.start()
+    function = SampledTrainFunction(lambda _it: "logs", lambda _it: ("logs", 0.0), clock=lambda: 0.0, rec=rec)
+    for _ in range(10):
+        assert function(itertools.count()) == "logs"
+    assert rec.steps == 5  # after the trace and the first counted sample, every other call: timed, then sampled
+
+
 def test_synchronous_workers_sample_by_step_count_so_every_worker_samples_the_same_steps() -> None:
     function, rec, clock, calls = make(every=4)
     rec.start()

@@ -22,7 +22,8 @@ WINDOW = range(32000, 32768)  # Linux's ip_local_port_range starts at 32768 by d
 
 
 _SIZE = len(WINDOW) // WORKER_COUNT
-SHARE = WINDOW[WORKER % WORKER_COUNT * _SIZE : (WORKER % WORKER_COUNT + 1) * _SIZE]
+_FIRST = WORKER % WORKER_COUNT * _SIZE
+SHARE = WINDOW[_FIRST : _FIRST + _SIZE]
 # Each process starts somewhere in its share and goes round it: a suite run right after another does not meet the
 # last run's ports first (a closed server's port lingers in TIME_WAIT, and a port still in use is skipped anyway).
 _turn = itertools.count(random.randrange(len(SHARE)))

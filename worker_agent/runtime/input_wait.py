@@ -94,8 +94,8 @@ class SampledTrainFunction:
     """Keras' train function, with now and then a sampled step whose fetch is timed (see the module).
 
     Per step it only counts down to the next sample, chosen as a sample begins (`_steps_to_next`), and times the one
-    step just before a sample for the rate: a step of Keras' own costs a decrement and a compare, where a coin thrown
-    and two clock reads at every step cost about 1 us, 0.25 % of a 0.4 ms step (bench/overhead.py)."""
+    step just before a sample for the rate: a call costs 0.10 us of Python, where a coin thrown and two clock reads at
+    every step cost 0.68 us (measured 2026-11-28 with a trivial train function, a million calls)."""
 
     _tfdash_sampled = True
 

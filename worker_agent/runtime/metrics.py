@@ -132,8 +132,8 @@ class _MetricsLogic:
         self._first_epoch_of_fit = False
 
     # The two batch hooks run at every step: they only note the step and compare a clock, unguarded (nothing in them
-    # can raise), and call the guarded part when there is something to do. Keras' own batch hook dispatch costs about
-    # as much again (bench/overhead.py).
+    # can raise), and call the guarded part when there is something to do. Both, as Keras' CallbackList dispatches
+    # them: 1.38 us a step with ours against 0.11 without (bench/overhead.py's "batch hooks" line, 2026-11-28).
     def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         # A numpy int64 after a mid-epoch restore (tf_keras counts from its backup's batch + 1): made int where used.
         self.last_begun = (self._epoch, batch)

@@ -111,12 +111,15 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 # their TF ports from 10000-20000), hosts with their own addresses (tests/network: ports of their own namespaces), and
 # TF tests that run no job on a registered host: TF processes started directly on ports of the test worker's own
 # (tests/support/ports.py), and `make run`'s stack, whose hosts run no job in its tests. That last part also evens
-# the two workers out: beside stress-ng --cpu 1, `loopback-tf` took 1,757 s and the others 1,286 s before it.
+# the two workers out: beside stress-ng --cpu 1, `loopback-tf` took 1,757 s and the others 1,286 s before it; on
+# 2026-11-28, quiet, 2,193 s and 1,871 s, before the runtime's step-preemption and input-bound tests joined them.
 _OWN_STACKS = (
     "tests/bench/",
     "tests/orchestrator/leases/test_failover_e2e.py",
     "tests/network/",
     "tests/worker_agent/runtime/test_builtin_programs.py",
+    "tests/worker_agent/runtime/test_step_preemption.py",
+    "tests/worker_agent/runtime/test_input_bound_scripts.py",
     "tests/orchestrator/diagnosis/test_corpus_tf.py",
     "tests/scripts/test_run_local.py",
 )

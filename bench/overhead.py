@@ -32,11 +32,9 @@ medians 0.969-0.993 on the default model, the parts measured back to back under 
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import sys
-import threading
 import time
 import timeit
 from pathlib import Path
@@ -44,93 +42,26 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.fit_fixture import add_fit_arguments, build
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--examples", type=int, default=32768)
-    parser.add_argument("--keras", choices=("tf_keras", "keras3"), default="tf_keras")
-    parser.add_argument("--width", type=int, default=256, help="units of each hidden layer")
-    parser.add_argument("--layers", type=int, default=1, help="hidden layers (the step's compute)")
-    parser.add_argument(
-        "--parts",
-        choices=("both", "callback", "sampling"),
-        default="both",
-        help="what the 'with' fits inject: the product (both), the metrics callback alone, or the sampled train "
-        "function alone (sampling as while a callback reads it)",
-    )
-    parser.add_argument(
-        "--op-threads",
-        type=int,
-        default=0,
-        help="TensorFlow's intra- and inter-op threads (0: its own choice); 1 removes its idle threads' spin-waits",
-    )
+    add_fit_arguments(parser, epochs=2, examples=32768)
     args = parser.parse_args()
-    os.environ["TF_USE_LEGACY_KERAS"] = "1" if args.keras == "tf_keras" else "0"
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    fit = build(args)
+    tf, keras, model, data, bare, product = fit.tf, fit.keras, fit.model, fit.data, fit.bare, fit.product
+    callback_class, emitter, drained, examples = fit.callback_class, fit.emitter, fit.drained, fit.examples
 
-    import numpy as np
-    import tensorflow as tf
-
-    if args.op_threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.op_threads)
-        tf.config.threading.set_inter_op_parallelism_threads(args.op_threads)
-
-    from worker_agent.runtime.emitter import Emitter
-    from worker_agent.runtime.input_wait import (
-        SAMPLE_GAP_S,
-        InputWaitRecorder,
-        SampledTrainFunction,
-        sampled,
-    )
-    from worker_agent.runtime.input_wait import recorder as input_waits
-    from worker_agent.runtime.metrics import metrics_callback_class
-
-    keras = tf.keras if args.keras == "tf_keras" else __import__("keras")
-    read_fd, write_fd = os.pipe()
-    emitter = Emitter(os.fdopen(write_fd, "w", buffering=1, encoding="utf-8"), origin="bench pipe")
-    drained = {"lines": 0, "input_wait": 0}
-
-    def drain() -> None:
-        with os.fdopen(read_fd, "rb") as pipe:
-            for line in pipe:
-                drained["lines"] += 1
-                drained["input_wait"] += b'"input_wait_fraction"' in line
-
-    threading.Thread(target=drain, daemon=True).start()
-
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(args.examples, 64)).astype("float32")
-    y = (x @ rng.normal(size=(64,)) > 0).astype("int64")
-    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch).prefetch(tf.data.AUTOTUNE)
-    hidden = [keras.layers.Dense(args.width, activation="relu") for _ in range(args.layers)]
-    model = keras.Sequential([keras.Input(shape=(64,)), *hidden, keras.layers.Dense(2)])
-    model.compile(
-        optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"]
-    )
-    model.fit(data, epochs=1, verbose=0)  # trace and warm up once, outside the measurement
-    callback_class = metrics_callback_class(keras.callbacks.Callback)
-    examples = args.examples * args.epochs
-    bare = model.train_function
-    product = sampled(model, bare, args.keras)
-    if not isinstance(product, SampledTrainFunction):
-        raise SystemExit("this model's train function cannot be sampled: the bench would not measure the product")
+    from worker_agent.runtime.input_wait import SAMPLE_GAP_S, InputWaitRecorder, SampledTrainFunction
 
     def fit_times(with_metrics: bool) -> tuple[float, float]:
         """One fit's (CPU seconds of the whole process, wall seconds)."""
-        callback = with_metrics and args.parts != "sampling"
-        callbacks = [callback_class(examples_per_step=args.batch, emitter=emitter)] if callback else []
-        model.train_function = product if with_metrics and args.parts != "callback" else bare  # fit keeps it
         cpu, wall = time.process_time(), time.perf_counter()
-        model.fit(data, epochs=args.epochs, verbose=0, callbacks=callbacks)
+        fit.run(with_metrics)
         return time.process_time() - cpu, time.perf_counter() - wall
 
-    fit_times(True)  # the sampled path's own functions traced once, outside the measurement too
-    if args.parts == "sampling":
-        input_waits.start()  # what a callback's on_train_begin does: the wrapper samples while someone reads it
-    drained["input_wait"] = 0
     print(
         f"keras={args.keras} examples/fit={examples} batch={args.batch} hidden={args.layers}x{args.width} "
         f"rounds={args.rounds} parts={args.parts} op-threads={args.op_threads or 'TF'} (ABBA, CPU seconds)"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -118,3 +120,24 @@ def test_fair_share_replay_brings_every_account_nearer_its_share_with_memory_tha
     worst = {float(h): float(miss) for h, miss in re.findall(r"^5\s+(\S+)d\s.*\s([+-]\d+)%\s+[0-9.]+$", output, re.M)}
     assert set(worst) == {0.0, 7.0}, output[-4000:]
     assert abs(worst[7.0]) < abs(worst[0.0]), output[-4000:]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(shutil.which("valgrind") is None or shutil.which("gcc") is None, reason="needs valgrind and gcc")
+def test_the_instruction_bench_counts_each_fit_on_its_own(tmp_path):
+    """bench/overhead_instructions.py's counting, without TensorFlow (its import alone takes minutes under valgrind):
+    a program under callgrind dumps its counters between pieces of work through the bench's client library, and the
+    bench reads each piece back under its label, the setup's left out. Twice the work counts about twice."""
+    from bench.overhead_instructions import build_client, read_dumps
+
+    library = build_client(tmp_path)
+    program = (
+        "import ctypes, sys; client = ctypes.CDLL(sys.argv[1]); client.tfdash_dump(b'setup')\n"
+        "for label, n in ((b'without 0 0', 200_000), (b'with 0 1', 400_000)):\n"
+        "    sum(range(n)); client.tfdash_dump(label)\n"
+    )
+    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp_path}/fits", sys.executable, "-c",
+                    program, str(library)], check=True, capture_output=True, timeout=150)  # fmt: skip
+    counts = dict(read_dumps(tmp_path))
+    assert list(counts) == ["without 0 0", "with 0 1"], counts
+    assert 1.7 < counts["with 0 1"] / counts["without 0 0"] < 2.3, counts

@@ -27,6 +27,7 @@ nearer a real model's. `--op-threads 1` takes TensorFlow's idle op threads out o
 between steps are most of the control's noise: its interval shrank from about +-3 % to about +-1 % here), and
 `--parts` says which of the two injected parts a cost belongs to. Current figures: docs/sizing.md (2026-11-28:
 medians 0.969-0.993 on the default model, the parts measured back to back under 0.5 % of its step together).
+bench/overhead_instructions.py counts the same fits' instructions under valgrind instead: no machine noise.
 """
 
 from __future__ import annotations

@@ -16,8 +16,9 @@ upper bound).
 
     .venv/bin/python bench/overhead_instructions.py [--rounds 2] [--examples 16384] [--keras tf_keras|keras3]
 
-Needs valgrind and gcc (both on this machine kind: Debian's valgrind package carries callgrind.h). About 10 minutes
-with the defaults (TensorFlow's import alone takes 3 minutes under valgrind). Exit 0: goal met (ratio >= 0.98).
+Needs valgrind and gcc (both on this machine kind: Debian's valgrind package carries callgrind.h). TensorFlow's
+import alone takes 3 minutes under valgrind: `--rounds 1 --examples 1024` took 4 minutes on a quiet machine here, the
+defaults 49 beside the test suite and stress-ng. Exit 0: goal met (ratio >= 0.98). Figures: docs/sizing.md.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,11 @@ def add_fit_arguments(parser: argparse.ArgumentParser, *, epochs: int, examples:
     )
 
 
+def steps_per_fit(args: argparse.Namespace) -> int:
+    """Steps a fit of these options takes (an epoch's last batch may be short)."""
+    return int(args.epochs * -(-args.examples // args.batch))
+
+
 @dataclass
 class Fit:
     """The model, its data, Keras' own train function (`bare`) and the product's (`product`), traced."""
@@ -54,12 +59,16 @@ class Fit:
     product: Any
     callback_class: type
     emitter: Any
-    drained: dict[str, int] = field(default_factory=lambda: {"lines": 0, "input_wait": 0})
+    drained: dict[str, int]  # lines the drain thread read, and those with an input-wait fraction
     min_interval_s: float | None = None  # the callback's window; None: the product's own
 
     @property
     def examples(self) -> int:
         return int(self.args.examples * self.args.epochs)
+
+    @property
+    def steps(self) -> int:
+        return steps_per_fit(self.args)
 
     def run(self, with_product: bool) -> None:
         """One fit, with what the agent injects (`--parts` of it) or without."""

@@ -8,11 +8,11 @@ one or two rounds give the ratio to the third decimal. Instructions are not seco
 add), so this is the CPU work the product adds to training, beside overhead.py's CPU time and wall clock.
 
 Every thread's instructions count (callgrind sums them): TensorFlow's, the drain thread's, the callback's. Under
-valgrind the fits run about 40 times slower, and the product's clocks would see that: the input-wait sampling would
-sample about 40 times more steps (one per 50 ms of training) and the callback would close 40 times more windows (one
-per 0.5 s). So the bench first times the same fit natively, then stretches both intervals by the slowdown it measures
-under valgrind: the product does per step what it does at native speed (`--no-stretch` counts the unstretched, an
-upper bound).
+valgrind the fits run 40-250 times slower (90 on a quiet machine here), and the product's clocks would see that: the
+input-wait sampling would sample that many times more steps (one per 50 ms of training) and the callback would close
+that many times more windows (one per 0.5 s). So the bench first times the same fit natively, then stretches both
+intervals by the slowdown it measures under valgrind: the product does per step what it does at native speed
+(`--no-stretch` counts the unstretched, an upper bound).
 
     .venv/bin/python bench/overhead_instructions.py [--rounds 2] [--examples 16384] [--keras tf_keras|keras3]
 
@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.fit_fixture import add_fit_arguments, build
+from bench.fit_fixture import add_fit_arguments, build, steps_per_fit
 
 GOAL = 0.98
 # Two client requests of callgrind.h: dump the counters since the last dump under a label (and zero them), and
@@ -54,10 +54,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="ABBA rounds (each four fits)")
     parser.add_argument("--no-stretch", action="store_true", help="keep the product's intervals as they are")
     parser.add_argument("--inner", help=argparse.SUPPRESS)  # the run under valgrind: its JSON arguments
+    parser.add_argument("--native", action="store_true", help=argparse.SUPPRESS)  # the native step time's run
     add_fit_arguments(parser, epochs=1, examples=16384)
     args = parser.parse_args()
     if args.inner:
         return inner(args)
+    if args.native:
+        return native(args)
     for tool in ("valgrind", "gcc"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} not found: this bench counts instructions with valgrind's callgrind")
@@ -97,20 +100,23 @@ def forwarded(args: argparse.Namespace) -> list[str]:
 
 
 def native_step_time(args: argparse.Namespace) -> float:
-    """A step's wall time without the product, natively: in a process of its own, as the run under valgrind."""
-    code = (
-        "import sys, time, json; sys.argv = json.loads(sys.argv[1]); "
-        "from bench.fit_fixture import build, add_fit_arguments; import argparse; "
-        "p = argparse.ArgumentParser(); add_fit_arguments(p, epochs=1, examples=16384); a = p.parse_args(sys.argv); "
-        "f = build(a); times = []\n"
-        "for _ in range(3):\n"
-        "    t = time.perf_counter(); f.run(False); times.append(time.perf_counter() - t)\n"
-        "import statistics; print(statistics.median(times) / (a.examples * a.epochs / a.batch))"
-    )
+    """A step's wall time without the product, natively: this bench with `--native`, in a process of its own."""
     fit_options = [option for option in forwarded(args) if not option.startswith(("--rounds", "--no-stretch"))]
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(fit_options)], capture_output=True, text=True,
-                         check=True, cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
+    out = subprocess.run([sys.executable, __file__, "--native", *fit_options], capture_output=True, text=True,
+                         check=True)  # fmt: skip
     return float(out.stdout.strip().splitlines()[-1])
+
+
+def native(args: argparse.Namespace) -> int:
+    """Prints the median wall time of a step over three fits without the product."""
+    fit = build(args)
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        fit.run(False)
+        times.append(time.perf_counter() - started)
+    print(statistics.median(times) / fit.steps)
+    return 0
 
 
 def inner(args: argparse.Namespace) -> int:
@@ -127,7 +133,7 @@ def inner(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         fit.run(False)
         times.append(time.perf_counter() - started)
-    slowdown = min(times) / (fit.examples / args.batch) / given["native_step_s"]
+    slowdown = min(times) / fit.steps / given["native_step_s"]
     stretch = 1.0 if args.no_stretch else slowdown
     # The product's two clocks, stretched as the fits are: the sampling's gap (SampledTrainFunction keeps it per
     # instance) and the callback's window.
@@ -163,7 +169,7 @@ def report(args: argparse.Namespace, counts: list[tuple[str, int]]) -> int:
         fits.setdefault((kind, int(round_)), []).append(n)
     if sorted(len(each) for each in fits.values()) != [2] * (2 * args.rounds):
         raise SystemExit(f"expected two fits of each kind in each of {args.rounds} rounds, read {counts}")
-    steps = args.examples * args.epochs // args.batch
+    steps = steps_per_fit(args)
     ratios, controls = [], []
     for round_ in range(args.rounds):
         bare, ours = fits["without", round_], fits["with", round_]

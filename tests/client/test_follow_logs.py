@@ -5,6 +5,8 @@ against the real API (httpx's WSGI transport), and the job's rows move between i
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -24,6 +26,12 @@ pytestmark = pytest.mark.django_db(transaction=True)  # each WSGI request closes
 def _client(user: Any) -> Client:
     token = api_tokens.issue(user)[0]
     return Client("http://testserver", token, transport=httpx.WSGITransport(app=get_wsgi_application()))
+
+
+def _client_sleeps_with(monkeypatch: pytest.MonkeyPatch, sleep: Any) -> None:
+    # The client module's clock only: patching time.sleep itself would reach every thread of the test process (the
+    # fast tier's TensorFlow watch sleeps between its looks, tests/conftest.py) and call `sleep` from them too.
+    monkeypatch.setattr(api_logs, "time", SimpleNamespace(monotonic=time.monotonic, sleep=sleep))
 
 
 def _queued_job(owner: Any) -> Job:
@@ -46,7 +54,7 @@ def test_a_follow_started_before_placement_prints_the_named_tasks_lines_once_it_
             )
             Job.objects.filter(pk=job.pk).update(attempt=1, state=JobState.SUCCEEDED, finished_at=timezone.now())
 
-    monkeypatch.setattr(api_logs.time, "sleep", between_polls)
+    _client_sleeps_with(monkeypatch, between_polls)
     with _client(alice) as api:
         lines = list(api.follow_logs(job.pk, task="worker:0", poll_s=0.01, settle_s=0))
 
@@ -58,7 +66,7 @@ def test_a_follow_of_a_task_the_job_does_not_have_is_refused_by_name(alice, monk
     job = _queued_job(alice)
     Job.objects.filter(pk=job.pk).update(attempt=1, state=JobState.RUNNING)
     Task.objects.create(job=job, attempt=1, type="worker", index=0, host=job.cluster.hosts.get())
-    monkeypatch.setattr(api_logs.time, "sleep", lambda _s: pytest.fail("a missing task must not be waited for"))
+    _client_sleeps_with(monkeypatch, lambda _s: pytest.fail("a missing task must not be waited for"))
 
     with _client(alice) as api, pytest.raises(NotFound, match=r"has no task 'worker:5' \(its tasks: worker:0\)"):
         list(api.follow_logs(job.pk, task="worker:5", poll_s=0.01, settle_s=0))

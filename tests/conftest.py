@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 import redis
@@ -21,6 +20,7 @@ from contracts import broker
 from contracts.broker import without_credentials
 from contracts.protocol import ORCHESTRATOR_QUEUE, SCHEDULER_QUEUE
 from scripts.celery_workers import worker_argv
+from tests.support.databases import database_url
 from tests.support.object_store import ObjectStore, running_store
 from tests.support.processes import ManagedProcess
 from tests.support.task_uids import TASK_UIDS
@@ -257,23 +257,13 @@ def bob(django_user_model):  # type: ignore[no-untyped-def]
     return django_user_model.objects.create_user("bob", password="pw-bob-123")
 
 
-def _database_url() -> str:
-    from django.db import connection
-
-    db = connection.settings_dict
-    auth = quote(db["USER"] or "")
-    if db.get("PASSWORD"):
-        auth += ":" + quote(db["PASSWORD"])
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
 @pytest.fixture(scope="session")
 def service_env(django_db_setup: None, redis_url: str) -> dict[str, str]:
     """Environment for processes that must see the test database (the orchestrator, the web server)."""
     return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings",
-        "DATABASE_URL": _database_url(),
+        "DATABASE_URL": database_url(),
         "REDIS_URL": redis_url,
         "TFDASH_HEARTBEAT_TIMEOUT_S": str(settings.TFDASH_HEARTBEAT_TIMEOUT_S),
         "TFDASH_WATCHDOG_INTERVAL_S": str(settings.TFDASH_WATCHDOG_INTERVAL_S),

@@ -25,19 +25,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connections
 
 from orchestrator.identity import api_tokens
 from orchestrator.models import Cluster, Host, HostStatus, TaskEnvironment
 from scripts.celery_workers import worker_argv
 from tests.agent_dist.conftest import agent_env, agent_venv  # noqa: F401 - agent_venv: a fixture used here
 from tests.conftest import _artifacts as test_artifacts
+from tests.support.databases import database_url
 from tests.support.netns import NetnsHost, Network, unavailable_reason
 from tests.support.object_store import ObjectStore, running_store
 from tests.support.ports import free_port
@@ -49,14 +48,6 @@ DB = "isolated"  # tests/settings.py: a test database of its own, made only in s
 HOSTS = 4  # enough for a ParameterServer job's four tasks on four machines, or a two-worker gang and a spare
 TF_PORTS = (23000, 23009)  # the same range on every host: each has its own address and its own ports
 AGENT_HEARTBEAT_S = 0.5
-
-
-def _database_url(alias: str) -> str:
-    db = connections[alias].settings_dict
-    auth = quote(db["USER"] or "")
-    if db.get("PASSWORD"):
-        auth += ":" + quote(db["PASSWORD"])
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
 @dataclass
@@ -143,7 +134,7 @@ def control_plane(
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings",
-        "DATABASE_URL": _database_url(DB),
+        "DATABASE_URL": database_url(DB),
         "REDIS_URL": redis.url,
         "ALLOWED_HOSTS": network.gateway,
         "TFDASH_HEARTBEAT_TIMEOUT_S": str(settings.TFDASH_HEARTBEAT_TIMEOUT_S),

@@ -22,20 +22,19 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 import redis
 import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connections
 
 from contracts import broker
 from contracts.broker import without_credentials
 from orchestrator.identity import api_tokens
 from orchestrator.identity.tokens import issue as issue_token
 from orchestrator.models import Cluster, Host, HostStatus, Job, MetricPoint, Task
+from tests.support.databases import database_url
 from tests.support.ports import free_port
 from tests.support.processes import ManagedProcess, wait_until
 from tests.support.redis_server import RedisServer
@@ -161,7 +160,7 @@ def deployment(private_redis: RedisServer, tmp_path: Path, artifacts_dir: Path) 
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings",
-        "DATABASE_URL": _database_url(DB),
+        "DATABASE_URL": database_url(DB),
         "REDIS_URL": private_redis.url,
         "TFDASH_HEARTBEAT_TIMEOUT_S": str(settings.TFDASH_HEARTBEAT_TIMEOUT_S),
         "TFDASH_WATCHDOG_INTERVAL_S": str(settings.TFDASH_WATCHDOG_INTERVAL_S),
@@ -347,11 +346,3 @@ def _diagnose(job_id: int, stack: Deployment) -> str:
     path = stack.artifacts / "redis-restart-diagnosis.txt"
     path.write_text(text)
     return f"{text[-3000:]}\n(all of it in {path}; every process's output in {stack.artifacts}/redis-restart-*.log)"
-
-
-def _database_url(alias: str) -> str:
-    db = connections[alias].settings_dict
-    auth = quote(db["USER"] or "")
-    if db.get("PASSWORD"):
-        auth += ":" + quote(db["PASSWORD"])
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"

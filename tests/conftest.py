@@ -135,6 +135,7 @@ def _worker_group(nodeid: str, kinds: set[str]) -> str:
 # interpreter or uid they run with), seen by TensorFlow's library in the process's memory map. Importing TensorFlow
 # takes seconds, so looking every 0.2 s misses none.
 _TENSORFLOW_SEEN: list[str] = []
+_WATCH: list[threading.Thread] = []  # the watching thread, once the fast tier started it
 
 
 def _watch_tensorflow() -> None:
@@ -174,7 +175,8 @@ def _watch_tensorflow() -> None:
                         argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:400]
                         _TENSORFLOW_SEEN.append(f"pid {pid}: {argv}")
 
-    threading.Thread(target=watch, name="fast-tier-tensorflow-watch", daemon=True).start()
+    _WATCH.append(threading.Thread(target=watch, name="fast-tier-tensorflow-watch", daemon=True))
+    _WATCH[0].start()
 
 
 @pytest.fixture(autouse=True)
@@ -188,6 +190,8 @@ def _fast_tier_starts_no_tensorflow() -> Iterator[None]:
             f"{seen}",
             pytrace=False,
         )
+    if _WATCH and not _WATCH[0].is_alive():  # a dead watch would pass every later test of the tier unseen
+        pytest.fail("the fast tier's TensorFlow watch died in this test (see its thread's exception)", pytrace=False)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.fit_fixture import add_fit_arguments, build, steps_per_fit
+from bench.fit_fixture import Fit, add_fit_arguments, build, steps_per_fit
 
 GOAL = 0.98
 # Two client requests of callgrind.h: dump the counters since the last dump under a label (and zero them), and
@@ -107,15 +107,19 @@ def native_step_time(args: argparse.Namespace) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def native(args: argparse.Namespace) -> int:
-    """Prints the median wall time of a step over three fits without the product."""
-    fit = build(args)
+def bare_step_times(fit: Fit, fits: int) -> list[float]:
+    """The wall time of a step, in each of `fits` fits without the product."""
     times = []
-    for _ in range(3):
+    for _ in range(fits):
         started = time.perf_counter()
         fit.run(False)
-        times.append(time.perf_counter() - started)
-    print(statistics.median(times) / fit.steps)
+        times.append((time.perf_counter() - started) / fit.steps)
+    return times
+
+
+def native(args: argparse.Namespace) -> int:
+    """Prints the median wall time of a step over three fits without the product."""
+    print(statistics.median(bare_step_times(build(args), 3)))
     return 0
 
 
@@ -128,12 +132,7 @@ def inner(args: argparse.Namespace) -> int:
     fit = build(args)
     from worker_agent.runtime.metrics import MIN_INTERVAL_S
 
-    times = []
-    for _ in range(2):
-        started = time.perf_counter()
-        fit.run(False)
-        times.append(time.perf_counter() - started)
-    slowdown = min(times) / fit.steps / given["native_step_s"]
+    slowdown = min(bare_step_times(fit, 2)) / given["native_step_s"]
     stretch = 1.0 if args.no_stretch else slowdown
     # The product's two clocks, stretched as the fits are: the sampling's gap (SampledTrainFunction keeps it per
     # instance) and the callback's window.

@@ -6,7 +6,7 @@ gang placed again). The caller holds the job's and the task's row locks."""
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -49,12 +49,26 @@ SAVES_EVENT_SEQ = frozenset(
 )
 
 
+def reported_start(task: Task, event: TaskEvent, now: datetime) -> datetime:
+    """When the task's process started: the agent's clock when it launched it (`event.at`), not when the event was
+    applied, which a backlog or an outage of the control plane delays by as long as it lasts. Bounded by the control
+    plane's own clock, so an agent's clock that is off cannot move it out of what is known: not before the task was
+    placed (a clock behind), not after now (a clock ahead, or a time that is no time)."""
+    try:
+        at = datetime.fromtimestamp(event.at, tz=UTC)
+    except (OverflowError, OSError, ValueError, TypeError):
+        return now
+    if task.placed_at is not None:
+        at = max(at, task.placed_at)
+    return min(at, now)
+
+
 def apply_event(task: Task, event: TaskEvent) -> None:
     job = task.job
     now = timezone.now()
     if event.kind == TaskEventKind.STARTED:
         task.pid = event.pid
-        task.started_at = now
+        task.started_at = reported_start(task, event, now)
         if task.state == TaskState.STOPPING or job.is_terminal:
             # A kill overtook the launch on the agent: the process started after all, so stop it now.
             task.state = TaskState.STOPPING
@@ -70,7 +84,7 @@ def apply_event(task: Task, event: TaskEvent) -> None:
         task.listening_at = now
         # STARTED may have been overtaken (and is then dropped as older): this event says as much.
         task.pid = task.pid or event.pid
-        task.started_at = task.started_at or now
+        task.started_at = task.started_at or reported_start(task, event, now)
         save_fields(task, ["state", "listening_at", "pid", "started_at", "event_seq"])
         _maybe_running(job, task)
     elif event.kind == TaskEventKind.EXITED:

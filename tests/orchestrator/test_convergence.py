@@ -18,8 +18,7 @@ from orchestrator.models import Host, HostStatus, Job, JobState, Task, TaskState
 from orchestrator.scheduler import scheduling
 from orchestrator.submit import submission
 from tests import factories
-from tests.support.processes import wait_until
-from tests.worker_agent.recording import gone
+from tests.support.processes import gone, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

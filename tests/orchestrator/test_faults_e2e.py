@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from orchestrator.models import Host, HostStatus, Job, MetricPoint, Task
 from tests.orchestrator.test_jobs_e2e import log_text, wait_for_job
-from tests.support.processes import wait_until
+from tests.support.processes import gone, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -106,7 +106,7 @@ def test_a_program_that_stops_making_progress_is_ended_with_the_reason(api, host
     assert (verdict["kind"], verdict["task"], verdict["task_id"]) == ("hang", task.label, task.pk), verdict
     assert verdict["message"].endswith("stopped reporting first, its last line: started")
     wait_until(lambda: Task.objects.get(pk=task.pk).state == "killed", timeout=20, what="the process killed")
-    assert not psutil.pid_exists(task.pid) or psutil.Process(task.pid).status() == psutil.STATUS_ZOMBIE
+    assert gone(task.pid)
 
 
 def test_a_lost_host_restarts_the_job_on_the_capacity_left(api, hosts, start_agent):

@@ -20,7 +20,7 @@ from rest_framework.test import APIClient
 from orchestrator.models import Host, HostPortBlock, HostStatus, Job, Task
 from tests import factories
 from tests.client.test_log_escapes import run_cli
-from tests.support.processes import wait_until
+from tests.support.processes import gone, wait_until
 from tests.support.streaming import streamed
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -71,7 +71,7 @@ def log_text(task: Task) -> str:
 
 def assert_gone(pids: list[int], timeout: float) -> None:
     wait_until(
-        lambda: not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE],
+        lambda: all(gone(p) for p in pids),
         timeout,
         what=f"processes {pids} to be gone",
     )

@@ -14,13 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from orchestrator.models import Host, HostStatus, Job, Task
 from tests import factories
 from tests.orchestrator.test_jobs_e2e import log_text, submit, wait_for_job
-from tests.support.processes import ManagedProcess, wait_until
+from tests.support.processes import ManagedProcess, gone, wait_until
 from worker_agent.supervision import reaping
 from worker_agent.supervision.private_tmp import PrivateTmp
 
@@ -71,7 +70,7 @@ def test_a_setsid_sleeper_is_killed_when_its_job_ends_and_the_next_job_with_its_
     sleeper = int(line(first.current_tasks()[0], "SLEEPER "))
 
     # By the time the job is over, its uid is empty: the sleeper (its own session, not in the task's group) is gone.
-    assert not psutil.pid_exists(sleeper) or psutil.Process(sleeper).status() == psutil.STATUS_ZOMBIE
+    assert gone(sleeper)
     assert reaping.alive(uid.__eq__) == {}
     assert "killing them" in agent.output()  # the agent found it and said so
 

@@ -13,8 +13,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
+
+
+def gone(pid: int) -> bool:
+    """Whether process `pid` has ended (a zombie not yet reaped counts as ended). One lookup: `pid_exists` and then
+    `Process(pid)` race with the exit in between (NoSuchProcess beside a loaded CI run)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def wait_until(predicate: Callable[[], T], timeout: float, interval: float = 0.1, what: str = "condition") -> T:

@@ -6,8 +6,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import psutil
-
 from contracts import broker
 from contracts.protocol import TASK_EVENT, TASK_LOGS
 from tests.support.processes import wait_until
@@ -45,10 +43,3 @@ class Recorder:
         return wait_until(
             lambda: next(iter(self.events(task_id, kind)), None), timeout, interval=0.02, what=f"{kind} of {task_id}"
         )
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True

@@ -15,9 +15,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from contracts.protocol import AGENT_KILL, AGENT_LAUNCH, agent_queue
 from contracts.signing import sign_order
 from contracts.task_messages import KillOrder, LaunchSpec
-from tests.support.processes import wait_until
+from tests.support.processes import gone, wait_until
 from tests.support.wire import broker_user, signed_order
-from tests.worker_agent.recording import gone
 from tests.worker_agent.supervision.specs import spec_for
 from worker_agent.app import make_app
 from worker_agent.orders import OrderGate

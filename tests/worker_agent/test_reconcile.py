@@ -16,8 +16,8 @@ from contracts.host_reports import HostFacts, RecordedExit, RunningTask, TaskRep
 from contracts.protocol import AGENT_HEARTBEAT, AGENT_HELLO
 from contracts.signing import agent_mac_key, open_sealed
 from contracts.task_messages import KillOrder, TaskEventKind
-from tests.support.processes import wait_until
-from tests.worker_agent.recording import Recorder, gone
+from tests.support.processes import gone, wait_until
+from tests.worker_agent.recording import Recorder
 from tests.worker_agent.supervision.specs import PROGRAMS, spec_for
 from worker_agent.heartbeat import Heartbeat
 from worker_agent.supervision import Supervisor

@@ -25,9 +25,8 @@ from orchestrator.agents import events, reconcile, reports
 from orchestrator.metrics.log_store import store_lines
 from orchestrator.models import Host, HostStatus, Job, JobState, Task, TaskLogLine, TaskState
 from tests import factories
-from tests.support.processes import wait_until
+from tests.support.processes import gone, wait_until
 from tests.support.wire import sealed
-from tests.worker_agent.recording import gone
 from worker_agent.heartbeat import Heartbeat
 
 SLEEPER = b"import time\nprint('training, as far as anyone can tell', flush=True)\ntime.sleep(600)\n"

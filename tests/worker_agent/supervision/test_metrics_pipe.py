@@ -20,8 +20,8 @@ from contracts.limits import MAX_ARTIFACT_BYTES
 from contracts.protocol import TASK_ARTIFACT, TASK_EVENT, TASK_METRICS
 from contracts.task_messages import LaunchSpec, ProgramSpec, TaskEventKind
 from contracts.task_wire import JOB_DIR_ENV, METRICS_FD_ENV
-from tests.support.processes import wait_until
-from tests.worker_agent.recording import Recorder, gone
+from tests.support.processes import gone, wait_until
+from tests.worker_agent.recording import Recorder
 from worker_agent.folders import Roots
 from worker_agent.supervision import programs, task_run
 from worker_agent.supervision.task_run import READER_JOIN_S

@@ -12,8 +12,8 @@ from typing import Any
 import psutil
 
 from contracts import broker
-from tests.support.processes import wait_until
-from tests.worker_agent.recording import Recorder, gone
+from tests.support.processes import gone, wait_until
+from tests.worker_agent.recording import Recorder
 from tests.worker_agent.supervision.specs import spec_for
 from worker_agent.supervision import Supervisor
 from worker_agent.supervision.output import OutputFiles, Position, TaskLogs

@@ -10,8 +10,8 @@ import pytest
 
 from contracts.protocol import TASK_EVENT, TASK_LOGS
 from contracts.task_messages import KillOrder, TaskEventKind
-from tests.support.processes import wait_until
-from tests.worker_agent.recording import Recorder, gone
+from tests.support.processes import gone, wait_until
+from tests.worker_agent.recording import Recorder
 from tests.worker_agent.supervision.specs import spec_for
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support.processes import gone
 from worker_agent.folders import Place, Roots
 from worker_agent.supervision import reaping
 from worker_agent.supervision.identity import UidRange
@@ -46,13 +47,6 @@ def leave_a_sleeper(uid: int) -> int:
     pid = int(done.stdout.split()[0])
     assert psutil.Process(pid).uids().real == uid and os.getsid(pid) != os.getsid(0)
     return pid
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def pool(root: Path) -> TaskUids:

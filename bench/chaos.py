@@ -163,7 +163,8 @@ class Workload:
         from orchestrator.jobs import lifecycle
         from orchestrator.models import Job, JobState
 
-        for job_id, kind in self.tally.jobs.items():
+        # A copy: the monkey's takeover probes (Monkey, its own thread) submit jobs into the tally meanwhile.
+        for job_id, kind in list(self.tally.jobs.items()):
             if kind.cancel_after_s is None or job_id in self.tally.cancelled:
                 continue
             job = with_retry("job", lambda job_id=job_id: Job.objects.get(pk=job_id))

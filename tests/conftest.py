@@ -20,6 +20,7 @@ from contracts import broker
 from contracts.broker import without_credentials
 from contracts.protocol import ORCHESTRATOR_QUEUE, SCHEDULER_QUEUE
 from scripts.celery_workers import worker_argv
+from tests.support import probe_cache as probes
 from tests.support.databases import database_url
 from tests.support.object_store import ObjectStore, running_store
 from tests.support.processes import ManagedProcess
@@ -315,14 +316,24 @@ def open_tmp() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def probe_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every probe result this test worker's agents found so far, by interpreter file key: see `start_agent`."""
+    return tmp_path_factory.mktemp("probe-cache") / "probes.json"
+
+
 @pytest.fixture
-def start_agent(redis_url: str, open_tmp: Path) -> Iterator[Callable[..., ManagedProcess]]:
+def start_agent(redis_url: str, open_tmp: Path, probe_cache: Path) -> Iterator[Callable[..., ManagedProcess]]:
     """Start real `python -m worker_agent` processes; every one is killed at the end of the test.
 
     As an operator should: the token in a 0600 file, the broker URL in the environment (a command line is readable
     by every local user), and, as root, tasks under their own uids (TASK_UIDS). Their shared roots (--shared-root):
     `open_tmp/shared`, the clusters' shared folder (tests/orchestrator/conftest.py), and `open_tmp` itself, where tests
-    read what a task wrote: as root a task's /tmp is its own, so it reaches nothing else of the host's /tmp."""
+    read what a task wrote: as root a task's /tmp is its own, so it reaches nothing else of the host's /tmp.
+
+    Each starts as an agent restarted on a host whose interpreters it probed before, with the probes this test
+    worker's earlier agents made (tests/support/probe_cache.py). The first agent of the session, and any agent told of
+    an interpreter not probed yet (tests/orchestrator/environments builds its own), probe for real."""
     started: list[ManagedProcess] = []
 
     from orchestrator.identity.keys import control_public_key
@@ -330,6 +341,7 @@ def start_agent(redis_url: str, open_tmp: Path) -> Iterator[Callable[..., Manage
     def start(host: str, token: str, *extra: str) -> ManagedProcess:
         workdir = open_tmp / f"agent-{host}"
         workdir.mkdir(exist_ok=True)
+        probes.seed(workdir, probe_cache)
         (open_tmp / "shared").mkdir(exist_ok=True)
         token_file = workdir / "token"
         token_file.touch(mode=0o600)
@@ -359,6 +371,7 @@ def start_agent(redis_url: str, open_tmp: Path) -> Iterator[Callable[..., Manage
         if proc.proc.poll() is None:
             proc.terminate(timeout=20)
         proc.stop()
+    probes.keep(probe_cache, [open_tmp / f"agent-{proc.host}" for proc in started])
     # Let the orchestrator and ingest worker take what the agents last sent before the test's tables are emptied.
     queues = redis.Redis.from_url(redis_url)
     deadline = time.monotonic() + 15

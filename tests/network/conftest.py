@@ -36,6 +36,7 @@ from orchestrator.models import Cluster, Host, HostStatus, TaskEnvironment
 from scripts.celery_workers import worker_argv
 from tests.agent_dist.conftest import agent_env, agent_venv  # noqa: F401 - agent_venv: a fixture used here
 from tests.conftest import _artifacts as test_artifacts
+from tests.support import probe_cache as probes
 from tests.support.databases import database_url
 from tests.support.netns import NetnsHost, Network, unavailable_reason
 from tests.support.object_store import ObjectStore, running_store
@@ -200,10 +201,12 @@ def netns_cluster(
     network: Network,
     agent_venv: Path,  # noqa: F811 - the fixture imported above
     artifacts_dir: Path,
+    probe_cache: Path,
 ) -> Iterator[Callable[[int], NetnsCluster]]:
     """`make(n)`: a cluster with the object store and no shared folder (hosts share no disk) and its default task
     environment `main`, n hosts of one CPU slot each registered through the API at their namespaces' addresses, an
-    agent in each namespace joined and run with the commands the API returned, all online with `main` probed."""
+    agent in each namespace joined and run with the commands the API returned, all online with `main` probed (by the
+    first cluster's agents; later ones start with their probes, as tests/conftest.py's start_agent does)."""
     made: list[NetnsCluster] = []
     folders: list[Path] = []
 
@@ -240,7 +243,7 @@ def netns_cluster(
             assert answer.status_code == 201, answer.text
             body = answer.json()
             cluster.hosts[name] = host
-            cluster.agents[name] = _start_agent(network, host, name, body, agent_venv, folders)
+            cluster.agents[name] = _start_agent(network, host, name, body, agent_venv, folders, probe_cache)
         try:
             wait_until(lambda: _ready(n), 240, interval=0.5, what=f"{n} hosts online with environment main probed")
         except AssertionError as exc:
@@ -248,6 +251,7 @@ def netns_cluster(
         return cluster
 
     yield make
+    probes.keep(probe_cache, [folder / "work" for folder in folders])
     for cluster in made:
         for name, proc in cluster.agents.items():
             # SIGTERM first: the agent kills its TF processes and reports it; then whatever is left in the namespace.
@@ -272,7 +276,13 @@ def _ready(n: int) -> bool:
 
 
 def _start_agent(
-    network: Network, host: NetnsHost, name: str, registered: dict[str, Any], venv: Path, folders: list[Path]
+    network: Network,
+    host: NetnsHost,
+    name: str,
+    registered: dict[str, Any],
+    venv: Path,
+    folders: list[Path],
+    probe_cache: Path,
 ) -> ManagedProcess:
     """The agent of `name` in `host`'s namespace, as an operator puts it in service there: the token in a 0600 file,
     `join` (which asks the control plane, over the bridge, for the host's configuration and writes it), then `run`.
@@ -284,6 +294,7 @@ def _start_agent(
     token_file.touch(mode=0o600)
     token_file.write_text(registered["agent_token"])
     join, run = agent_argvs(registered["agent_commands"], venv, token_file, folder / "config.json", folder / "work")
+    probes.seed(folder / "work", probe_cache)
     joined = subprocess.run(host.command(join), env=agent_env(), capture_output=True, text=True, timeout=120)
     assert joined.returncode == 0, f"{name}: {shlex.join(join)}\n{joined.stdout}{joined.stderr}"
     return network.start(host, f"agent-{name}", run, agent_env(), cwd=folder)

@@ -25,6 +25,7 @@ from worker_agent.environments.as_task import Helper
 log = logging.getLogger(__name__)
 
 FOLDER = "environments"
+PROBES_FILE = "probes.json"  # in FOLDER: each probe result by interpreter file key (probing.file_key)
 MAX_CACHED = 128
 
 
@@ -152,7 +153,7 @@ class Environments:
 
     def _load_probes(self) -> dict[str, dict[str, Any]]:
         try:
-            loaded = json.loads((self.folder / "probes.json").read_text())
+            loaded = json.loads((self.folder / PROBES_FILE).read_text())
         except (OSError, ValueError):
             return {}
         if not isinstance(loaded, dict):
@@ -163,4 +164,4 @@ class Environments:
         while len(self._probes) > MAX_CACHED:
             self._probes.pop(next(iter(self._probes)))
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        atomic.write_json(self.folder / "probes.json", self._probes)
+        atomic.write_json(self.folder / PROBES_FILE, self._probes)

@@ -335,6 +335,7 @@ def start_agent(redis_url: str, open_tmp: Path, probe_cache: Path) -> Iterator[C
     worker's earlier agents made (tests/support/probe_cache.py). The first agent of the session, and any agent told of
     an interpreter not probed yet (tests/orchestrator/environments builds its own), probe for real."""
     started: list[ManagedProcess] = []
+    workdirs: list[Path] = []  # once each: an agent started again on its host keeps its workdir
 
     from orchestrator.identity.keys import control_public_key
 
@@ -342,6 +343,8 @@ def start_agent(redis_url: str, open_tmp: Path, probe_cache: Path) -> Iterator[C
         workdir = open_tmp / f"agent-{host}"
         workdir.mkdir(exist_ok=True)
         probes.seed(workdir, probe_cache)
+        if workdir not in workdirs:
+            workdirs.append(workdir)
         (open_tmp / "shared").mkdir(exist_ok=True)
         token_file = workdir / "token"
         token_file.touch(mode=0o600)
@@ -371,7 +374,7 @@ def start_agent(redis_url: str, open_tmp: Path, probe_cache: Path) -> Iterator[C
         if proc.proc.poll() is None:
             proc.terminate(timeout=20)
         proc.stop()
-    probes.keep(probe_cache, [open_tmp / f"agent-{proc.host}" for proc in started])
+    probes.keep(probe_cache, workdirs)
     # Let the orchestrator and ingest worker take what the agents last sent before the test's tables are emptied.
     queues = redis.Redis.from_url(redis_url)
     deadline = time.monotonic() + 15

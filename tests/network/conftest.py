@@ -251,7 +251,7 @@ def netns_cluster(
         return cluster
 
     yield make
-    probes.keep(probe_cache, [folder / "work" for folder in folders])
+    probes.keep(probe_cache, [_workdir(folder) for folder in folders])
     for cluster in made:
         for name, proc in cluster.agents.items():
             # SIGTERM first: the agent kills its TF processes and reports it; then whatever is left in the namespace.
@@ -275,6 +275,11 @@ def _ready(n: int) -> bool:
     return len([h for h in hosts if any(e["name"] == "main" and e["ok"] for e in h.environments)]) == n
 
 
+def _workdir(folder: Path) -> Path:
+    """The workdir of the netns agent whose files are in `folder` (its token, its joined config)."""
+    return folder / "work"
+
+
 def _start_agent(
     network: Network,
     host: NetnsHost,
@@ -293,8 +298,8 @@ def _start_agent(
     token_file = folder / "token"
     token_file.touch(mode=0o600)
     token_file.write_text(registered["agent_token"])
-    join, run = agent_argvs(registered["agent_commands"], venv, token_file, folder / "config.json", folder / "work")
-    probes.seed(folder / "work", probe_cache)
+    join, run = agent_argvs(registered["agent_commands"], venv, token_file, folder / "config.json", _workdir(folder))
+    probes.seed(_workdir(folder), probe_cache)
     joined = subprocess.run(host.command(join), env=agent_env(), capture_output=True, text=True, timeout=120)
     assert joined.returncode == 0, f"{name}: {shlex.join(join)}\n{joined.stdout}{joined.stderr}"
     return network.start(host, f"agent-{name}", run, agent_env(), cwd=folder)

@@ -35,7 +35,9 @@ from orchestrator.plumbing import counters, streams
 
 ACCEPTED = (AGENT_HELLO, TASK_EVENT)
 READ_COUNT = 500
-IDLE_S = 0.05  # what an event may wait here at most while the streams are quiet
+# What an event may wait here at most while the streams are quiet, when Redis's keyspace notifications are off: with
+# them on, an add wakes the readers (orchestrator/plumbing/doorbell.py).
+IDLE_S = 0.05
 CLAIM_IDLE_MS = 30_000  # what a dead worker had read and not applied is taken over by another after this long
 # Readers per orchestrator worker, each a consumer of its own in the group: while one applies what it read (a burst of
 # exits, each ending a job), the next reads what came meanwhile, as the worker's four pool threads applied the batches
@@ -92,6 +94,7 @@ def reader(
         read_count=READ_COUNT,
         per_stream=READ_COUNT,
         idle_s=IDLE_S,
+        wake_on_add=True,
         claim_idle_ms=CLAIM_IDLE_MS,
     )
 

@@ -36,8 +36,9 @@ from orchestrator.plumbing import counters, streams
 READ_COUNT = 500
 # Entries another consumer read and left this long (it died, or the partitions changed) are taken over.
 CLAIM_IDLE_MS = 30_000
-# Between reads that came back short: the latency a point adds waiting here, at most (the live pages' budget is 50 ms
-# at the median, TF event to browser).
+# Between reads that came back short, when Redis's keyspace notifications are off (with them on, an add wakes the
+# reader: orchestrator/plumbing/doorbell.py): the latency a point adds waiting here, at most (the live pages' budget
+# is 50 ms at the median, TF event to browser).
 IDLE_S = 0.02
 
 DEAD_LETTERS = streams.dead_letter_stream(broker.METRICS)
@@ -92,6 +93,7 @@ class MetricsConsumer:
             read_count=READ_COUNT,
             per_stream=READ_COUNT,
             idle_s=IDLE_S,
+            wake_on_add=True,
             claim_idle_ms=CLAIM_IDLE_MS,
         )
 

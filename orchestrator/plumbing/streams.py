@@ -10,10 +10,12 @@ Bounded before parsed: entries are read by a Lua script inside Redis that measur
 those within their bound (contracts/protocol.py MAX_ENTRY_BYTES; an artifact's may be larger): a 100 MB entry a host
 added never reaches this process, it is dead-lettered unread. The same script hands back, unread, an entry that has
 been delivered more than `max_deliveries` times without being acknowledged (a handler that kills its process every
-time, say), and it dead-letters it too, so no entry can make a crash loop. Reads do not block: a reader polls every
-`idle_s` while nothing comes (a blocking read would return the entries themselves, of any size). A read has a byte
-budget (`read_bytes`, contracts/publish_limits.py READ_BYTES_BUDGET): once the entries it measured weigh that much it
-asks for no more, so one read hands a reader at most the budget plus one entry, however many a host queued. (Redis
+time, say), and it dead-letters it too, so no entry can make a crash loop. Reads do not block (a blocking read would
+return the entries themselves, of any size): a reader with `wake_on_add` waits for Redis to say that a host added to
+a stream of its kind (doorbell.py: keyspace notifications, names only), others poll every `idle_s` while nothing
+comes. A read has a byte budget (`read_bytes`, contracts/publish_limits.py READ_BYTES_BUDGET): once the entries it
+measured weigh that much it asks for no more, so one read hands a reader at most the budget plus one entry, however
+many a host queued. (Redis
 has no command that sizes one entry without reading it: the script reads entries into its own memory, inside Redis,
 one XREADGROUP at a time, and nothing over its bound ever leaves Redis. The agents bound what a task may add,
 contracts/publish_limits.py, and Redis's `maxmemory` what all of them may.)
@@ -47,7 +49,7 @@ from django.db import DatabaseError, connection
 from contracts import broker, signing
 from contracts.protocol import MAX_ARTIFACT_ENTRY_BYTES, MAX_ENTRY_BYTES, TASK_ARTIFACT, read_stream_entry
 from contracts.publish_limits import READ_BYTES_BUDGET
-from orchestrator.plumbing import counters, stream_scripts
+from orchestrator.plumbing import counters, doorbell, stream_scripts
 from orchestrator.plumbing.outages import TRANSIENT
 
 # The database's part of the outages waited out with the same batch (a lock not had in time is one too); any other
@@ -140,7 +142,10 @@ class StreamReader:
     big_entry_bytes: int = MAX_ARTIFACT_ENTRY_BYTES
     max_deliveries: int = 5
     read_bytes: int = READ_BYTES_BUDGET  # what one read hands over at most, one entry past it (publish_limits.py)
-    idle_s: float = 0.05  # the pause after a read that was not full
+    idle_s: float = 0.05  # the pause after a read that was not full (without a live doorbell)
+    # Woken by the hosts' adds (orchestrator/plumbing/doorbell.py) instead of polling every idle_s while quiet.
+    wake_on_add: bool = False
+    bell: doorbell.Doorbell | None = field(default=None, init=False, repr=False)  # while it runs, with wake_on_add
     claim_idle_ms: int | None = None
     claim_every_s: float = 5.0
     entries: int = 0
@@ -158,7 +163,11 @@ class StreamReader:
     def run(self, stop: threading.Event) -> None:
         backlog = True  # first what this consumer read before and never acknowledged
         backoff = 0.05
+        bell = self.bell = doorbell.Doorbell(self.client, self.kind) if self.wake_on_add else None
+        if bell is not None:
+            bell.start(stop)
         while not stop.is_set():
+            rung = bell.rings() if bell is not None else 0  # before the read: an add during it is not waited for
             try:
                 if self.claim_idle_ms is not None and (backlog or time.monotonic() >= self._next_claim):
                     # What it took over is this consumer's pending now, which only a backlog read reads.
@@ -168,7 +177,10 @@ class StreamReader:
                     backlog = False
                 backoff = 0.05
                 if not backlog and handled < self.read_count:
-                    stop.wait(self.idle_s)
+                    if bell is not None:  # a bell that goes live rings too: the reader stops polling at once
+                        bell.wait(rung, doorbell.SAFETY_S if bell.live else self.idle_s)
+                    else:
+                        stop.wait(self.idle_s)
                 continue
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 log.warning("%s reader: Redis unavailable (%s); retrying in %.2f s", self.kind, exc, backoff)

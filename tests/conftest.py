@@ -369,21 +369,38 @@ def start_agent(redis_url: str, open_tmp: Path, probe_cache: Path) -> Iterator[C
 
     start.started = started  # type: ignore[attr-defined]  # tests may pick one to kill
     yield start
+    # SIGTERM first: the agent then kills its TF processes (their own sessions), so no test leaves orphans. All asked
+    # at once: each may wait seconds for its broker to take its last words (worker_agent/app.py shutdown).
+    running = [proc for proc in started if proc.proc.poll() is None]
+    for proc in running:
+        proc.ask_to_stop()
+    for proc in running:
+        proc.wait_stopped(timeout=20)
     for proc in started:
-        # SIGTERM first: the agent then kills its TF processes (their own sessions), so no test leaves orphans.
-        if proc.proc.poll() is None:
-            proc.terminate(timeout=20)
         proc.stop()
     probes.keep(probe_cache, workdirs)
     # Let the orchestrator and ingest worker take what the agents last sent before the test's tables are emptied.
+    from orchestrator.plumbing.streams import HOSTS_REFRESH_S
+
     queues = redis.Redis.from_url(redis_url)
-    deadline = time.monotonic() + 15
+    began = time.monotonic()
+    deadline = began + 15
     # A host's events and metrics streams hold only entries not handled yet (readers delete what they acknowledged).
     streams = [broker.stream(proc.host, kind) for proc in started for kind in (broker.EVENTS, broker.METRICS)]
+
+    def read_by_someone(stream: str) -> bool:
+        """Entries a reader will take: its stream has a readers' group, or may have one soon (a reader finds a new
+        host's streams within a second). A host the database does not know, or a test without the session's
+        orchestrator, leaves entries nobody reads: not waited for."""
+        if not queues.xlen(stream):
+            return False
+        with contextlib.suppress(redis.ResponseError):
+            if queues.xinfo_groups(stream):
+                return True
+        return time.monotonic() < began + 2 * HOSTS_REFRESH_S
+
     while time.monotonic() < deadline and (
-        queues.llen(ORCHESTRATOR_QUEUE)
-        or queues.llen(SCHEDULER_QUEUE)
-        or any(queues.xlen(stream) for stream in streams)
+        queues.llen(ORCHESTRATOR_QUEUE) or queues.llen(SCHEDULER_QUEUE) or any(map(read_by_someone, streams))
     ):
         time.sleep(0.1)
 

@@ -252,14 +252,18 @@ def netns_cluster(
 
     yield make
     probes.keep(probe_cache, [_workdir(folder) for folder in folders])
-    for cluster in made:
-        for name, proc in cluster.agents.items():
-            # SIGTERM first: the agent kills its TF processes and reports it; then whatever is left in the namespace.
-            if proc.proc.poll() is None:
-                with contextlib.suppress(Exception):  # killed instead; the namespace is emptied below in any case
-                    proc.terminate(timeout=20)
-            proc.stop()
-            (artifacts_dir / f"netns-agent-{name}.log").write_text(proc.output())
+    # SIGTERM first, to every agent at once (one without its cable waits seconds for its broker): each kills its TF
+    # processes and reports it; then whatever is left in the namespace.
+    agents = [(name, proc) for cluster in made for name, proc in cluster.agents.items()]
+    running = [proc for _name, proc in agents if proc.proc.poll() is None]
+    for proc in running:
+        proc.ask_to_stop()
+    for proc in running:
+        with contextlib.suppress(Exception):  # killed instead; the namespace is emptied below in any case
+            proc.wait_stopped(timeout=20)
+    for name, proc in agents:
+        proc.stop()
+        (artifacts_dir / f"netns-agent-{name}.log").write_text(proc.output())
     for host in network.hosts:
         network.mend(host)
         network.kill_all_in(host)

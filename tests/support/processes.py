@@ -100,8 +100,16 @@ class ManagedProcess:
         self.proc.wait(timeout=10)
 
     def terminate(self, timeout: float = 15) -> int:
+        self.ask_to_stop()
+        return self.wait_stopped(timeout)
+
+    def ask_to_stop(self) -> None:
+        """SIGTERM to the whole process group; `wait_stopped` waits for it (several asked first stop together)."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGTERM)
+
+    def wait_stopped(self, timeout: float) -> int:
+        """Its exit code; SIGKILL and TimeoutExpired after `timeout`."""
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -27,7 +27,7 @@ from contracts import broker
 log = logging.getLogger(__name__)
 
 FLAGS = "Kt"  # the keyspace channel, stream commands
-SAFETY_S = 0.5  # a live bell's reader still reads this often: a lost notification delays an entry this long at most
+SAFETY_S = 1.0  # a live bell's reader still reads this often: a lost notification delays an entry this long at most
 CHECK_S = 30.0  # how often a bell looks that notifications are still on (an operator may turn them off, or on)
 MAX_BACKOFF_S = 5.0
 HEARD = 64  # the last pub/sub messages a bell heard, (key, event), for tests and debugging

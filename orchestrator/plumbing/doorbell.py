@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 FLAGS = "Kt"  # the keyspace channel, stream commands
 SAFETY_S = 1.0  # a live bell's reader still reads this often: a lost notification delays an entry this long at most
+LISTEN_S = 0.5  # the listener looks this often whether it is stopped (and its readers with it: it rings as it goes)
 CHECK_S = 30.0  # how often a bell looks that notifications are still on (an operator may turn them off, or on)
 MAX_BACKOFF_S = 5.0
 HEARD = 64  # the last pub/sub messages a bell heard, (key, event), for tests and debugging
@@ -62,6 +63,7 @@ class Doorbell:
         self.live = False
         self.heard: collections.deque[tuple[str, str]] = collections.deque(maxlen=HEARD)
         self._rings = 0
+        self._added: set[str] = set()  # every stream that rang: one a reader does not know is a new host's
         self._changed = threading.Condition()
         self._warned = False
 
@@ -70,6 +72,11 @@ class Doorbell:
         """The count to pass to `wait` (take it before reading)."""
         with self._changed:
             return self._rings
+
+    def streams_added_to(self) -> set[str]:
+        """Every stream an add was heard on (a host each: bounded by the hosts)."""
+        with self._changed:
+            return set(self._added)
 
     def wait(self, since: int, timeout: float) -> bool:
         """Until an add after `since` was heard, or `timeout`; True when one was."""
@@ -111,9 +118,9 @@ class Doorbell:
             pubsub.psubscribe(self.pattern)
             quiet = 0.0
             while not stop.is_set():
-                message = pubsub.get_message(timeout=SAFETY_S)
+                message = pubsub.get_message(timeout=LISTEN_S)
                 if message is None:
-                    quiet += SAFETY_S
+                    quiet += LISTEN_S
                     if quiet >= CHECK_S:
                         quiet = 0.0
                         if enable_notifications(self.client) is False:
@@ -132,7 +139,7 @@ class Doorbell:
                     if not self.live:
                         self._set_live(True)
                     if event == "xadd":  # not the readers' own XDELs, nor group commands
-                        self._ring()
+                        self._ring(key)
         finally:
             pubsub.close()
 
@@ -148,7 +155,9 @@ class Doorbell:
         self.live = live
         self._ring()  # a reader waiting on a bell that went away goes back to polling at once
 
-    def _ring(self) -> None:
+    def _ring(self, key: str | None = None) -> None:
         with self._changed:
             self._rings += 1
+            if key is not None:
+                self._added.add(key)
             self._changed.notify_all()

@@ -153,6 +153,8 @@ class StreamReader:
     _streams: list[str] = field(default_factory=list)
     _hosts_at: float = -1e9
     _hosts_read: bool = False  # a host list was read at least once
+    _looked_up: set[str] = field(default_factory=set)  # streams that rang unknown and made the host list be read
+    _repaired: bool = False  # the last read made a missing group
     _next_claim: float = 0.0
     _offset: int = 0
     _scripts: dict[str, Any] = field(default_factory=dict)
@@ -176,11 +178,14 @@ class StreamReader:
                 if backlog and handled == 0:
                     backlog = False
                 backoff = 0.05
-                if not backlog and handled < self.read_count:
-                    if bell is not None:  # a bell that goes live rings too: the reader stops polling at once
-                        bell.wait(rung, doorbell.SAFETY_S if bell.live else self.idle_s)
-                    else:
+                if self._repaired:
+                    self._repaired = False
+                elif not backlog and handled < self.read_count:
+                    if bell is None:
                         stop.wait(self.idle_s)
+                    # A bell that goes live rings too: the reader stops polling at once.
+                    elif bell.wait(rung, doorbell.SAFETY_S if bell.live else self.idle_s):
+                        self._notice_new_hosts(bell)
                 continue
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 log.warning("%s reader: Redis unavailable (%s); retrying in %.2f s", self.kind, exc, backoff)
@@ -225,6 +230,15 @@ class StreamReader:
         """Make the group on every stream that lacks it (a read would too, on its first try), from its start."""
         for stream in self.streams():
             self._repair(stream, "NOGROUP")
+
+    def _notice_new_hosts(self, bell: doorbell.Doorbell) -> None:
+        """A stream that rang and is not among this reader's is a host registered since its host list was read: read
+        the list again now, not at the next refresh (a new agent's hello is then applied before its heartbeats mark
+        it online). Once per such stream: one of a host the database does not know waits for the refresh."""
+        unknown = bell.streams_added_to() - set(self._streams) - self._looked_up
+        if unknown:
+            self._looked_up |= unknown
+            self.forget_hosts()
 
     def forget_hosts(self) -> None:
         """Read the host list again before the next read (tests, a host just registered)."""
@@ -331,6 +345,7 @@ class StreamReader:
             except redis.ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
+            self._repaired = True  # read again before any pause: its entries are there now
         else:
             log.warning("%s reader: reading %s failed: %s", self.kind, stream, error)
 

@@ -23,9 +23,20 @@ SETTING = "notify-keyspace-events"
 
 @pytest.fixture
 def stop() -> Iterator[threading.Event]:
+    """Set at the end of the test, whose bells and readers are then waited for: none logs after its test."""
+    before = set(threading.enumerate())
     event = threading.Event()
     yield event
-    event.set()
+    stop_all(event, before)
+
+
+def stop_all(stop: threading.Event, before: set[threading.Thread]) -> None:
+    """Set `stop` and wait for the bells and readers started since `before` (not a server's output reader, which ends
+    with its process)."""
+    stop.set()
+    for thread in set(threading.enumerate()) - before:
+        if not thread.name.startswith("read-"):  # tests/support/processes.py ManagedProcess
+            thread.join(10)
 
 
 @pytest.fixture
@@ -38,7 +49,7 @@ def hosts(redis_url: str) -> Iterator[list[str]]:
 
 def live_bell(client: redis.Redis, kind: str, stop: threading.Event) -> doorbell.Doorbell:
     bell = doorbell.Doorbell(client, kind)
-    bell.thread = bell.start(stop)  # type: ignore[attr-defined]
+    bell.start(stop)
     wait_until(lambda: bell.live, 20, what="the bell subscribed")
     return bell
 
@@ -89,7 +100,7 @@ def test_a_reader_with_a_live_bell_reads_an_add_at_once_though_it_would_not_poll
 
 def test_notifications_are_turned_on_by_a_user_that_may_and_heard_by_one_that_may_not_look(redis_url, stop):
     admin = redis.Redis.from_url(redis_url)
-    before = admin.config_get(SETTING)[SETTING]
+    setting = admin.config_get(SETTING)[SETTING]
     pool = admin.connection_pool.connection_kwargs
     users: dict[str, redis.Redis] = {}
     for label, rule in (("no-set", "-config|set"), ("blind", "-config")):  # may look but not set; may do neither
@@ -99,6 +110,7 @@ def test_notifications_are_turned_on_by_a_user_that_may_and_heard_by_one_that_ma
         users[label] = redis.Redis(host=pool["host"], port=pool["port"], db=pool.get("db", 0), username=name,
                                    password=password)  # fmt: skip
     host = f"d-{uuid.uuid4().hex[:8]}"
+    before = set(threading.enumerate())
     try:
         admin.config_set(SETTING, "")
         assert doorbell.enable_notifications(users["no-set"]) is False  # off for good: its readers poll
@@ -121,14 +133,15 @@ def test_notifications_are_turned_on_by_a_user_that_may_and_heard_by_one_that_ma
 
         wait_until(heard, 20, what="the bell live on a notification heard")
     finally:
-        stop.set()
-        admin.config_set(SETTING, before)
+        stop_all(stop, before)  # before its user goes, which closes the bell's connection
+        admin.config_set(SETTING, setting)
         for user in users.values():
             admin.acl_deluser(user.connection_pool.connection_kwargs["username"])
         admin.delete(broker.stream(host, broker.EVENTS))
 
 
 def test_a_redis_restarted_without_notifications_has_them_turned_on_again(tmp_path: Path, stop):
+    before = set(threading.enumerate())
     server = RedisServer(tmp_path)
     server.start()
     try:
@@ -144,6 +157,33 @@ def test_a_redis_restarted_without_notifications_has_them_turned_on_again(tmp_pa
 
         wait_until(rings_again, 30, what="the bell ringing on the restarted Redis")
     finally:
-        stop.set()
-        bell.thread.join(10)  # type: ignore[attr-defined]  # before its Redis goes: no log line after the test
+        stop_all(stop, before)  # before its Redis goes: no log line after the test
         server.kill()
+
+
+def test_an_add_by_a_host_registered_since_the_reader_read_its_host_list_is_read_at_once(
+    redis_url, hosts, stop, monkeypatch
+):
+    """A new agent's hello is applied at once, before its heartbeats mark it online: the reader does not wait for its
+    next host-list refresh (here a minute away, as is its next read but for a ring)."""
+    monkeypatch.setattr(doorbell, "SAFETY_S", 60.0)
+    monkeypatch.setattr(streams, "HOSTS_REFRESH_S", 60.0)
+    client = redis.Redis.from_url(redis_url)
+    registered = hosts[:1]
+    seen: list[tuple[str, bytes]] = []
+
+    def handler(entries: list[streams.Entry]) -> list[tuple[streams.Entry, Exception]]:
+        seen.extend((entry.host, entry.fields[b"name"]) for entry in entries)
+        return []
+
+    reader = streams.StreamReader(client, kind=broker.EVENTS, group="bell-test", consumer="c", handler=handler,
+                                  hosts=lambda: list(registered), idle_s=60.0, wake_on_add=True)  # fmt: skip
+    reader.ensure_groups()
+    threading.Thread(target=reader.run, args=(stop,), daemon=True).start()
+    wait_until(lambda: reader.bell is not None and reader.bell.live, 20, what="the reader's bell live")
+
+    registered.append(hosts[1])
+    client.xadd(broker.stream(hosts[1], broker.EVENTS), {"name": "hello"})
+
+    wait_until(lambda: seen, 20, what="the new host's entry read")
+    assert seen == [(hosts[1], b"hello")]

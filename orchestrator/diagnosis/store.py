@@ -89,13 +89,17 @@ class _Diagnose:
     queued once per transaction (orchestrator/plumbing/after_commit.py)."""
 
     job_id: int
+    fresh: bool
 
     def __call__(self) -> None:
         try:
-            diagnose(self.job_id)
+            diagnose(self.job_id, fresh=self.fresh)
         except Exception:  # a verdict is an explanation: its failure must never fail the job's end
             log.exception("job %s: could not diagnose", self.job_id)
 
 
-def diagnose_after_commit(job_id: int) -> None:
-    after_commit.once(_Diagnose(job_id))
+def diagnose_after_commit(job_id: int, *, fresh: bool = False) -> None:
+    """`fresh` when a task's end changed what the verdict says, not its lines: a peer stopped after the job's end is
+    listed once it ends, though a page may have saved a verdict with the same lines while it still ran. (Not at the
+    job's own end: a preflight's refusal saved the verdict the job keeps.)"""
+    after_commit.once(_Diagnose(job_id, fresh))

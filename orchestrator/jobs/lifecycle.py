@@ -138,7 +138,7 @@ def finish_task(task: Task, state: str, code: int | None, detail: str, now: Any)
     usage_recording.task_ended(task)  # its device-seconds, once, in this transaction (and fair share's memory)
     if task.job.state in DIAGNOSED_STATES and not _has_active_tasks(task.job):
         # The last of a failed gang ended: the peers stopped after the job's end are judged too (once, not per task).
-        diagnose_after_commit(task.job_id)
+        diagnose_after_commit(task.job_id, fresh=True)
     _maybe_final(task.job)
 
 

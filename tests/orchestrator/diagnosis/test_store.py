@@ -62,6 +62,22 @@ def test_a_failed_job_gets_its_verdict_and_a_peer_stopped_after_it_is_listed_onc
     ]  # fmt: skip
 
 
+def test_a_peer_is_listed_when_it_ends_though_a_page_read_the_verdict_after_its_lines_came_in(alice):
+    """The peer's end, not only new lines, makes the verdict again: a page that asked for it between the peer's last
+    line and its exit (and so saved one with the peer still running and every line counted) must not hide the peer
+    for good (a browser test caught its page without the peer in a full run)."""
+    job = running_job(alice, max_restarts=0)
+    cause, peer = task_of(job, "worker", 1), task_of(job, "worker", 0)
+    say(cause, ["epoch 1/3", *TRACEBACK])
+    apply(cause, TaskEventKind.EXITED, exit_code=1)
+    say(peer, PEER)
+
+    assert store.current(Job.objects.get(pk=job.pk))["peers"] == []  # as the job's page renders it meanwhile
+    apply(peer, TaskEventKind.EXITED, exit_code=-9, detail="job failed")
+
+    assert [each["task"] for each in Job.objects.get(pk=job.pk).diagnosis["peers"]] == [peer.label]
+
+
 def test_current_recomputes_only_when_log_lines_came_in_since(alice):
     job = running_job(alice, max_restarts=0)
     cause = task_of(job, "worker", 1)
